@@ -1,0 +1,189 @@
+"""Clients for the broker's wire protocol: blocking (for the CLI) and trio.
+
+An agent's client reads the socket path and ticket that the broker put in its
+environment (``CONCLAVE_SOCKET``, ``CONCLAVE_TICKET``) and refuses to exist
+without them: there is no default identity, ever.  The operator's client is a
+separate, explicit constructor; whether the caller *is* the operator is the
+broker's decision, made from the kernel's view of the process, not the
+client's.
+
+The blocking client imports only the standard library, so ``conclave
+whoami`` inside an agent stays fast.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any, Final, final
+
+from broker.errors import ConclaveError, ErrorCode
+
+ENV_SOCKET: Final = "CONCLAVE_SOCKET"
+ENV_TICKET: Final = "CONCLAVE_TICKET"
+MAX_LINE: Final = 1 << 20
+
+
+class NoIdentityError(RuntimeError):
+    """Raised when code tries to act as an agent without a broker-issued ticket."""
+
+
+class BrokerUnavailable(ConnectionError):
+    """No broker answers on the socket."""
+
+
+def agent_credentials(environ: dict[str, str] | None = None) -> tuple[Path, str]:
+    """The socket and ticket the broker gave this process.
+
+    Raises:
+        NoIdentityError: when either is missing -- the process was not
+            started by a conclave broker, so it has no identity to act with.
+    """
+    env = os.environ if environ is None else environ
+    sock, ticket = env.get(ENV_SOCKET), env.get(ENV_TICKET)
+    if not sock or not ticket:
+        raise NoIdentityError(
+            f"no agent identity: {ENV_SOCKET} and {ENV_TICKET} are set only for processes a conclave broker "
+            "spawned (conclave run); there is no default identity"
+        )
+    return Path(sock), ticket
+
+
+def _check_reply(reply: dict[str, Any]) -> Any:
+    if reply.get("ok"):
+        return reply.get("result")
+    error = reply.get("error") or {}
+    try:
+        code = ErrorCode(error.get("code"))
+    except ValueError:
+        code = ErrorCode.INTERNAL
+    raise ConclaveError(code, error.get("message") or "the broker refused the request")
+
+
+@final
+class BlockingClient:
+    """One authenticated connection, used synchronously.
+
+    Build it with :meth:`for_agent` (ticket required) or :meth:`for_operator`.
+    """
+
+    def __init__(self, socket_path: Path, *, ticket: str | None, operator: bool = False, timeout: float | None = None) -> None:
+        if ticket is None and not operator:
+            raise NoIdentityError("a client needs a ticket; use BlockingClient.for_operator() for the operator")
+        if ticket is not None and not ticket:
+            raise NoIdentityError("an empty ticket is not an identity")
+        self._ids = itertools.count(1)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(timeout)
+        try:
+            self._sock.connect(str(socket_path))
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            self._sock.close()
+            raise BrokerUnavailable(f"no broker is listening on {socket_path}") from exc
+        self._file = self._sock.makefile("rb")
+        args = {"ticket": ticket} if ticket is not None else {}
+        self.identity: dict[str, Any] = self._roundtrip("hello", args)
+
+    @classmethod
+    def for_agent(cls, environ: dict[str, str] | None = None, *, timeout: float | None = None) -> BlockingClient:
+        socket_path, ticket = agent_credentials(environ)
+        return cls(socket_path, ticket=ticket, timeout=timeout)
+
+    @classmethod
+    def for_operator(cls, socket_path: Path, *, timeout: float | None = None) -> BlockingClient:
+        return cls(socket_path, ticket=None, operator=True, timeout=timeout)
+
+    def call(self, op: str, args: dict[str, Any] | None = None) -> Any:
+        """Send one request and return its result.
+
+        Raises:
+            ConclaveError: the broker's refusal, with its code.
+        """
+        return self._roundtrip(op, args or {})
+
+    def send_raw(self, payload: bytes) -> dict[str, Any]:
+        """Send bytes as they are and read one reply (for tests and scenarios)."""
+        self._sock.sendall(payload)
+        return self._read()
+
+    def _roundtrip(self, op: str, args: dict[str, Any]) -> Any:
+        rid = next(self._ids)
+        self._sock.sendall(json.dumps({"id": rid, "op": op, "args": args}, separators=(",", ":")).encode() + b"\n")
+        return _check_reply(self._read())
+
+    def _read(self) -> dict[str, Any]:
+        line = self._file.readline(MAX_LINE + 1)
+        if not line:
+            raise ConclaveError(ErrorCode.UNAVAILABLE, "the broker closed the connection")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self._file.close()
+        self._sock.close()
+
+    def __enter__(self) -> BlockingClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@final
+class TrioClient:
+    """The same protocol for trio code (scripted agents, the scenario runner, benchmarks).
+
+    Use ``async with await TrioClient.connect_agent() as client``.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._ids = itertools.count(1)
+        self._buffer = bytearray()
+        self.identity: dict[str, Any] = {}
+
+    @classmethod
+    async def connect(cls, socket_path: Path, *, ticket: str | None, operator: bool = False) -> TrioClient:
+        import trio
+
+        if ticket is None and not operator:
+            raise NoIdentityError("a client needs a ticket; pass operator=True for the operator")
+        try:
+            stream = await trio.open_unix_socket(str(socket_path))
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            raise BrokerUnavailable(f"no broker is listening on {socket_path}") from exc
+        client = cls(stream)
+        client.identity = await client.call("hello", {"ticket": ticket} if ticket is not None else {})
+        return client
+
+    @classmethod
+    async def connect_agent(cls, environ: dict[str, str] | None = None) -> TrioClient:
+        socket_path, ticket = agent_credentials(environ)
+        return await cls.connect(socket_path, ticket=ticket)
+
+    async def call(self, op: str, args: dict[str, Any] | None = None) -> Any:
+        rid = next(self._ids)
+        await self._stream.send_all(json.dumps({"id": rid, "op": op, "args": args or {}}, separators=(",", ":")).encode() + b"\n")
+        return _check_reply(await self._read())
+
+    async def _read(self) -> dict[str, Any]:
+        while b"\n" not in self._buffer:
+            chunk = await self._stream.receive_some(65536)
+            if not chunk:
+                raise ConclaveError(ErrorCode.UNAVAILABLE, "the broker closed the connection")
+            self._buffer += chunk
+        end = self._buffer.index(b"\n")
+        line = bytes(self._buffer[:end])
+        del self._buffer[: end + 1]
+        return json.loads(line)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> TrioClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

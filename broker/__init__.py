@@ -1,0 +1,35 @@
+"""The trio broker: supervisor, identity issuance, wire server, router, root CLI.
+
+Public names are loaded lazily so that ``conclave whoami`` in an agent does
+not pay for trio, cattrs and apsw it never uses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_EXPORTS = {
+    "ConclaveError": "broker.errors",
+    "ErrorCode": "broker.errors",
+    "Principal": "broker.identity",
+    "Ticket": "broker.identity",
+    "PrincipalRegistry": "broker.registry",
+    "BrokerCore": "broker.core",
+    "open_core": "broker.core",
+    "run_broker": "broker.main",
+    "RunSummary": "broker.main",
+    "Supervisor": "broker.supervisor",
+    "Team": "broker.team",
+    "AgentSpec": "broker.team",
+    "StatePaths": "broker.paths",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'broker' has no attribute {name!r}")

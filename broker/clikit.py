@@ -1,0 +1,145 @@
+"""What every ``conclave`` command shares: options, routing, output, errors.
+
+Routing decides *how* a command reaches the store, never *who* it acts as:
+
+1. inside an agent's process tree (``CONCLAVE_TICKET`` set) it connects
+   with the agent's ticket;
+2. otherwise, if a broker runs for the state directory, it connects without
+   a ticket and the broker decides whether this process is the operator;
+3. otherwise (no broker) an operator command opens the store itself.
+
+Exit codes: 0 success, 1 the request was refused or failed, 2 bad usage,
+3 no broker to talk to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Callable, NoReturn, Optional, Sequence
+
+import attrs
+import typer
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout instead of a table.")]
+RepoOpt = Annotated[
+    Optional[Path], typer.Option("--repo", help="The repository (default: the git top level of the current directory).")
+]
+StateOpt = Annotated[
+    Optional[Path],
+    typer.Option("--state-dir", help="Where state lives (default: $CONCLAVE_STATE_DIR, else <repo>/.conclave)."),
+]
+
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_NO_BROKER = 3
+
+
+@attrs.frozen
+class Target:
+    """Where a command's requests go, from the common options."""
+
+    json: bool = False
+    repo: Path | None = None
+    state_dir: Path | None = None
+
+    def paths(self):  # type: ignore[no-untyped-def]
+        from broker import paths
+
+        try:
+            return paths.resolve(self.repo, self.state_dir)
+        except ValueError as exc:
+            die(str(exc), EXIT_USAGE)
+
+
+def die(message: str, code: int = EXIT_REFUSED) -> NoReturn:
+    sys.stderr.write(f"conclave: {message}\n")
+    raise typer.Exit(code)
+
+
+def in_agent() -> bool:
+    return bool(os.environ.get("CONCLAVE_TICKET"))
+
+
+def connect(target: Target, *, timeout: float | None = None):  # type: ignore[no-untyped-def]
+    """An authenticated blocking client, or None when no broker runs (operator only)."""
+    from agents.client import BlockingClient, BrokerUnavailable
+    from broker.errors import ConclaveError
+
+    try:
+        if in_agent():
+            try:
+                return BlockingClient.for_agent(timeout=timeout)
+            except BrokerUnavailable:
+                die("the broker that started this agent is no longer running", EXIT_NO_BROKER)
+        try:
+            return BlockingClient.for_operator(target.paths().socket(), timeout=timeout)
+        except BrokerUnavailable:
+            return None
+    except ConclaveError as exc:
+        die(f"{exc.message} [{exc.code.value}]")
+
+
+def call(target: Target, op: str, args: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any:
+    """Run one op through the broker, or in-process when none runs."""
+    from broker.errors import ConclaveError
+
+    client = connect(target, timeout=timeout)
+    try:
+        if client is None:
+            return call_local(target, op, args or {})
+        with client:
+            return client.call(op, args or {})
+    except ConclaveError as exc:
+        die(f"{exc.message} [{exc.code.value}]", EXIT_NO_BROKER if exc.code.value == "unavailable" else EXIT_REFUSED)
+
+
+def call_local(target: Target, op: str, args: dict[str, Any]) -> Any:
+    """With no broker running, the operator's command opens the store itself."""
+    import trio
+
+    from broker.core import open_core
+    from broker.router import Call, dispatch
+
+    paths = target.paths()
+    if not paths.database.exists() and not paths.state.exists():
+        die(f"no conclave state at {paths.state} (run `conclave run --team TEAM.toml` first, or pass --state-dir)", EXIT_NO_BROKER)
+
+    async def run() -> Any:
+        async with open_core(paths, team=None, live=False) as core:
+            return await dispatch(core, Call(core.registry.operator, core), op, args)
+
+    return _jsonable(trio.run(run))
+
+
+def _jsonable(value: Any) -> Any:
+    from broker.wire import unstructure
+
+    return json.loads(json.dumps(unstructure(value), default=str))
+
+
+def emit(target: Target, value: Any, human: Callable[[Any], None] | None = None) -> None:
+    if target.json or human is None:
+        sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+    else:
+        human(value)
+
+
+def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title, show_lines=False)
+    for c in columns:
+        t.add_column(c)
+    for r in rows:
+        t.add_row(*("" if v is None else str(v) for v in r))
+    Console().print(t)
+
+
+def say(text: str) -> None:
+    from rich.console import Console
+
+    Console().print(text, highlight=False)

@@ -1,0 +1,169 @@
+"""Who is on the other end of a connection, decided by the kernel, not the caller.
+
+A :class:`Principal` is ``agent:session``.  The broker mints both halves when
+it spawns a process; nothing an agent sends can name or change them.  A
+connection proves it speaks for a principal with a :class:`Ticket` (random,
+only its hash kept) *and* with its peer credentials: the peer's uid must be
+the broker's and its pid must be the agent's process or a descendant of it.
+A ticket copied out of ``/proc/<pid>/environ`` by a sibling is therefore
+useless to the sibling.
+
+The operator is the person at the terminal: the broker's uid, connecting from
+a process that descends from no agent and not from the broker itself (the
+broker is a child subreaper, so orphans of agents are re-parented to it and
+cannot pass for the operator).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import os
+import secrets
+import socket
+import struct
+from typing import Final, final
+
+import attrs
+
+#: Bits of randomness in a ticket.  DESIGN.md asks for at least 128.
+TICKET_BYTES: Final = 32
+OPERATOR_NAME: Final = "operator"
+#: Names no agent may take: they mean something else in recipients and output.
+RESERVED_NAMES: Final = frozenset({OPERATOR_NAME, "all", "broker", "system"})
+
+
+class Role(str, enum.Enum):
+    AGENT = "agent"
+    OPERATOR = "operator"
+
+
+@final
+@attrs.frozen
+class Principal:
+    """An acting identity: ``agent:session``, issued by the broker.
+
+    ``domain`` is the trust domain: the team agent this principal descends
+    from.  An agent, its restarts and everything it spawned share a domain,
+    and corroborations count once per domain (see ``memory.policy``).
+    """
+
+    agent: str
+    session: str
+    role: Role
+    domain: str
+    parent: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if not self.agent or not self.session:
+            raise ValueError("a principal needs both an agent name and a session id; there is no default")
+
+    @property
+    def key(self) -> str:
+        return f"{self.agent}:{self.session}"
+
+    @property
+    def is_operator(self) -> bool:
+        return self.role is Role.OPERATOR
+
+    def __str__(self) -> str:
+        return self.key
+
+
+def parse_principal_key(text: str) -> tuple[str, str]:
+    """Split ``agent:session``.  Raises ValueError naming the expected shape."""
+    agent, sep, session = text.rpartition(":")
+    if not sep or not agent or not session:
+        raise ValueError(f"{text!r} is not AGENT:SESSION (for example alice:7f3a9c01d2e4)")
+    return agent, session
+
+
+@final
+@attrs.frozen
+class Ticket:
+    """The secret handed to a spawned process.  The broker keeps only ``digest``."""
+
+    secret: str = attrs.field(repr=False)
+
+    @classmethod
+    def mint(cls) -> Ticket:
+        return cls(secrets.token_urlsafe(TICKET_BYTES))
+
+    @property
+    def digest(self) -> str:
+        return ticket_digest(self.secret)
+
+
+def ticket_digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def digests_match(a: str, b: str) -> bool:
+    return hmac.compare_digest(a.encode(), b.encode())
+
+
+def new_session_id() -> str:
+    return secrets.token_hex(6)
+
+
+@final
+@attrs.frozen
+class PeerCredentials:
+    pid: int
+    uid: int
+    gid: int
+
+
+def peer_credentials(sock: socket.socket) -> PeerCredentials:
+    """Read the connecting process's pid/uid/gid from the kernel (SO_PEERCRED)."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", raw)
+    return PeerCredentials(pid=pid, uid=uid, gid=gid)
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of ``pid`` from ``/proc/<pid>/stat``, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name is in parentheses and may itself contain ") ".
+    rest = stat[stat.rindex(b")") + 2 :].split()
+    return int(rest[1])
+
+
+def ancestry(pid: int) -> list[int]:
+    """``pid`` and its ancestors, nearest first, up to init."""
+    chain = [pid]
+    seen = {pid}
+    current: int | None = pid
+    while current is not None and current > 1:
+        current = parent_pid(current)
+        if current is None or current in seen:
+            break
+        chain.append(current)
+        seen.add(current)
+    return chain
+
+
+def make_child_subreaper() -> bool:
+    """Ask Linux to re-parent orphaned descendants to this process.
+
+    Without it an agent could double-fork a daemon that outlives the agent,
+    is adopted by init, and then connects without a ticket claiming to be the
+    operator.  Returns False where prctl is unavailable.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_CHILD_SUBREAPER = 36
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def current_uid() -> int:
+    return os.getuid()

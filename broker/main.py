@@ -1,0 +1,182 @@
+"""Running a broker: the root nursery of ``conclave run``.
+
+One root nursery holds the store owner, every plugin's owner task, the wire
+server, the orphan reaper and the supervisor.  The run ends when every agent
+has exited, or on SIGINT/SIGTERM (agents are terminated first), or on the
+operator's ``broker.stop``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, final
+
+import attrs
+import trio
+
+from broker import paths as paths_mod
+from broker.core import BrokerCore, open_core
+from broker.identity import make_child_subreaper, parent_pid
+from broker.paths import StatePaths
+from broker.server import bind, serve
+from broker.supervisor import AgentOutcome, Supervisor
+from broker.team import Team
+from memory import events
+
+log = logging.getLogger("conclave.broker")
+
+
+class BrokerAlreadyRunning(RuntimeError):
+    pass
+
+
+@final
+@attrs.frozen
+class RunSummary:
+    started_at: str
+    ended_at: str
+    outcomes: tuple[AgentOutcome, ...]
+    stopped_by: str | None  # "SIGINT", "SIGTERM", "operator", or None when the team finished
+
+
+@contextmanager
+def broker_lock(paths: StatePaths) -> Iterator[None]:
+    """Hold ``broker.pid`` locked for the run: one broker per state directory."""
+    paths.ensure()
+    fd = os.open(paths.pidfile, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.pread(fd, 32, 0).decode().strip() or "?"
+            raise BrokerAlreadyRunning(
+                f"a broker (pid {other}) is already running for {paths.state}; stop it first or use another --state-dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+async def run_broker(
+    paths: StatePaths,
+    team: Team,
+    *,
+    grace: float = 5.0,
+    on_ready: Callable[[BrokerCore], None] | None = None,
+) -> RunSummary:
+    """Run a broker for ``team`` until every agent exits or it is stopped."""
+    with broker_lock(paths):
+        make_child_subreaper()
+        socket_path = paths_mod.choose_socket_path(paths)
+        stopped_by: list[str] = []
+        async with open_core(paths, team=team, live=True) as core:
+            await core.record("broker.start", actor=events.BROKER_ACTOR, payload={"pid": os.getpid(), "agents": [a.name for a in team.agents]})
+            listener = await bind(socket_path)
+            paths.socket_pointer.write_text(str(socket_path))
+            supervisor = Supervisor(core, socket_path=socket_path, grace=grace)
+            core.supervisor = supervisor
+            try:
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(serve, core, listener)
+                    nursery.start_soon(_reap_orphans, supervisor)
+                    run_scope = trio.CancelScope()
+
+                    def stop(reason: str = "operator") -> None:
+                        stopped_by.append(reason)
+                        run_scope.cancel()
+
+                    core.extensions["stop"] = stop
+                    nursery.start_soon(_watch_signals, stop)
+                    if on_ready is not None:
+                        on_ready(core)
+                    with run_scope:
+                        await supervisor.run(team)
+                    nursery.cancel_scope.cancel()
+            finally:
+                with trio.CancelScope(shield=True):
+                    _kill_orphans()
+                    _remove_socket(paths, socket_path)
+                    await core.record(
+                        "broker.stop",
+                        actor=events.BROKER_ACTOR,
+                        payload={"stopped_by": stopped_by[0] if stopped_by else None},
+                    )
+        return RunSummary(
+            started_at=core.started_at,
+            ended_at=events.now(),
+            outcomes=tuple(supervisor.outcomes),
+            stopped_by=stopped_by[0] if stopped_by else None,
+        )
+
+
+async def _watch_signals(stop: Callable[[str], None]) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+        async for signum in received:
+            stop(signal.Signals(signum).name)
+
+
+async def _reap_orphans(supervisor: Supervisor) -> None:
+    """Reap zombies of orphaned agent descendants re-parented to us (subreaper).
+
+    trio reaps the agents themselves; their pids are left alone.
+    """
+    me = os.getpid()
+    seen: set[int] = set()
+    while True:
+        await trio.sleep(0.5)
+        # A zombie must be seen twice, so a process trio has just spawned (and
+        # not yet registered) is never reaped out from under it.
+        zombies = {pid for pid in _children_of(me) if _is_zombie(pid) and pid not in supervisor.known_pids}
+        for pid in zombies & seen:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        seen = zombies
+
+
+def _children_of(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and parent_pid(int(entry)) == pid:
+            out.append(int(entry))
+    return out
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] == b"Z"
+
+
+def _kill_orphans() -> None:
+    """At shutdown nothing an agent started may outlive the broker."""
+    for pid in _children_of(os.getpid()):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
+def _remove_socket(paths: StatePaths, socket_path: Path) -> None:
+    for p in (socket_path, paths.socket_pointer):
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass
+    if socket_path.parent != paths.state:
+        try:
+            socket_path.parent.rmdir()
+        except OSError:
+            pass

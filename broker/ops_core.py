@@ -1,0 +1,116 @@
+"""The broker's own ops: whoami, agents, spawn, ping, stats, stop."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+
+from broker.errors import ConclaveError, ErrorCode
+from broker.router import Access, Call, OpTable
+from broker.server import whoami as whoami_of
+
+OPS = OpTable()
+
+
+@attrs.frozen
+class NoArgs:
+    pass
+
+
+@attrs.frozen
+class SpawnArgs:
+    name: str
+    command: list[str]
+
+
+@attrs.frozen
+class AgentsArgs:
+    live_only: bool = False
+
+
+@OPS.op("whoami", NoArgs)
+async def whoami(call: Call, _args: NoArgs) -> dict[str, Any]:
+    """Who this connection is: agent, session, parent."""
+    return whoami_of(call.principal)
+
+
+@OPS.op("ping", NoArgs)
+async def ping(call: Call, _args: NoArgs) -> dict[str, Any]:
+    """Do nothing; the baseline for round-trip measurements."""
+    return {}
+
+
+@OPS.op("ops", NoArgs)
+async def list_ops(call: Call, _args: NoArgs) -> list[dict[str, Any]]:
+    """Every op, its access and its arguments."""
+    return [
+        {"op": s.name, "access": s.access.value, "args": [f.name for f in attrs.fields(s.args)], "summary": s.summary}
+        for s in sorted(call.core.ops.values(), key=lambda s: s.name)
+    ]
+
+
+@OPS.op("agents", AgentsArgs)
+async def agents(call: Call, args: AgentsArgs) -> list[dict[str, Any]]:
+    """Every principal ever issued (or only live ones), with its spawn tree."""
+    live = {a.principal.key for a in call.core.registry.live()}
+
+    def read(conn):  # type: ignore[no-untyped-def]
+        return list(
+            conn.execute(
+                "SELECT agent, session, role, domain, parent, pid, command, started_at, ended_at, exit_code, revoked_at "
+                "FROM principals ORDER BY started_at"
+            )
+        )
+
+    rows = await call.core.store.call(read)
+    out = []
+    for agent, session, role, domain, parent, pid, command, started, ended, code, revoked in rows:
+        key = f"{agent}:{session}"
+        if args.live_only and key not in live:
+            continue
+        out.append(
+            {
+                "principal": key,
+                "agent": agent,
+                "session": session,
+                "role": role,
+                "domain": domain,
+                "parent": parent,
+                "pid": pid,
+                "command": json.loads(command),
+                "started_at": started,
+                "ended_at": ended,
+                "exit_code": code,
+                "revoked_at": revoked,
+                "live": key in live,
+            }
+        )
+    return out
+
+
+@OPS.op("spawn", SpawnArgs, access=Access.AGENT)
+async def spawn(call: Call, args: SpawnArgs) -> dict[str, Any]:
+    """Spawn a child of the calling agent (within its team file quota)."""
+    if call.core.supervisor is None:
+        raise ConclaveError(ErrorCode.UNAVAILABLE, "no broker is running agents here")
+    child = await call.core.supervisor.spawn_child(call.principal, args.name, args.command)
+    live = call.core.registry.get(child.key)
+    return {**whoami_of(child), "pid": live.pid if live else None, "live": live is not None}
+
+
+@OPS.op("broker.stats", NoArgs, access=Access.OPERATOR)
+async def stats(call: Call, _args: NoArgs) -> dict[str, Any]:
+    """The broker's own figures (live agents, store batches)."""
+    return attrs.asdict(call.core.statistics())
+
+
+@OPS.op("broker.stop", NoArgs, access=Access.OPERATOR)
+async def stop(call: Call, _args: NoArgs) -> dict[str, Any]:
+    """Stop the broker: terminate every agent and exit."""
+    stopper = call.core.extensions.get("stop")
+    if stopper is None:
+        raise ConclaveError(ErrorCode.UNAVAILABLE, "no broker is running")
+    stopper()
+    return {"stopping": True}

@@ -1,0 +1,216 @@
+"""The principal registry: who is alive, which ticket is whose, and who is asking.
+
+Owned by the broker's event loop.  Its methods never await, so every change
+is atomic with respect to the other tasks (trio switches tasks only at an
+await); the supervisor issues and ends principals, connection actors
+authenticate against it.  The database copy of each principal is written by
+the supervisor through the store owner.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, final
+
+import attrs
+import trio
+
+from broker.errors import ConclaveError, ErrorCode
+from broker.identity import (
+    OPERATOR_NAME,
+    PeerCredentials,
+    Principal,
+    Role,
+    Ticket,
+    ancestry,
+    digests_match,
+    new_session_id,
+    ticket_digest,
+)
+from broker.team import AgentSpec
+
+
+@attrs.define(eq=False)
+class LiveAgent:
+    """A principal whose process is running."""
+
+    principal: Principal
+    spec: AgentSpec
+    ticket_digest: str
+    pid: int | None = None
+    started_at: str = ""
+    connections: set[trio.CancelScope] = attrs.Factory(set)
+    #: Set once the process exists; a child may connect before that.
+    ready: trio.Event = attrs.Factory(trio.Event)
+
+
+@final
+@attrs.frozen
+class RegistryStatistics:
+    live: int
+    issued: int
+    revoked_tickets: int
+    connections: int
+
+
+def operator_principal(uid: int) -> Principal:
+    """The person at the terminal, named by the kernel uid that started the broker."""
+    return Principal(agent=OPERATOR_NAME, session=f"uid{uid}", role=Role.OPERATOR, domain=OPERATOR_NAME)
+
+
+@final
+class PrincipalRegistry:
+    """Issues principals and tickets, and decides who a connecting process is.
+
+    ``authenticate`` is the whole identity check of DESIGN.md: a ticket must
+    belong to a live agent *and* the peer must be that agent's process or a
+    descendant; no ticket means the operator, but only for a process of the
+    broker's uid that descends from no agent and not from the broker.
+    """
+
+    def __init__(self, *, uid: int, broker_pid: int) -> None:
+        self.uid = uid
+        self.broker_pid = broker_pid
+        self.operator = operator_principal(uid)
+        self._live: dict[str, LiveAgent] = {}  # by principal key
+        self._by_digest: dict[str, str] = {}
+        self._revoked: set[str] = set()
+        self._issued = 0
+        self.on_refusal: Callable[[str, PeerCredentials, str], None] | None = None
+
+    # -- issuing -------------------------------------------------------------
+
+    def issue(self, spec: AgentSpec, *, parent: Principal | None, agent_name: str | None = None) -> tuple[LiveAgent, Ticket]:
+        """Mint a fresh session and ticket for ``spec`` (or a child of ``parent``)."""
+        name = agent_name or spec.name
+        domain = parent.domain if parent is not None else spec.name
+        session = new_session_id()
+        while f"{name}:{session}" in self._live:
+            session = new_session_id()
+        principal = Principal(
+            agent=name,
+            session=session,
+            role=Role.AGENT,
+            domain=domain,
+            parent=parent.key if parent is not None else None,
+        )
+        ticket = Ticket.mint()
+        live = LiveAgent(principal=principal, spec=spec, ticket_digest=ticket.digest)
+        self._live[principal.key] = live
+        self._by_digest[ticket.digest] = principal.key
+        self._issued += 1
+        return live, ticket
+
+    def started(self, principal: Principal, pid: int, at: str) -> None:
+        live = self._live[principal.key]
+        live.pid = pid
+        live.started_at = at
+        live.ready.set()
+
+    def pending(self, secret: str) -> LiveAgent | None:
+        """The live agent a ticket belongs to, whether or not its process is up yet."""
+        key = self._by_digest.get(ticket_digest(secret))
+        return self._live.get(key) if key else None
+
+    def end(self, principal: Principal) -> LiveAgent | None:
+        """Revoke: the ticket stops working and every connection is closed."""
+        live = self._live.pop(principal.key, None)
+        if live is None:
+            return None
+        self._by_digest.pop(live.ticket_digest, None)
+        self._revoked.add(live.ticket_digest)
+        for scope in live.connections:
+            scope.cancel()
+        live.connections.clear()
+        return live
+
+    # -- looking up ----------------------------------------------------------
+
+    def live(self) -> list[LiveAgent]:
+        return list(self._live.values())
+
+    def get(self, key: str) -> LiveAgent | None:
+        return self._live.get(key)
+
+    def domain_population(self, domain: str) -> int:
+        """Live principals in a trust domain that were spawned by an agent (children)."""
+        return sum(1 for a in self._live.values() if a.principal.domain == domain and a.principal.parent is not None)
+
+    def agent_owning(self, pid: int) -> LiveAgent | None:
+        """The live agent whose process tree contains ``pid``, if any."""
+        by_pid = {a.pid: a for a in self._live.values() if a.pid is not None}
+        for ancestor in ancestry(pid):
+            if ancestor in by_pid:
+                return by_pid[ancestor]
+        return None
+
+    def statistics(self) -> RegistryStatistics:
+        return RegistryStatistics(
+            live=len(self._live),
+            issued=self._issued,
+            revoked_tickets=len(self._revoked),
+            connections=sum(len(a.connections) for a in self._live.values()),
+        )
+
+    # -- authenticating ------------------------------------------------------
+
+    def authenticate(self, secret: str | None, peer: PeerCredentials) -> Principal:
+        """Decide who the peer is.
+
+        Raises:
+            ConclaveError: ``auth_failed`` (wrong uid, unknown ticket, ticket
+                used outside its agent's tree, agent process pretending to be
+                the operator) or ``revoked`` (ticket of an exited agent).
+        """
+        if peer.uid != self.uid:
+            self._refuse("wrong_uid", peer, f"uid {peer.uid} is not the broker's uid {self.uid}")
+        chain = ancestry(peer.pid)
+        if secret is None:
+            owner = self.agent_owning(peer.pid)
+            if owner is not None:
+                self._refuse(
+                    "operator_from_agent",
+                    peer,
+                    f"this process runs inside agent {owner.principal.agent}'s process tree, so it cannot act as "
+                    "the operator; agents present their ticket (CONCLAVE_TICKET)",
+                )
+            if self.broker_pid in chain[1:]:
+                self._refuse(
+                    "operator_from_broker_child",
+                    peer,
+                    "this process descends from the broker (an agent's orphan), so it cannot act as the operator",
+                )
+            return self.operator
+        digest = ticket_digest(secret)
+        key = self._by_digest.get(digest)
+        if key is None:
+            if any(digests_match(digest, r) for r in self._revoked):
+                raise ConclaveError(ErrorCode.REVOKED, "this ticket belonged to an agent that has exited; it no longer works")
+            self._refuse("bad_ticket", peer, "the ticket is not one this broker issued")
+        live = self._live[key]
+        if live.pid is None or live.pid not in chain:
+            self._refuse(
+                "ticket_outside_tree",
+                peer,
+                f"the ticket belongs to agent {live.principal.agent}, but the connecting process (pid {peer.pid}) "
+                "is not that agent's process or one of its descendants",
+            )
+        return live.principal
+
+    def attach(self, principal: Principal, scope: trio.CancelScope) -> None:
+        """Tie a connection's lifetime to its principal (cancelled on revoke)."""
+        live = self._live.get(principal.key)
+        if live is not None:
+            live.connections.add(scope)
+        elif not principal.is_operator:
+            scope.cancel()
+
+    def detach(self, principal: Principal, scope: trio.CancelScope) -> None:
+        live = self._live.get(principal.key)
+        if live is not None:
+            live.connections.discard(scope)
+
+    def _refuse(self, reason: str, peer: PeerCredentials, message: str) -> None:
+        if self.on_refusal is not None:
+            self.on_refusal(reason, peer, message)
+        raise ConclaveError(ErrorCode.AUTH_FAILED, message)
+

@@ -1,0 +1,107 @@
+"""Ops and their dispatch: the one place a request meets a principal.
+
+Each package declares its ops in an :class:`OpTable` (``memory/ops.py``,
+``locks/ops.py``, ...).  A handler receives a :class:`Call` -- the acting
+principal, taken from the connection, and the broker core -- plus its
+structured arguments.  Handlers never see a request's raw dict, and no
+argument class has a field naming an identity.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar, final
+
+import attrs
+
+from broker.errors import ConclaveError, ErrorCode
+from broker.identity import Principal
+from broker.wire import IDENTITY_FIELDS, structure_args
+
+if TYPE_CHECKING:
+    from broker.core import BrokerCore
+
+log = logging.getLogger("conclave.router")
+A = TypeVar("A")
+
+
+class Access(enum.Enum):
+    ANY = "any"
+    AGENT = "agent"  # needs an agent principal (it authors, vouches or holds)
+    OPERATOR = "operator"  # a person's decision: promote, retire, revoke, force-release
+
+
+@final
+@attrs.frozen
+class Call:
+    """One request in flight: who is asking (from the connection) and the core.
+
+    ``connection`` identifies the connection for resources scoped to it
+    (``conclave exec --lock`` locks); it is None for in-process calls.
+    """
+
+    principal: Principal
+    core: BrokerCore
+    connection: int | None = None
+
+
+Handler = Callable[[Call, Any], Awaitable[Any]]
+
+
+@final
+@attrs.frozen
+class OpSpec:
+    name: str
+    args: type
+    handler: Handler
+    access: Access
+    summary: str
+
+
+@final
+class OpTable:
+    """A package's ops.  Decorate handlers with :meth:`op`."""
+
+    def __init__(self) -> None:
+        self.ops: dict[str, OpSpec] = {}
+
+    def op(self, name: str, args: type[A], *, access: Access = Access.ANY) -> Callable[[Callable[[Call, A], Awaitable[Any]]], Callable[[Call, A], Awaitable[Any]]]:
+        fields = {f.name for f in attrs.fields(args)}
+        clash = fields & IDENTITY_FIELDS
+        if clash:
+            raise TypeError(f"op {name}: argument fields {sorted(clash)} name an identity; identity comes from the connection")
+
+        def register(fn: Callable[[Call, A], Awaitable[Any]]) -> Callable[[Call, A], Awaitable[Any]]:
+            if name in self.ops:
+                raise TypeError(f"op {name} is registered twice")
+            self.ops[name] = OpSpec(name, args, fn, access, (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "")
+            return fn
+
+        return register
+
+
+async def dispatch(core: BrokerCore, call: Call, op: str, raw_args: dict[str, Any]) -> Any:
+    """Check access, structure the arguments and run the handler.
+
+    Raises:
+        ConclaveError: for every refusal; anything else is a bug, reported as
+            ``internal`` by the caller.
+    """
+    spec = core.ops.get(op)
+    if spec is None:
+        raise ConclaveError(ErrorCode.UNKNOWN_OP, f"unknown op {op!r}; `conclave ops` lists them")
+    if spec.access is Access.OPERATOR and not call.principal.is_operator:
+        raise ConclaveError(
+            ErrorCode.FORBIDDEN,
+            f"{op} is for the operator only (a person at the terminal); agent {call.principal.agent} may not",
+        )
+    if spec.access is Access.AGENT and call.principal.is_operator:
+        raise ConclaveError(ErrorCode.FORBIDDEN, f"{op} acts as an agent; run it inside an agent's process tree")
+    try:
+        args = structure_args(op, raw_args, spec.args)
+    except ConclaveError as exc:
+        if exc.code is ErrorCode.IDENTITY_FIELD:
+            await core.record_identity_refusal(call.principal, op, sorted(k for k in raw_args if k in IDENTITY_FIELDS))
+        raise
+    return await spec.handler(call, args)

@@ -1,0 +1,25 @@
+"""The broker's own tables: every principal ever issued, kept as history."""
+
+from __future__ import annotations
+
+COMPONENT = "broker"
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE IF NOT EXISTS principals (
+        agent       TEXT NOT NULL,
+        session     TEXT NOT NULL,
+        role        TEXT NOT NULL CHECK (role IN ('agent', 'operator')),
+        domain      TEXT NOT NULL,
+        parent      TEXT,               -- agent:session of the spawner, NULL when the broker spawned it
+        pid         INTEGER,
+        command     TEXT NOT NULL,      -- JSON list
+        started_at  TEXT NOT NULL,
+        ended_at    TEXT,
+        exit_code   INTEGER,
+        revoked_at  TEXT,
+        revoked_reason TEXT,
+        PRIMARY KEY (agent, session)
+    );
+    CREATE INDEX IF NOT EXISTS principals_by_domain ON principals(domain);
+    """,
+]

@@ -1,0 +1,256 @@
+"""The supervisor: spawns every agent, watches it, and cleans up after it.
+
+Each agent runs in its own process group with its stdout and stderr captured
+to ``<state>/logs/<agent>-<session>.log``.  When an agent's process exits the
+supervisor kills whatever is left of its group, revokes its principal (the
+ticket stops working, its connections close), records the exit, and tells
+the other owners (locks, mail) so they release what it held.  Cancelling the
+supervisor -- SIGINT or SIGTERM to the broker -- terminates every agent
+(SIGTERM, then SIGKILL after a grace period) before it returns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, final
+
+import attrs
+import trio
+
+from broker.errors import ConclaveError, ErrorCode
+from broker.identity import Principal
+from broker.paths import ENV_REPO, ENV_SOCKET, ENV_STATE_DIR, ENV_TICKET
+from broker.registry import LiveAgent
+from broker.team import AgentSpec, Team, validate_name, TeamError
+from memory import events
+
+if TYPE_CHECKING:
+    from broker.core import BrokerCore
+
+DEFAULT_GRACE: Final = 5.0
+RESTART_BACKOFF: Final = 0.5
+#: Exit code recorded when the command could not be started at all.
+SPAWN_FAILED: Final = 127
+
+
+@final
+@attrs.frozen
+class AgentOutcome:
+    """How one principal's process ended; the run summary is a list of these."""
+
+    agent: str
+    session: str
+    parent: str | None
+    pid: int | None
+    exit_code: int | None
+    started_at: str
+    ended_at: str
+    log: str
+    error: str | None = None
+
+
+@final
+class Supervisor:
+    """Spawns and watches agent processes.  One per running broker."""
+
+    def __init__(self, core: BrokerCore, *, socket_path: Path, grace: float = DEFAULT_GRACE) -> None:
+        self.core = core
+        self.socket_path = socket_path
+        self.grace = grace
+        self.outcomes: list[AgentOutcome] = []
+        self._nursery: trio.Nursery | None = None
+        self._pids: set[int] = set()
+
+    @property
+    def known_pids(self) -> frozenset[int]:
+        """Pids of agent processes trio still has to reap (the reaper leaves them alone)."""
+        return frozenset(self._pids)
+
+    async def run(self, team: Team, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> list[AgentOutcome]:
+        """Spawn the team and return once every agent (and child) has exited."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for spec in team.agents:
+                await self._start(spec, parent=None, name=spec.name, attempt=0)
+            task_status.started()
+        self._nursery = None
+        return self.outcomes
+
+    async def spawn_child(self, parent: Principal, name: str, command: list[str]) -> Principal:
+        """Spawn a child for ``parent`` as the broker's own child process.
+
+        The child's agent name is ``<parent>/<name>`` and it joins the
+        parent's trust domain, so it can never vouch for its family.
+
+        Raises:
+            ConclaveError: ``quota`` past the team file's ``may_spawn``,
+                ``invalid_args`` for a bad name or an empty command.
+        """
+        if self._nursery is None:
+            raise ConclaveError(ErrorCode.UNAVAILABLE, "the broker is shutting down; no new agents")
+        try:
+            validate_name(name, "spawn")
+        except TeamError as exc:
+            raise ConclaveError(ErrorCode.INVALID_ARGS, str(exc)) from None
+        if not command:
+            raise ConclaveError(ErrorCode.INVALID_ARGS, "spawn needs a command: conclave spawn --name NAME -- CMD...")
+        parent_live = self.core.registry.get(parent.key)
+        if parent_live is None:
+            raise ConclaveError(ErrorCode.REVOKED, f"{parent.key} is no longer live")
+        team = self.core.team
+        root = team.spec(parent.domain) if team is not None else None
+        quota = root.may_spawn if root is not None else 0
+        population = self.core.registry.domain_population(parent.domain)
+        if population >= quota:
+            raise ConclaveError(
+                ErrorCode.QUOTA,
+                f"agent {parent.domain} may have {quota} spawned process(es) alive at once (may_spawn in the team file); "
+                f"{population} already run",
+            )
+        child_name = f"{parent.agent}/{name}"
+        if any(a.principal.agent == child_name for a in self.core.registry.live()):
+            raise ConclaveError(ErrorCode.CONFLICT, f"a child named {child_name} is already running")
+        spec = attrs.evolve(parent_live.spec, name=child_name, command=tuple(command), restart="never")
+        return await self._start(spec, parent=parent, name=child_name, attempt=0)
+
+    # -- one agent's life -------------------------------------------------------
+
+    async def _start(self, spec: AgentSpec, *, parent: Principal | None, name: str, attempt: int) -> Principal:
+        assert self._nursery is not None
+        live, ticket = self.core.registry.issue(spec, parent=parent, agent_name=name)
+        principal = live.principal
+        log_path = self.core.paths.logs / f"{name.replace('/', '__')}-{principal.session}.log"
+        env = self._environment(spec, ticket.secret)
+        cwd = self.core.paths.repo / (spec.cwd or ".")
+        started = events.now()
+        log_file = open(log_path, "ab")
+        try:
+            process = await trio.lowlevel.open_process(
+                list(spec.command),
+                cwd=str(cwd),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            log_file.write(f"conclave: could not start {list(spec.command)}: {exc}\n".encode())
+            log_file.close()
+            self.core.registry.end(principal)
+            error = f"could not start {spec.command[0]!r}: {exc.strerror or exc}"
+            await self._persist_start(live, None, started, attempt)
+            await self._persist_end(principal, None, SPAWN_FAILED, error)
+            self.outcomes.append(
+                AgentOutcome(principal.agent, principal.session, principal.parent, None, SPAWN_FAILED, started, events.now(), str(log_path), error)
+            )
+            return principal
+        finally:
+            if not log_file.closed:
+                log_file.close()
+        self._pids.add(process.pid)
+        self.core.registry.started(principal, process.pid, started)
+        await self._persist_start(live, process.pid, started, attempt)
+        self._nursery.start_soon(self._watch, live, process, attempt, str(log_path))
+        return principal
+
+    async def _watch(self, live: LiveAgent, process: trio.Process, attempt: int, log_path: str) -> None:
+        principal = live.principal
+        cancelled = False
+        try:
+            await process.wait()
+        except trio.Cancelled:
+            cancelled = True
+            raise
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._terminate(process)
+                self._pids.discard(process.pid)
+                code = process.returncode
+                self.core.registry.end(principal)
+                await self._persist_end(principal, process.pid, code, "stopped by the broker" if cancelled else None)
+                await self.core.principal_ended(principal)
+                self.outcomes.append(
+                    AgentOutcome(principal.agent, principal.session, principal.parent, process.pid, code, live.started_at, events.now(), log_path)
+                )
+        spec = live.spec
+        if spec.restart == "on-failure" and code != 0 and principal.parent is None and attempt < spec.max_restarts:
+            await trio.sleep(RESTART_BACKOFF * (attempt + 1))
+            await self._start(spec, parent=None, name=spec.name, attempt=attempt + 1)
+
+    async def _terminate(self, process: trio.Process) -> None:
+        """SIGTERM the whole group, SIGKILL it after the grace period."""
+        if process.returncode is None:
+            _signal_group(process.pid, signal.SIGTERM)
+            with trio.move_on_after(self.grace):
+                await process.wait()
+            if process.returncode is None:
+                _signal_group(process.pid, signal.SIGKILL)
+                await process.wait()
+        # Whatever else is left in the group (background jobs of a shell) dies with it.
+        _signal_group(process.pid, signal.SIGKILL)
+
+    def _environment(self, spec: AgentSpec, secret: str) -> dict[str, str]:
+        env = dict(os.environ)
+        for key in [k for k in env if k.startswith("CONCLAVE_")]:
+            del env[key]
+        env.update(spec.env)
+        # Agents call `conclave`; the broker's own interpreter directory has it.
+        bindir = str(Path(sys.executable).parent)
+        env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+        env[ENV_SOCKET] = str(self.socket_path)
+        env[ENV_TICKET] = secret
+        env[ENV_STATE_DIR] = str(self.core.paths.state)
+        env[ENV_REPO] = str(self.core.paths.repo)
+        return env
+
+    # -- the database copy --------------------------------------------------------
+
+    async def _persist_start(self, live: LiveAgent, pid: int | None, started: str, attempt: int) -> None:
+        p = live.principal
+        command = json.dumps(list(live.spec.command))
+
+        def write(conn):  # type: ignore[no-untyped-def]
+            conn.execute(
+                "INSERT INTO principals(agent, session, role, domain, parent, pid, command, started_at) VALUES (?,?,?,?,?,?,?,?)",
+                (p.agent, p.session, p.role.value, p.domain, p.parent, pid, command, started),
+            )
+            events.append(
+                conn,
+                "agent.spawn",
+                actor=p.parent or events.BROKER_ACTOR,
+                subject=p.key,
+                payload={"pid": pid, "domain": p.domain, "command": list(live.spec.command), "attempt": attempt},
+            )
+
+        await self.core.store.call(write)
+
+    async def _persist_end(self, principal: Principal, pid: int | None, code: int | None, error: str | None) -> None:
+        def write(conn):  # type: ignore[no-untyped-def]
+            at = events.now()
+            conn.execute(
+                "UPDATE principals SET ended_at = ?, exit_code = ? WHERE agent = ? AND session = ?",
+                (at, code, principal.agent, principal.session),
+            )
+            events.append(
+                conn,
+                "agent.exit",
+                actor=events.BROKER_ACTOR,
+                subject=principal.key,
+                payload={"pid": pid, "exit_code": code, "error": error},
+                at=at,
+            )
+
+        await self.core.store.call(write)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

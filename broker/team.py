@@ -1,0 +1,182 @@
+"""The team file: which agents to run, and what each may do.
+
+```toml
+[[agent]]
+name = "alice"                      # the stable agent name
+command = ["bash", "agents/alice.sh"]
+# optional: cwd, env = {..}, may_spawn = 2, restart = "never"|"on-failure",
+#           max_restarts = 3, preset, prompt
+```
+
+Parsing is strict: an unknown key, a duplicate or reserved name, a missing
+command or a command that cannot be found is an error naming the agent and
+the key, raised before anything is spawned.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import tomllib
+from pathlib import Path
+from typing import Any, Final, final
+
+import attrs
+
+from broker.identity import RESERVED_NAMES
+
+NAME_PATTERN: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+RESTART_POLICIES: Final = ("never", "on-failure")
+AGENT_KEYS: Final = frozenset(
+    {"name", "command", "cwd", "env", "may_spawn", "restart", "max_restarts", "preset", "prompt", "description"}
+)
+#: Top-level tables other packages read (locks' slots, the trust policy).
+TOP_LEVEL_KEYS: Final = frozenset({"agent", "slot", "policy", "memory"})
+
+
+class TeamError(ValueError):
+    """The team file is wrong; the message names the agent and the key."""
+
+
+@final
+@attrs.frozen
+class AgentSpec:
+    """One agent the broker may spawn.  Children get a spec derived from their parent's."""
+
+    name: str
+    command: tuple[str, ...]
+    cwd: str | None = None
+    env: dict[str, str] = attrs.Factory(dict)
+    may_spawn: int = 0
+    restart: str = "never"
+    max_restarts: int = 3
+    preset: str | None = None
+    prompt: str | None = None
+
+
+@final
+@attrs.frozen
+class Team:
+    agents: tuple[AgentSpec, ...]
+    slots: tuple[dict[str, Any], ...] = ()
+    policy: dict[str, Any] = attrs.Factory(dict)
+    source: Path | None = None
+
+    def spec(self, name: str) -> AgentSpec | None:
+        return next((a for a in self.agents if a.name == name), None)
+
+
+def validate_name(name: object, where: str) -> str:
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise TeamError(
+            f"{where}: name {name!r} must start with a letter and use only letters, digits, '.', '_' or '-' (64 at most)"
+        )
+    if name.lower() in RESERVED_NAMES:
+        raise TeamError(f"{where}: name {name!r} is reserved ({', '.join(sorted(RESERVED_NAMES))}); choose another")
+    return name
+
+
+def load(path: Path, *, repo: Path, check_commands: bool = True) -> Team:
+    """Read and validate a team file.
+
+    Raises:
+        TeamError: naming the file, the agent and what to fix.
+    """
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise TeamError(f"team file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise TeamError(f"team file {path} is not valid TOML: {exc}") from None
+    return parse(raw, repo=repo, source=path, check_commands=check_commands)
+
+
+def parse(raw: dict[str, Any], *, repo: Path, source: Path | None = None, check_commands: bool = True) -> Team:
+    where = str(source) if source else "team"
+    unknown = set(raw) - TOP_LEVEL_KEYS
+    if unknown:
+        raise TeamError(f"{where}: unknown top-level key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(TOP_LEVEL_KEYS))}")
+    entries = raw.get("agent")
+    if not isinstance(entries, list) or not entries:
+        raise TeamError(f'{where}: no agents; add at least one [[agent]] table with name and command')
+    agents: list[AgentSpec] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(entries, start=1):
+        spec = _parse_agent(entry, f"{where}: agent #{index}", repo, check_commands)
+        if spec.name in seen:
+            raise TeamError(f"{where}: agent name {spec.name!r} appears twice; names must be unique")
+        seen.add(spec.name)
+        agents.append(spec)
+    slots = raw.get("slot", [])
+    if not isinstance(slots, list) or not all(isinstance(s, dict) for s in slots):
+        raise TeamError(f"{where}: slot must be a list of [[slot]] tables")
+    policy = raw.get("policy", {})
+    if not isinstance(policy, dict):
+        raise TeamError(f"{where}: policy must be a table ([policy])")
+    return Team(agents=tuple(agents), slots=tuple(slots), policy=policy, source=source)
+
+
+def _parse_agent(entry: Any, where: str, repo: Path, check_commands: bool) -> AgentSpec:
+    if not isinstance(entry, dict):
+        raise TeamError(f"{where}: must be a table")
+    name = validate_name(entry.get("name"), where)
+    where = f"{where.rsplit(':', 1)[0]}: agent {name!r}"
+    unknown = set(entry) - AGENT_KEYS
+    if unknown:
+        raise TeamError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(AGENT_KEYS))}")
+    command = entry.get("command")
+    if isinstance(command, str):
+        command = shlex.split(command)
+    if not command and entry.get("preset") in (None, "command"):
+        raise TeamError(f'{where}: missing command; add command = ["program", "arg", ...]')
+    if command is not None and (not isinstance(command, list) or not all(isinstance(c, str) and c for c in command)):
+        raise TeamError(f"{where}: command must be a list of non-empty strings")
+    cwd = entry.get("cwd")
+    if cwd is not None:
+        if not isinstance(cwd, str):
+            raise TeamError(f"{where}: cwd must be a string (a directory relative to the repository)")
+        if not (repo / cwd).resolve().is_relative_to(repo.resolve()):
+            raise TeamError(f"{where}: cwd {cwd!r} leaves the repository")
+    env = entry.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise TeamError(f"{where}: env must be a table of string values")
+    if any(k.startswith("CONCLAVE_") for k in env):
+        raise TeamError(f"{where}: env may not set CONCLAVE_* variables; the broker sets those")
+    may_spawn = entry.get("may_spawn", 0)
+    if not isinstance(may_spawn, int) or isinstance(may_spawn, bool) or not 0 <= may_spawn <= 64:
+        raise TeamError(f"{where}: may_spawn must be a whole number from 0 to 64")
+    restart = entry.get("restart", "never")
+    if restart not in RESTART_POLICIES:
+        raise TeamError(f"{where}: restart must be one of {', '.join(RESTART_POLICIES)}")
+    max_restarts = entry.get("max_restarts", 3)
+    if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or not 0 <= max_restarts <= 100:
+        raise TeamError(f"{where}: max_restarts must be a whole number from 0 to 100")
+    for key in ("preset", "prompt"):
+        if key in entry and not isinstance(entry[key], str):
+            raise TeamError(f"{where}: {key} must be a string")
+    spec = AgentSpec(
+        name=name,
+        command=tuple(command or ()),
+        cwd=cwd,
+        env=dict(env),
+        may_spawn=may_spawn,
+        restart=restart,
+        max_restarts=max_restarts,
+        preset=entry.get("preset"),
+        prompt=entry.get("prompt"),
+    )
+    if check_commands and spec.command:
+        check_command(spec.command, repo / (cwd or "."), where)
+    return spec
+
+
+def check_command(command: tuple[str, ...] | list[str], cwd: Path, where: str) -> None:
+    program = command[0]
+    if os.sep in program:
+        target = (cwd / program) if not os.path.isabs(program) else Path(program)
+        if not (target.is_file() and os.access(target, os.X_OK)):
+            raise TeamError(f"{where}: command {program!r} is not an executable file (looked in {cwd})")
+    elif shutil.which(program) is None:
+        raise TeamError(f"{where}: command {program!r} was not found on PATH")

@@ -1,0 +1,190 @@
+"""The wire protocol: newline-delimited JSON over the broker's Unix socket.
+
+A request is ``{"id", "op", "args"}``; a response is ``{"id", "ok": true,
+"result"}`` or ``{"id", "ok": false, "error": {"code", "message"}}``.  Every
+op's arguments are an attrs class structured by one cattrs converter that
+forbids extra keys, so a request can never smuggle in a field the op does not
+define -- above all, never one that names an identity.  Identity belongs to
+the connection (see ``broker.identity``).
+
+This module is imported by the server and by the in-process core.  The
+blocking client in ``agents.client`` speaks the same framing with plain
+``json`` so that a CLI call from an agent stays cheap to start.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from typing import Any, Final, TypeVar, final
+
+import attrs
+import cattrs
+from cattrs import transform_error
+from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
+
+from broker.errors import ConclaveError, ErrorCode
+
+__all__ = ["ConclaveError", "ErrorCode", "Request", "converter", "decode_line", "structure_args"]
+
+#: The longest request or response line, newline included.  A line longer
+#: than this is refused with ``line_too_long`` and the connection is closed,
+#: because the rest of the stream can no longer be framed.
+MAX_LINE_BYTES: Final = 1 << 20
+
+#: Argument names that would let a caller say who it is, or who vouched.
+#: They are refused with a dedicated error (and logged) instead of the
+#: generic unknown-field error, so the mistake -- or the attack -- is plain.
+IDENTITY_FIELDS: Final = frozenset(
+    {
+        "agent",
+        "session",
+        "principal",
+        "author",
+        "witness",
+        "witnesses",
+        "source_agent",
+        "source_session",
+        "corroborator",
+        "sender",
+        "from",
+        "from_agent",
+        "by",
+        "as",
+        "as_agent",
+        "on_behalf_of",
+        "operator",
+        "identity",
+        "parent",
+        "uid",
+        "pid",
+    }
+)
+
+
+@final
+@attrs.frozen
+class Request:
+    id: int | str
+    op: str
+    args: dict[str, Any] = attrs.field(factory=dict)
+
+
+converter: Final = cattrs.Converter(forbid_extra_keys=True)
+
+
+def _strict(kind: type, *accepted: type) -> None:
+    # cattrs would coerce 3 into "3" and "5" into 5; a wire request must be exact.
+    def hook(value: Any, _type: type) -> Any:
+        if isinstance(value, bool) and kind is not bool:
+            raise TypeError(f"expected {kind.__name__}, got a boolean")
+        if not isinstance(value, accepted):
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+        return kind(value)
+
+    converter.register_structure_hook(kind, hook)
+
+
+_strict(str, str)
+_strict(int, int)
+_strict(float, int, float)
+_strict(bool, bool)
+
+T = TypeVar("T")
+
+
+def decode_line(line: bytes) -> Request:
+    """Parse one request line.
+
+    Raises:
+        ConclaveError: ``bad_json`` or ``bad_request``, naming what was wrong.
+    """
+    try:
+        raw = json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConclaveError(ErrorCode.BAD_JSON, f"the request is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConclaveError(ErrorCode.BAD_REQUEST, 'a request must be a JSON object {"id", "op", "args"}')
+    extra = set(raw) - {"id", "op", "args"}
+    if extra:
+        raise ConclaveError(
+            ErrorCode.BAD_REQUEST,
+            f"a request has only the keys id, op and args; remove {', '.join(sorted(extra))}",
+        )
+    rid, op, args = raw.get("id"), raw.get("op"), raw.get("args", {})
+    if not isinstance(rid, (int, str)) or isinstance(rid, bool):
+        raise ConclaveError(ErrorCode.BAD_REQUEST, "a request needs an id that is a number or a string")
+    if not isinstance(op, str) or not op:
+        raise ConclaveError(ErrorCode.BAD_REQUEST, "a request needs an op that is a non-empty string")
+    if not isinstance(args, dict):
+        raise ConclaveError(ErrorCode.BAD_REQUEST, "args must be a JSON object")
+    return Request(id=rid, op=op, args=args)
+
+
+def request_id_of(line: bytes) -> int | str | None:
+    """Best-effort id of a line that failed to decode, so the error can echo it."""
+    try:
+        raw = json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    rid = raw.get("id") if isinstance(raw, dict) else None
+    return rid if isinstance(rid, (int, str)) and not isinstance(rid, bool) else None
+
+
+def identity_fields_in(args: dict[str, Any]) -> list[str]:
+    return sorted(k for k in args if k in IDENTITY_FIELDS)
+
+
+def structure_args(op: str, args: dict[str, Any], cls: type[T]) -> T:
+    """Turn a request's ``args`` into the op's attrs class.
+
+    Raises:
+        ConclaveError: ``identity_field`` when an argument names an identity,
+            ``invalid_args`` naming the field that was wrong otherwise.
+    """
+    named = identity_fields_in(args)
+    if named:
+        raise ConclaveError(
+            ErrorCode.IDENTITY_FIELD,
+            f"{op}: refused field(s) {', '.join(named)}: identity comes from the connection, "
+            "never from a request; remove them",
+        )
+    try:
+        return converter.structure(args, cls)
+    except ForbiddenExtraKeysError as exc:
+        raise ConclaveError(
+            ErrorCode.INVALID_ARGS,
+            f"{op}: unknown field(s) {', '.join(sorted(exc.extra_fields))}; "
+            f"allowed: {', '.join(f.name for f in attrs.fields(cls)) or 'none'}",
+        ) from None
+    except ClassValidationError as exc:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"{op}: {_describe(exc)}") from None
+    except (ValueError, TypeError) as exc:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"{op}: {exc}") from None
+
+
+def _describe(exc: ClassValidationError) -> str:
+    # transform_error gives "invalid value for type, expected int @ $.limit".
+    return "; ".join(transform_error(exc, path="args")) or str(exc)
+
+
+def encode(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, separators=(",", ":"), default=_default).encode() + b"\n"
+
+
+def ok(rid: int | str | None, result: Any) -> bytes:
+    return encode({"id": rid, "ok": True, "result": unstructure(result)})
+
+
+def fail(rid: int | str | None, error: ConclaveError) -> bytes:
+    return encode({"id": rid, "ok": False, "error": error.to_wire()})
+
+
+def unstructure(value: Any) -> Any:
+    return converter.unstructure(value)
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -1,0 +1,1 @@
+"""Locks on paths, globs and named resources, owned by broker-issued principals."""

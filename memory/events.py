@@ -1,0 +1,178 @@
+"""The append-only, hash-chained event log every component writes to.
+
+Each change -- a claim remembered, a lock granted, an agent spawned -- appends
+one event in the *same transaction* as the change, so the log and the state
+can never disagree.  Each event's hash covers its own fields and the previous
+event's hash.  Triggers refuse UPDATE and DELETE through SQLite; someone who
+edits the file behind the broker's back (threat T3) can drop the triggers, but
+cannot rewrite history without breaking the chain, and :func:`verify` names
+the first event that no longer matches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from typing import Any, Final, final
+
+import apsw
+import attrs
+
+COMPONENT = "events"
+GENESIS: Final = "0" * 64
+#: The actor recorded for the broker's own bookkeeping (spawns, exits, expiries).
+BROKER_ACTOR: Final = "broker"
+
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE IF NOT EXISTS events (
+        seq        INTEGER PRIMARY KEY,
+        at         TEXT NOT NULL,
+        kind       TEXT NOT NULL,            -- dotted: memory.remember, lock.grant, agent.spawn, ...
+        actor      TEXT NOT NULL,            -- agent:session, operator:..., or 'broker'
+        subject    TEXT,                     -- claim id, resource, message id, principal ...
+        payload    TEXT NOT NULL,            -- canonical JSON
+        prev_hash  TEXT NOT NULL,
+        hash       TEXT NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS events_by_kind ON events(kind);
+    CREATE INDEX IF NOT EXISTS events_by_actor ON events(actor);
+    CREATE INDEX IF NOT EXISTS events_by_subject ON events(subject);
+    CREATE TRIGGER IF NOT EXISTS events_append_only_update BEFORE UPDATE ON events
+        BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
+    CREATE TRIGGER IF NOT EXISTS events_append_only_delete BEFORE DELETE ON events
+        BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
+    """,
+]
+
+
+def now() -> str:
+    """The one timestamp format in the database: UTC ISO-8601 with microseconds."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _digest(seq: int, at: str, kind: str, actor: str, subject: str | None, payload: str, prev: str) -> str:
+    body = canonical([seq, at, kind, actor, subject, payload, prev])
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+@final
+@attrs.frozen
+class Event:
+    seq: int
+    at: str
+    kind: str
+    actor: str
+    subject: str | None
+    payload: dict[str, Any]
+    hash: str
+
+
+def append(
+    conn: apsw.Connection,
+    kind: str,
+    *,
+    actor: str,
+    subject: str | None = None,
+    payload: dict[str, Any] | None = None,
+    at: str | None = None,
+) -> Event:
+    """Append one event inside the caller's transaction.
+
+    ``actor`` is required: the principal key of whoever caused the change, or
+    :data:`BROKER_ACTOR`.  There is no default.
+    """
+    if not actor:
+        raise ValueError("an event needs the acting principal; there is no default actor")
+    row = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    seq, prev = (row[0] + 1, row[1]) if row else (1, GENESIS)
+    stamp = at or now()
+    body = canonical(payload or {})
+    digest = _digest(seq, stamp, kind, actor, subject, body, prev)
+    conn.execute(
+        "INSERT INTO events(seq, at, kind, actor, subject, payload, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?)",
+        (seq, stamp, kind, actor, subject, body, prev, digest),
+    )
+    return Event(seq, stamp, kind, actor, subject, payload or {}, digest)
+
+
+@final
+@attrs.frozen
+class ChainReport:
+    """What :func:`verify_chain` found.  ``first_bad`` is None when intact."""
+
+    events: int
+    first_bad: int | None
+    reason: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.first_bad is None
+
+
+def verify_chain(conn: apsw.Connection) -> ChainReport:
+    """Walk the whole chain; name the first event whose hash or link is wrong."""
+    prev = GENESIS
+    expected_seq = 1
+    count = 0
+    for seq, at, kind, actor, subject, payload, prev_hash, digest in conn.execute(
+        "SELECT seq, at, kind, actor, subject, payload, prev_hash, hash FROM events ORDER BY seq"
+    ):
+        count += 1
+        if seq != expected_seq:
+            return ChainReport(count, expected_seq, f"event {expected_seq} is missing (next is {seq})")
+        if prev_hash != prev:
+            return ChainReport(count, seq, f"event {seq} does not link to event {seq - 1}")
+        if _digest(seq, at, kind, actor, subject, payload, prev_hash) != digest:
+            return ChainReport(count, seq, f"event {seq} ({kind}) was altered after it was written")
+        prev = digest
+        expected_seq += 1
+    return ChainReport(count, None, None)
+
+
+def read(
+    conn: apsw.Connection,
+    *,
+    kind_prefix: str | None = None,
+    actor_agent: str | None = None,
+    subject: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    limit: int | None = None,
+    after_seq: int = 0,
+) -> list[Event]:
+    """Events matching every given filter, oldest first."""
+    where, params = ["seq > ?"], [after_seq]
+    if kind_prefix:
+        where.append("(kind = ? OR kind LIKE ? ESCAPE '\\')")
+        params += [kind_prefix, _like_prefix(kind_prefix) + ".%"]
+    if actor_agent:
+        where.append("(actor = ? OR actor LIKE ? ESCAPE '\\')")
+        params += [actor_agent, _like_prefix(actor_agent) + ":%"]
+    if subject:
+        where.append("subject = ?")
+        params.append(subject)
+    if since:
+        where.append("at >= ?")
+        params.append(since)
+    if until:
+        where.append("at <= ?")
+        params.append(until)
+    sql = f"SELECT seq, at, kind, actor, subject, payload, hash FROM events WHERE {' AND '.join(where)} ORDER BY seq"
+    if limit is not None:
+        # The newest `limit` events, still returned oldest first.
+        sql = f"SELECT * FROM ({sql[:-len(' ORDER BY seq')]} ORDER BY seq DESC LIMIT ?) ORDER BY seq"
+        params.append(limit)
+    return [
+        Event(seq, at, kind, actor, subject, json.loads(payload), digest)
+        for seq, at, kind, actor, subject, payload, digest in conn.execute(sql, params)
+    ]
+
+
+def _like_prefix(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
