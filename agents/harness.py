@@ -1,0 +1,289 @@
+"""A real broker on a scratch repository, driven step by step.
+
+The test suite, the scenario runner and the benchmarks all need the same
+thing: start ``conclave run`` as a real process on a throwaway git
+repository, with a team of :mod:`agents.puppet` agents, and then act as each
+agent (through its puppet) or as the operator (from this process, which
+descends from no agent).  Everything lives under a directory the caller
+made; nothing is resolved from the running process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from agents.client import BlockingClient
+from agents.puppet import control_path
+from broker.errors import ConclaveError, ErrorCode
+
+GIT_IDENTITY = ["-c", "user.name=conclave-test", "-c", "user.email=test@example.invalid"]
+
+
+def make_repo(root: Path, files: dict[str, str] | None = None) -> Path:
+    """A git repository with one commit, under ``root``."""
+    repo = root / "repo"
+    repo.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "-C", str(repo), "init", "-q", "-b", "main"], check=True)
+    for name, text in (files or {"README.md": "scratch\n"}).items():
+        target = repo / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo), *GIT_IDENTITY, "commit", "-qm", "init"], check=True)
+    return repo
+
+
+def puppet_command(control_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "agents.puppet", "--control-dir", str(control_dir)]
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+class Puppet:
+    """A handle on one puppet agent's control socket."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.connect(str(path))
+        self._file = self._sock.makefile("rwb")
+        hello = self._send({"whoami": True})
+        self.identity: dict[str, Any] = hello["result"]
+        self.pid: int = hello["pid"]
+
+    def _send(self, command: dict[str, Any]) -> dict[str, Any]:
+        self._file.write(json.dumps(command).encode() + b"\n")
+        self._file.flush()
+        line = self._file.readline()
+        if not line:
+            raise ConnectionError(f"puppet at {self.path} went away")
+        return json.loads(line)
+
+    @property
+    def key(self) -> str:
+        return f"{self.identity['agent']}:{self.identity['session']}"
+
+    def call(self, op: str, fresh: bool = False, **args: Any) -> Any:
+        """The op's result, or raise the broker's refusal as ConclaveError."""
+        reply = self._send({"call": op, "args": args, "fresh": fresh})
+        if reply["ok"]:
+            return reply["result"]
+        raise ConclaveError(ErrorCode(reply["error"]["code"]), reply["error"]["message"])
+
+    def try_call(self, op: str, **args: Any) -> dict[str, Any]:
+        """The raw reply: ``{"ok": ..., "result"|"error": ...}``."""
+        return self._send({"call": op, "args": args})
+
+    def raw(self, text: str) -> dict[str, Any]:
+        return self._send({"raw": text})["reply"]
+
+    def sh(self, *argv: str, stdin: str = "", timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        reply = self._send({"sh": list(argv), "stdin": stdin, "timeout": timeout})
+        return subprocess.CompletedProcess(list(argv), reply["returncode"], reply["stdout"], reply["stderr"])
+
+    def conclave(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run the ``conclave`` CLI as this agent (a child of the puppet)."""
+        return self.sh(sys.executable, "-m", "broker.cli", *args)
+
+    def exit(self, code: int = 0) -> None:
+        try:
+            self._send({"exit": code})
+        except ConnectionError:
+            pass
+        self.close()
+
+    def close(self) -> None:
+        self._file.close()
+        self._sock.close()
+
+
+class Run:
+    """A ``conclave run`` process on a scratch repository, with puppet agents.
+
+    ``agents`` are team entries (dicts); an entry without ``command`` becomes
+    a puppet.  Use as a context manager; leaving it stops the broker.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        agents: Sequence[dict[str, Any]],
+        *,
+        files: dict[str, str] | None = None,
+        extra_toml: str = "",
+        grace: float = 2.0,
+    ) -> None:
+        self.root = root
+        self.repo = make_repo(root, files)
+        self.state = root / "state"
+        # Unix socket paths are short; the control dir lives under /tmp.
+        self.control = Path(tempfile.mkdtemp(prefix="cvp-"))
+        self.team_file = root / "team.toml"
+        self.agent_names = [a["name"] for a in agents]
+        lines = []
+        for agent in agents:
+            entry = dict(agent)
+            entry.setdefault("command", puppet_command(self.control))
+            lines.append("[[agent]]")
+            lines += [f"{k} = {toml_value(v)}" for k, v in entry.items()]
+            lines.append("")
+        self.team_file.write_text("\n".join(lines) + extra_toml)
+        self.grace = grace
+        self.process: subprocess.Popen[str] | None = None
+        self.summary: dict[str, Any] | None = None
+        self._puppets: dict[str, Puppet] = {}
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(self, *, wait_for: Iterable[str] | None = None, timeout: float = 20) -> Run:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "broker.cli", "run", "--team", str(self.team_file), "--repo", str(self.repo),
+             "--state-dir", str(self.state), "--grace", str(self.grace), "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        names = list(self.agent_names if wait_for is None else wait_for)
+        deadline = time.monotonic() + timeout
+        for name in names:
+            self._wait_for_control(name, deadline)
+        if not names:
+            self.wait_socket(deadline)
+        return self
+
+    def wait_socket(self, deadline: float) -> None:
+        while not (self.state / "socket-path").exists():
+            self._check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError("the broker did not open its socket")
+            time.sleep(0.02)
+
+    def _check_alive(self) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            out, err = self.process.communicate()
+            raise RuntimeError(f"the broker exited with {self.process.returncode}: {err.strip() or out.strip()}")
+
+    def _wait_for_control(self, name: str, deadline: float) -> Path:
+        path = control_path(self.control, name)
+        while not path.exists():
+            self._check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"agent {name} did not come up (no {path})")
+            time.sleep(0.02)
+        return path
+
+    def puppet(self, name: str, *, timeout: float = 20, fresh: bool = False) -> Puppet:
+        """The handle for agent ``name`` (a team agent, or a child ``parent/child``)."""
+        if fresh or name not in self._puppets:
+            if name in self._puppets:
+                self._puppets.pop(name).close()
+            path = self._wait_for_control(name, time.monotonic() + timeout)
+            self._puppets[name] = Puppet(path)
+        return self._puppets[name]
+
+    def forget(self, name: str) -> None:
+        puppet = self._puppets.pop(name, None)
+        if puppet is not None:
+            puppet.close()
+
+    def spawn_puppet(self, parent: str, child: str) -> Puppet:
+        """Have ``parent`` spawn a puppet child named ``child``; return its handle."""
+        self.puppet(parent).call("spawn", name=child, command=puppet_command(self.control))
+        return self.puppet(f"{parent}/{child}")
+
+    def socket_path(self) -> Path:
+        return Path((self.state / "socket-path").read_text().strip())
+
+    def operator(self) -> BlockingClient:
+        """A connection from this process, which descends from no agent: the operator."""
+        return BlockingClient.for_operator(self.socket_path())
+
+    def op(self, op: str, **args: Any) -> Any:
+        with self.operator() as client:
+            return client.call(op, args)
+
+    def cli(self, *args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Run ``conclave ARGS --state-dir STATE --repo REPO`` as the operator."""
+        base = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+        return subprocess.run(
+            [sys.executable, "-m", "broker.cli", *args, "--repo", str(self.repo), "--state-dir", str(self.state)],
+            capture_output=True,
+            text=True,
+            env={**base, **(env or {})},
+            input=stdin,
+            timeout=60,
+        )
+
+    def wait_until(self, predicate, timeout: float = 10, interval: float = 0.05, what: str = "condition"):  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out waiting for {what}")
+            time.sleep(interval)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> dict[str, Any] | None:
+        for puppet in self._puppets.values():
+            puppet.close()
+        self._puppets.clear()
+        if self.process is None:
+            return self.summary
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            out, err = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            out, err = self.process.communicate()
+        self.stderr = err
+        try:
+            self.summary = json.loads(out) if out.strip() else None
+        except json.JSONDecodeError:
+            self.summary = None
+        self.process = None
+        return self.summary
+
+    def wait_exit(self, timeout: float = 30) -> dict[str, Any] | None:
+        """Wait for the run to end by itself (every agent exited)."""
+        assert self.process is not None
+        out, err = self.process.communicate(timeout=timeout)
+        self.stderr = err
+        self.summary = json.loads(out) if out.strip() else None
+        self.process = None
+        return self.summary
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.control, ignore_errors=True)
+
+    def __enter__(self) -> Run:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,109 @@
+"""A scripted agent that does what its controller tells it, as itself.
+
+Tests and the scenario runner need agents that are *real* processes with
+*real* broker-issued identities, yet act step by step on command.  A puppet
+is such an agent: the broker spawns it like any other (``python -m
+agents.puppet --control-dir DIR``); it listens on ``DIR/<agent>.sock`` and
+carries out one JSON command per line, replying with one JSON line:
+
+``{"call": OP, "args": {...}, "fresh": false}``
+    send an op to the broker over the puppet's own authenticated connection
+    (``fresh`` opens a new one); reply ``{"ok": true, "result": ...}`` or
+    ``{"ok": false, "error": {"code", "message"}}``.
+``{"raw": "<bytes as text>"}``
+    write the text to a fresh, authenticated broker connection as it is and
+    return the broker's reply (to send forbidden fields or malformed JSON).
+``{"sh": [ARGV...], "stdin": "..."}``
+    run a command as a child of the puppet (so it is in the agent's process
+    tree) and return ``returncode``, ``stdout``, ``stderr``.
+``{"whoami": true}``
+    the identity the broker gave this process.
+``{"exit": CODE}``
+    reply, then exit with that code.
+
+The controller is whoever can open the control socket (mode 0600 in a
+directory the test made); the puppet adds no identity of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from agents.client import BlockingClient, agent_credentials
+from broker.errors import ConclaveError
+
+
+def control_path(control_dir: Path, agent: str) -> Path:
+    return control_dir / (agent.replace("/", "__") + ".sock")
+
+
+class Puppet:
+    def __init__(self) -> None:
+        self.client = BlockingClient.for_agent()
+        self.me = self.client.identity
+
+    def handle(self, command: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+        if "call" in command:
+            client = BlockingClient.for_agent() if command.get("fresh") else self.client
+            try:
+                return {"ok": True, "result": client.call(command["call"], command.get("args") or {})}, None
+            except ConclaveError as exc:
+                return {"ok": False, "error": exc.to_wire()}, None
+            finally:
+                if client is not self.client:
+                    client.close()
+        if "raw" in command:
+            socket_path, ticket = agent_credentials()
+            with BlockingClient(socket_path, ticket=ticket) as raw:
+                return {"ok": True, "reply": raw.send_raw(command["raw"].encode())}, None
+        if "sh" in command:
+            proc = subprocess.run(command["sh"], input=command.get("stdin", ""), capture_output=True, text=True, timeout=command.get("timeout", 60))
+            return {"ok": True, "returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}, None
+        if "whoami" in command:
+            return {"ok": True, "result": self.me, "pid": os.getpid()}, None
+        if "exit" in command:
+            return {"ok": True}, int(command["exit"])
+        return {"ok": False, "error": {"code": "bad_request", "message": f"puppet: unknown command {sorted(command)}"}}, None
+
+
+def serve(control_dir: Path) -> int:
+    puppet = Puppet()
+    path = control_path(control_dir, puppet.me["agent"])
+    tmp = path.with_suffix(".tmp")
+    for p in (path, tmp):
+        if p.exists():
+            p.unlink()
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    server.bind(str(tmp))
+    os.umask(old)
+    server.listen(8)
+    os.rename(tmp, path)  # appears only once it accepts: the controller polls for it
+    while True:
+        conn, _ = server.accept()
+        with conn, conn.makefile("rwb") as stream:
+            for line in stream:
+                reply, code = puppet.handle(json.loads(line))
+                stream.write(json.dumps(reply).encode() + b"\n")
+                stream.flush()
+                if code is not None:
+                    path.unlink(missing_ok=True)
+                    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agents.puppet", description=__doc__.splitlines()[0])
+    parser.add_argument("--control-dir", required=True, type=Path)
+    args = parser.parse_args(argv)
+    return serve(args.control_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""Shared fixtures: every broker, store, socket and repository lives under a
+directory the test made (pytest's tmp_path); nothing is resolved from the
+running process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import pytest
+
+from agents.harness import Run
+
+
+@pytest.fixture
+def start_run(tmp_path: Path) -> Iterator[Callable[..., Run]]:
+    """Start a real broker with puppet agents: ``start_run([{"name": "alice"}, ...])``."""
+    runs: list[Run] = []
+
+    def start(agents: Sequence[dict[str, Any]], **kwargs: Any) -> Run:
+        run = Run(tmp_path / f"run{len(runs)}", agents, **kwargs)
+        runs.append(run)
+        wait_for = kwargs.pop("wait_for", None)
+        return run.start(wait_for=wait_for)
+
+    yield start
+    for run in runs:
+        run.close()
