@@ -90,7 +90,10 @@ def serve(control_dir: Path) -> int:
         conn, _ = server.accept()
         with conn, conn.makefile("rwb") as stream:
             for line in stream:
-                reply, code = puppet.handle(json.loads(line))
+                try:
+                    reply, code = puppet.handle(json.loads(line))
+                except Exception as exc:  # the controller gets the failure; the agent lives on
+                    reply, code = {"ok": False, "error": {"code": "internal", "message": f"puppet: {type(exc).__name__}: {exc}"}}, None
                 stream.write(json.dumps(reply).encode() + b"\n")
                 stream.flush()
                 if code is not None:

@@ -30,8 +30,9 @@ log = logging.getLogger("conclave.server")
 
 #: How long a connection may take to say hello.
 HELLO_TIMEOUT: Final = 10.0
-#: How long a line may stay half-sent before the connection is closed.
-PARTIAL_LINE_TIMEOUT: Final = 30.0
+#: How long a line may stay half-sent before the connection is closed
+#: (``CONCLAVE_PARTIAL_LINE_TIMEOUT`` in the broker's environment overrides it).
+PARTIAL_LINE_TIMEOUT: Final = float(os.environ.get("CONCLAVE_PARTIAL_LINE_TIMEOUT", "30"))
 READ_CHUNK: Final = 65536
 
 

@@ -1,0 +1,177 @@
+"""Identity is issued by the broker and cannot be forged (DESIGN.md "Identity", threat T2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from agents.client import BlockingClient, NoIdentityError
+from broker.errors import ConclaveError, ErrorCode
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
+def test_identity_is_what_the_broker_issued_even_from_a_grandchild(start_run):
+    run = start_run([{"name": "alice"}, {"name": "bob"}])
+    alice = run.puppet("alice")
+    issued = {r["principal"]: r for r in run.op("agents")}
+    assert alice.key in issued and issued[alice.key]["pid"] == alice.pid
+
+    # puppet -> sh -> python: the CLI two levels below the agent's process.
+    grandchild = alice.sh("sh", "-c", f"{sys.executable} -m broker.cli whoami --json")
+    assert grandchild.returncode == 0, grandchild.stderr
+    me = json.loads(grandchild.stdout)
+    assert (me["agent"], me["session"], me["parent"]) == ("alice", alice.identity["session"], None)
+    # Control: bob's grandchild is bob, not alice.
+    assert json.loads(run.puppet("bob").sh("sh", "-c", f"{sys.executable} -m broker.cli whoami --json").stdout)["agent"] == "bob"
+
+
+def test_sibling_presenting_a_stolen_ticket_is_refused(start_run):
+    run = start_run([{"name": "alice"}, {"name": "bob"}])
+    alice, bob = run.puppet("alice"), run.puppet("bob")
+    stolen = environ_of(alice.pid)["CONCLAVE_TICKET"]
+    assert stolen != environ_of(bob.pid)["CONCLAVE_TICKET"]
+
+    # The attack: bob's shell copies alice's ticket out of /proc and presents it.
+    attack = bob.sh("env", f"CONCLAVE_TICKET={stolen}", sys.executable, "-m", "broker.cli", "whoami", "--json")
+    assert attack.returncode != 0
+    assert "not that agent's process" in attack.stderr and "auth_failed" in attack.stderr
+    assert attack.stdout == ""
+    # Control: the same ticket from inside alice's tree works.
+    assert json.loads(alice.conclave("whoami", "--json").stdout)["agent"] == "alice"
+    # And the test process (not in alice's tree) cannot use it either.
+    with pytest.raises(ConclaveError) as refused:
+        BlockingClient(run.socket_path(), ticket=stolen)
+    assert refused.value.code is ErrorCode.AUTH_FAILED
+
+
+def test_agent_dropping_its_ticket_is_not_the_operator(start_run):
+    run = start_run([{"name": "alice"}])
+    alice = run.puppet("alice")
+    # The attack: unset the ticket and point the CLI at the socket, hoping to be taken for the operator.
+    attack = alice.sh(
+        "env", "-u", "CONCLAVE_TICKET", "-u", "CONCLAVE_SOCKET",
+        sys.executable, "-m", "broker.cli", "stop", "--json", "--state-dir", str(run.state), "--repo", str(run.repo),
+    )
+    assert attack.returncode != 0
+    assert "cannot act as the operator" in attack.stderr
+    # Operator-only ops are refused to the agent through its own identity too.
+    assert alice.try_call("broker.stats")["error"]["code"] == "forbidden"
+    # Control: this test process, which descends from no agent, is the operator.
+    assert run.op("whoami")["role"] == "operator"
+    assert run.op("broker.stats")["live_agents"] == 1
+
+
+def test_orphan_of_an_agent_cannot_pose_as_operator_or_reuse_the_ticket(start_run, tmp_path):
+    # bob keeps the run alive after alice exits.
+    run = start_run([{"name": "alice"}, {"name": "bob"}])
+    alice = run.puppet("alice")
+    out = tmp_path / "orphan.json"
+    # The attack: alice leaves a detached process behind (new session, so it escapes the
+    # process group) that waits for alice to exit and then tries both doors.
+    script = textwrap.dedent(
+        f"""
+        import json, os, sys, time
+        sys.path[:0] = {sys.path!r}
+        from agents.client import BlockingClient
+        from broker.errors import ConclaveError
+        time.sleep(1.5)
+        results = {{}}
+        for label, ticket in (("ticket", os.environ["CONCLAVE_TICKET"]), ("operator", None)):
+            try:
+                c = BlockingClient(os.environ["CONCLAVE_SOCKET"], ticket=ticket, operator=ticket is None)
+                results[label] = c.identity
+            except ConclaveError as exc:
+                results[label] = exc.code.value
+        open({str(out)!r}, "w").write(json.dumps(results))
+        """
+    )
+    (tmp_path / "orphan.py").write_text(script)
+    launched = alice.sh("sh", "-c", f"setsid {sys.executable} {tmp_path / 'orphan.py'} </dev/null >/dev/null 2>&1 &")
+    assert launched.returncode == 0
+    alice.exit(0)
+    result = run.wait_until(lambda: out.exists() and json.loads(out.read_text()), timeout=15, what="orphan result")
+    assert result == {"ticket": "revoked", "operator": "auth_failed"}
+
+
+def test_request_naming_an_identity_is_refused_and_logged(start_run):
+    run = start_run([{"name": "alice"}])
+    alice = run.puppet("alice")
+    reply = alice.raw('{"id": 7, "op": "whoami", "args": {"source_agent": "bob", "session": "x"}}\n')
+    assert reply["id"] == 7 and not reply["ok"]
+    assert reply["error"]["code"] == "identity_field"
+    assert "identity comes from the connection" in reply["error"]["message"]
+    # Control: the same request without the fields is answered.
+    assert alice.raw('{"id": 8, "op": "whoami", "args": {}}\n')["result"]["agent"] == "alice"
+    run.stop()
+    from memory.database import connect
+
+    conn = connect(run.state / "conclave.db", readonly=True)
+    rows = list(conn.execute("SELECT actor, subject, payload FROM events WHERE kind = 'wire.identity_field_refused'"))
+    assert rows == [(alice.key, "whoami", json.dumps({"fields": ["session", "source_agent"]}, separators=(",", ":")))]
+
+
+def test_ticket_stops_working_when_its_agent_exits(start_run):
+    run = start_run([{"name": "alice"}, {"name": "bob"}])
+    alice = run.puppet("alice")
+    ticket = environ_of(alice.pid)["CONCLAVE_TICKET"]
+    # Control: while alice lives, her tree authenticates with it.
+    assert json.loads(alice.conclave("whoami", "--json").stdout)["agent"] == "alice"
+    alice.exit(0)
+    run.wait_until(lambda: not any(a["live"] for a in run.op("agents") if a["agent"] == "alice"), what="alice to end")
+    with pytest.raises(ConclaveError) as refused:
+        BlockingClient(run.socket_path(), ticket=ticket)
+    assert refused.value.code is ErrorCode.REVOKED
+    ended = next(a for a in run.op("agents") if a["agent"] == "alice")
+    assert ended["exit_code"] == 0 and ended["ended_at"]
+
+
+def test_sigterm_to_the_broker_leaves_no_agent_process_behind(start_run):
+    run = start_run([{"name": "alice", "may_spawn": 1}, {"name": "bob"}])
+    alice = run.puppet("alice")
+    kid = run.spawn_puppet("alice", "kid")
+    # Background work inside alice's group, and a child that ignores SIGTERM.
+    alice.sh("sh", "-c", "sleep 300 >/dev/null 2>&1 &")
+    stubborn = kid.sh("sh", "-c", "trap '' TERM; sleep 300 >/dev/null 2>&1 & echo $!")
+    pids = {alice.pid, kid.pid, run.puppet("bob").pid, int(stubborn.stdout.strip())}
+    summary = run.stop(signal.SIGTERM)
+    assert summary is not None and summary["stopped_by"] == "SIGTERM"
+    assert {o["agent"] for o in summary["agents"]} == {"alice", "alice/kid", "bob"}
+
+    def alive(pid: int) -> bool:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return False
+        return state != "Z"
+
+    assert [p for p in pids if alive(p)] == []
+
+
+def test_library_refuses_to_build_a_client_without_an_identity(tmp_path):
+    with pytest.raises(NoIdentityError, match="no default identity"):
+        BlockingClient.for_agent(environ={})
+    with pytest.raises(NoIdentityError):
+        BlockingClient.for_agent(environ={"CONCLAVE_SOCKET": str(tmp_path / "s.sock")})
+    with pytest.raises(NoIdentityError):
+        BlockingClient(tmp_path / "s.sock", ticket=None)
+    with pytest.raises(NoIdentityError):
+        BlockingClient(tmp_path / "s.sock", ticket="")
+
+
+def test_principal_requires_both_halves():
+    from broker.identity import Principal, Role
+
+    with pytest.raises(ValueError, match="no default"):
+        Principal(agent="", session="abc", role=Role.AGENT, domain="x")
+    assert Principal(agent="a", session="s", role=Role.AGENT, domain="a").key == "a:s"
