@@ -171,8 +171,6 @@ class Run:
         deadline = time.monotonic() + timeout
         for name in names:
             self._wait_for_control(name, deadline)
-        if not names:
-            self.wait_socket(deadline)
         return self
 
     def wait_socket(self, deadline: float) -> None:

@@ -1,0 +1,63 @@
+"""The CLI: --json documents, errors on stderr with exit codes, local mode with no broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from agents.harness import Run
+
+
+def conclave(*args: str, cwd=None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    return subprocess.run([sys.executable, "-m", "broker.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
+
+
+def test_without_a_broker_or_state_commands_say_so(tmp_path):
+    out = conclave("agents", "--state-dir", str(tmp_path / "nothing"), "--repo", str(tmp_path))
+    assert out.returncode == 3
+    assert "no conclave state" in out.stderr and out.stdout == ""
+
+
+def test_after_the_run_the_operator_reads_history_without_a_broker(tmp_path):
+    run = Run(tmp_path, [{"name": "alice", "command": ["sh", "-c", "exit 0"]}])
+    run.start(wait_for=[])
+    run.wait_exit()
+    run.close()
+    out = conclave("agents", "--json", "--state-dir", str(run.state), "--repo", str(run.repo))
+    assert out.returncode == 0, out.stderr
+    [alice] = json.loads(out.stdout)
+    assert alice["agent"] == "alice" and alice["exit_code"] == 0 and alice["live"] is False
+    # Human output is a tree naming the same principal.
+    human = conclave("agents", "--state-dir", str(run.state), "--repo", str(run.repo))
+    assert alice["principal"] in human.stdout
+    # With no broker, agent-only commands are refused to the operator.
+    spawn = conclave("spawn", "--name", "x", "--state-dir", str(run.state), "--repo", str(run.repo), "--", "true")
+    assert spawn.returncode == 1 and "inside an agent" in spawn.stderr
+
+
+def test_agents_cli_json_and_human_agree_inside_a_run(start_run):
+    run = start_run([{"name": "alice"}])
+    whoami = run.puppet("alice").conclave("whoami", "--json")
+    assert json.loads(whoami.stdout)["agent"] == "alice"
+    human = run.puppet("alice").conclave("whoami")
+    assert human.stdout.startswith("alice:")
+    listing = json.loads(run.cli("agents", "--json").stdout)
+    assert [a["agent"] for a in listing] == ["alice"]
+
+
+def test_help_lists_the_commands():
+    out = conclave("--help")
+    assert out.returncode == 0
+    for command in ("run", "demo", "whoami", "agents", "spawn"):
+        assert command in out.stdout
+
+
+def test_stop_ends_the_run_as_the_operator(start_run):
+    run = start_run([{"name": "alice"}])
+    out = run.cli("stop", "--json")
+    assert out.returncode == 0 and json.loads(out.stdout) == {"stopping": True}
+    summary = run.wait_exit()
+    assert summary["stopped_by"] == "operator"

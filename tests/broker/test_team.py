@@ -1,0 +1,81 @@
+"""A wrong team file is refused before anything runs, with a message naming the fix."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agents.harness import make_repo
+from broker.team import TeamError, load
+
+GOOD = '[[agent]]\nname = "alice"\ncommand = ["true"]\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (GOOD + GOOD, "appears twice"),
+        ('[[agent]]\nname = "alice"\n', "missing command"),
+        ('[[agent]]\nname = "operator"\ncommand = ["true"]\n', "reserved"),
+        ('[[agent]]\nname = "all"\ncommand = ["true"]\n', "reserved"),
+        ('[[agent]]\nname = "x y"\ncommand = ["true"]\n', "must start with a letter"),
+        ('[[agent]]\nname = "alice"\ncommand = ["no-such-program-xyz"]\n', "not found on PATH"),
+        ('[[agent]]\nname = "alice"\ncommand = ["./missing.sh"]\n', "not an executable file"),
+        ('[[agent]]\nname = "alice"\ncommand = ["true"]\ncolour = "red"\n', "unknown key(s) colour"),
+        ('[[agent]]\nname = "alice"\ncommand = ["true"]\nrestart = "always"\n', "restart must be one of"),
+        ('[[agent]]\nname = "alice"\ncommand = ["true"]\nmay_spawn = -1\n', "may_spawn"),
+        ('[[agent]]\nname = "alice"\ncommand = ["true"]\ncwd = "../.."\n', "leaves the repository"),
+        ('[[agent]]\nname = "alice"\ncommand = ["true"]\nenv = {CONCLAVE_TICKET = "x"}\n', "CONCLAVE_"),
+        ("[[agent]\n", "not valid TOML"),
+        ("", "no agents"),
+    ],
+)
+def test_bad_team_file_is_refused_naming_the_problem(tmp_path, text, message):
+    team = tmp_path / "team.toml"
+    team.write_text(text)
+    with pytest.raises(TeamError) as refused:
+        load(team, repo=tmp_path)
+    assert message in str(refused.value)
+
+
+def test_good_team_file_parses(tmp_path):
+    team = tmp_path / "team.toml"
+    team.write_text(GOOD + '[[agent]]\nname = "bob"\ncommand = "sh -c true"\nmay_spawn = 2\nrestart = "on-failure"\n')
+    parsed = load(team, repo=tmp_path)
+    assert [a.name for a in parsed.agents] == ["alice", "bob"]
+    assert parsed.agents[1].command == ("sh", "-c", "true") and parsed.agents[1].may_spawn == 2
+
+
+def test_conclave_run_with_a_bad_team_file_exits_2_and_writes_nothing(tmp_path):
+    repo = make_repo(tmp_path)
+    state = tmp_path / "state"
+    team = tmp_path / "team.toml"
+    team.write_text(GOOD + GOOD)
+    cmd = [sys.executable, "-m", "broker.cli", "run", "--team", str(team), "--repo", str(repo), "--state-dir", str(state)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "appears twice" in out.stderr
+    assert not state.exists()
+    # Control: the fixed file runs to completion (alice runs `true` and exits).
+    team.write_text(GOOD)
+    out = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert (state / "conclave.db").exists()
+
+
+def test_default_state_dir_is_in_the_repo_and_invisible_to_git(tmp_path):
+    repo = make_repo(tmp_path)
+    team = tmp_path / "team.toml"
+    team.write_text(GOOD)
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("CONCLAVE_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "broker.cli", "run", "--team", str(team), "--repo", str(repo), "--json"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+    assert out.returncode == 0, out.stderr
+    assert (repo / ".conclave" / "conclave.db").exists()
+    assert subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True).stdout == ""
+    assert "/.conclave/" in (repo / ".git" / "info" / "exclude").read_text()

@@ -1,0 +1,125 @@
+"""Bad input on the socket gets a specific error and never hurts anyone else."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from agents.client import BlockingClient
+from broker.errors import ConclaveError, ErrorCode
+from broker.wire import MAX_LINE_BYTES
+
+
+def raw_socket(run) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(str(run.socket_path()))
+    return s
+
+
+def exchange(sock: socket.socket, payload: bytes) -> dict:
+    sock.sendall(payload)
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    return json.loads(buf) if buf else {}
+
+
+@pytest.fixture
+def run(start_run):
+    return start_run([{"name": "alice"}])
+
+
+def test_malformed_requests_get_specific_errors_and_the_connection_goes_on(run):
+    alice = run.puppet("alice")
+    cases = {
+        b"{not json\n": "bad_json",
+        b"[1, 2]\n": "bad_request",
+        b'{"id": 1, "op": "whoami", "args": {}, "extra": 1}\n': "bad_request",
+        b'{"id": 2, "op": "no.such.op", "args": {}}\n': "unknown_op",
+        b'{"id": 3, "op": "agents", "args": {"live_only": "yes"}}\n': "invalid_args",
+        b'{"id": 4, "op": "agents", "args": {"colour": "red"}}\n': "invalid_args",
+        b'{"id": 5, "op": "hello", "args": {}}\n': "unknown_op",
+    }
+    with BlockingClient.for_operator(run.socket_path()) as client:
+        for payload, code in cases.items():
+            reply = client.send_raw(payload)
+            assert reply["ok"] is False and reply["error"]["code"] == code, (payload, reply)
+        # Control: the same connection still answers a good request.
+        assert client.call("whoami")["role"] == "operator"
+    assert alice.call("whoami")["agent"] == "alice"
+
+
+def test_first_request_must_be_hello(run):
+    with raw_socket(run) as s:
+        reply = exchange(s, b'{"id": 1, "op": "whoami", "args": {}}\n')
+        assert reply["error"]["code"] == "not_authenticated"
+    # Control: hello first, then whoami.
+    with raw_socket(run) as s:
+        assert exchange(s, b'{"id": 1, "op": "hello", "args": {}}\n')["ok"]
+        assert exchange(s, b'{"id": 2, "op": "whoami", "args": {}}\n')["result"]["agent"] == "operator"
+
+
+def test_a_wrong_ticket_is_refused(run):
+    with pytest.raises(ConclaveError) as refused:
+        BlockingClient(run.socket_path(), ticket="not-a-ticket-the-broker-issued")
+    assert refused.value.code is ErrorCode.AUTH_FAILED
+    assert "not one this broker issued" in refused.value.message
+
+
+def test_an_oversized_line_is_refused_and_others_are_still_served(run):
+    with raw_socket(run) as s:
+        exchange(s, b'{"id": 1, "op": "hello", "args": {}}\n')
+        s.sendall(b'{"id": 2, "op": "whoami", "args": {"pad": "' + b"x" * (MAX_LINE_BYTES + 10))
+        buf = b""
+        while not buf.endswith(b"\n"):
+            buf += s.recv(65536)
+        assert json.loads(buf)["error"]["code"] == "line_too_long"
+    assert run.op("whoami")["role"] == "operator"
+
+
+def test_half_a_line_then_silence_blocks_nobody(run):
+    hung = raw_socket(run)
+    exchange(hung, b'{"id": 1, "op": "hello", "args": {}}\n')
+    hung.sendall(b'{"id": 2, "op": "who')  # ... and never finishes the line
+    started = time.monotonic()
+    for _ in range(20):
+        assert run.puppet("alice").call("whoami")["agent"] == "alice"
+        assert run.op("whoami")["role"] == "operator"
+    assert time.monotonic() - started < 10
+    hung.close()
+
+
+def test_a_silent_connection_without_hello_does_not_stop_the_broker(run):
+    silent = [raw_socket(run) for _ in range(20)]
+    assert run.op("whoami")["role"] == "operator"
+    for s in silent:
+        s.close()
+    assert run.puppet("alice").call("ping") == {}
+
+
+def count_rows(run) -> tuple[int, int]:
+    from memory.database import connect
+
+    conn = connect(run.state / "conclave.db", readonly=True)
+    try:
+        return tuple(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("events", "principals"))
+    finally:
+        conn.close()
+
+
+def test_bad_requests_write_nothing_to_the_database(run):
+    before = count_rows(run)
+    with BlockingClient.for_operator(run.socket_path()) as client:
+        for payload in (b"{bad\n", b'{"id": 1, "op": "spawn", "args": {"name": "x", "command": ["true"]}}\n', b'{"id": 2, "op": "nope"}\n'):
+            assert client.send_raw(payload)["ok"] is False
+    assert count_rows(run) == before
+    # Control: a refusal that must be logged does write exactly one event.
+    assert run.puppet("alice").raw('{"id": 3, "op": "whoami", "args": {"author": "bob"}}\n')["ok"] is False
+    assert count_rows(run) == (before[0] + 1, before[1])
