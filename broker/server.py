@@ -93,10 +93,14 @@ class _LineReader:
                 raise ConclaveError(ErrorCode.LINE_TOO_LONG, f"a request line may be at most {wire.MAX_LINE_BYTES} bytes")
             if self._buffer:
                 deadline = min(deadline, trio.current_time() + PARTIAL_LINE_TIMEOUT)
-            with trio.move_on_at(deadline) as scope:
+            if deadline == float("inf"):
+                # The common case (an idle connection between requests) needs no cancel scope.
                 chunk = await self._stream.receive_some(READ_CHUNK)
-            if scope.cancelled_caught:
-                raise ConclaveError(ErrorCode.TIMEOUT, "the connection sent half a request line and went quiet; closing it")
+            else:
+                with trio.move_on_at(deadline) as scope:
+                    chunk = await self._stream.receive_some(READ_CHUNK)
+                if scope.cancelled_caught:
+                    raise ConclaveError(ErrorCode.TIMEOUT, "the connection sent half a request line and went quiet; closing it")
             if not chunk:
                 return None
             self._buffer += chunk
@@ -167,13 +171,14 @@ class Connection:
                 return
             if not line.strip():
                 continue
-            rid = wire.request_id_of(line)
+            rid: int | str | None = None
             try:
                 request = wire.decode_line(line)
+                rid = request.id
                 result = await dispatch(self.core, call, request.op, request.args)
                 reply = wire.ok(rid, result)
             except ConclaveError as exc:
-                reply = wire.fail(rid, exc)
+                reply = wire.fail(rid if rid is not None else wire.request_id_of(line), exc)
             except Exception as exc:
                 log.exception("op failed")
                 reply = wire.fail(rid, ConclaveError(ErrorCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"))

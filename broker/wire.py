@@ -173,7 +173,9 @@ def encode(payload: dict[str, Any]) -> bytes:
 
 
 def ok(rid: int | str | None, result: Any) -> bytes:
-    return encode({"id": rid, "ok": True, "result": unstructure(result)})
+    # Plain JSON values go straight to json.dumps; attrs records are
+    # unstructured by the converter when json meets them (see _default).
+    return encode({"id": rid, "ok": True, "result": result})
 
 
 def fail(rid: int | str | None, error: ConclaveError) -> bytes:
@@ -187,4 +189,8 @@ def unstructure(value: Any) -> Any:
 def _default(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
+    if attrs.has(type(value)):
+        return converter.unstructure(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
