@@ -123,3 +123,6 @@ def test_broadcast_reaches_every_live_agent_but_the_sender(run: Run) -> None:
     again = bob.call("msg.send", to="all", body=f"all clear {secret}")
     assert again["recipients"] == ["alice", "carol"]
     assert any(m["id"] == again["id"] for m in carol.call("msg.inbox"))
+    # The operator is no agent: its broadcast reaches every live agent.
+    from_operator = run.op("msg.send", to="all", body=f"stand down {secret}")
+    assert from_operator["recipients"] == ["alice", "bob", "carol"] and from_operator["sender_agent"] == "operator"

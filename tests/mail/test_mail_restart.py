@@ -26,22 +26,33 @@ def test_mail_survives_a_broker_restart(tmp_path: Path) -> None:
         to_operator = alice.call("msg.send", to="operator", body=f"for you {secret}")
         old_bob = bob.key
     assert first.process is None, "the first broker is still running"
+    # With no broker the operator's commands open the store themselves: the
+    # operator inbox is readable, mail to a known agent is stored, and a wait
+    # is refused (nothing can arrive while no broker runs).
+    offline = first.cli("msg", "inbox", "--json")
+    assert offline.returncode == 0, offline.stderr
+    assert [m["id"] for m in json.loads(offline.stdout)] == [to_operator["id"]]
+    note = json.loads(first.cli("msg", "send", "--to", "bob", f"while the broker was down {secret}", "--json").stdout)
+    waited = first.cli("msg", "inbox", "--wait", "1")
+    assert waited.returncode == 3 and "no broker" in waited.stderr
 
     with Run(tmp_path, team, reuse=True) as second:
         bob = second.puppet("bob")
         assert bob.key != old_bob, "a new broker issues new sessions"
-        assert board_row(second, "bob")["unread"] == 1
+        assert board_row(second, "bob")["unread"] == 2
         inbox = bob.call("msg.inbox")
-        assert [(m["id"], m["read"]) for m in inbox] == [(kept["id"], True), (unread["id"], False)]
+        assert [(m["id"], m["read"]) for m in inbox] == [(kept["id"], True), (unread["id"], False), (note["id"], False)]
+        assert inbox[2]["sender_agent"] == "operator"
         everything = bob.call("msg.inbox", include_acked=True)
         assert [(m["id"], m["acked"]) for m in everything][0] == (acked["id"], True)
         # Signed by the session that sent them, which the new broker no longer runs.
-        assert {m["sender"] for m in everything} == {acked["sender"]} != {second.puppet("alice").key}
+        from_alice = {m["sender"] for m in everything if m["sender_agent"] == "alice"}
+        assert from_alice == {acked["sender"]} != {second.puppet("alice").key}
         reply = bob.call("msg.send", to="alice", body=f"reply {secret}", thread=acked["thread"])
         assert reply["thread"] == acked["thread"]
         assert [m["id"] for m in second.puppet("alice").call("msg.thread", thread=acked["thread"])] == [acked["id"], kept["id"], reply["id"]]
         operator_inbox = json.loads(second.cli("msg", "inbox", "--json").stdout)
-        assert [m["id"] for m in operator_inbox] == [to_operator["id"]]
+        assert [(m["id"], m["read"]) for m in operator_inbox] == [(to_operator["id"], True)]
         found = bob.call("msg.search", query=f"third {secret}")
         assert [m["id"] for m in found] == [unread["id"]]
     # The chain of events still verifies across both runs.
@@ -54,7 +65,7 @@ def test_mail_survives_a_broker_restart(tmp_path: Path) -> None:
     finally:
         conn.close()
     kinds = [k for (k,) in query(second, "SELECT kind FROM events WHERE kind LIKE 'msg.%' ORDER BY seq")]
-    assert kinds.count("msg.send") == 5 and "msg.ack" in kinds and "msg.read" in kinds
+    assert kinds.count("msg.send") == 6 and "msg.ack" in kinds and "msg.read" in kinds
 
 
 def test_restarted_agent_shares_its_inbox(start_run) -> None:  # type: ignore[no-untyped-def]
