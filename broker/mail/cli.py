@@ -29,9 +29,17 @@ def register(root_app: typer.Typer) -> None:
     root_app.add_typer(status_app, name="status")
 
 
-def _write(text: str) -> None:
+def _given(**args: Any) -> dict[str, Any]:
+    """The arguments the user gave (None means: leave it to the op's default)."""
+    return {k: v for k, v in args.items() if v is not None}
+
+
+def _show_messages(target: Target, op: str, args: dict[str, Any], empty: str) -> None:
+    from broker.mail.render import render_messages
+
+    messages = call(target, op, args)
     # Plain text on purpose: rich would interpret markup inside a message body.
-    sys.stdout.write(text + "\n")
+    emit(target, messages, lambda ms: sys.stdout.write(render_messages(ms, empty) + "\n"))
 
 
 # -- msg -----------------------------------------------------------------------
@@ -50,12 +58,7 @@ def send(
     """Send mail as yourself (the sender is always who the broker says you are)."""
     target = Target(json_out, repo, state_dir)
     text = sys.stdin.read() if body == "-" else body
-    args: dict[str, Any] = {"to": to, "body": text}
-    if thread is not None:
-        args["thread"] = thread
-    if subject is not None:
-        args["subject"] = subject
-    message = call(target, "msg.send", args)
+    message = call(target, "msg.send", _given(to=to, body=text, thread=thread, subject=subject))
     emit(target, message, lambda m: say(f"sent message {m['id']} (thread {m['thread']}) to {', '.join(m['recipients'])}"))
 
 
@@ -73,15 +76,7 @@ def inbox(
 ) -> None:
     """Your own inbox, oldest first (the operator's inbox at a person's terminal)."""
     target = Target(json_out, repo, state_dir)
-    args: dict[str, Any] = {"unread": unread, "include_acked": all_mail}
-    if wait is not None:
-        args["wait"] = wait
-    if limit is not None:
-        args["limit"] = limit
-    messages = call(target, "msg.inbox", args)
-    from broker.mail.render import render_messages
-
-    emit(target, messages, lambda ms: _write(render_messages(ms, "no mail")))
+    _show_messages(target, "msg.inbox", _given(unread=unread, include_acked=all_mail, wait=wait, limit=limit), "no mail")
 
 
 @app.command()
@@ -112,10 +107,7 @@ def thread(
 ) -> None:
     """A thread's messages you sent or received (the operator sees every one)."""
     target = Target(json_out, repo, state_dir)
-    messages = call(target, "msg.thread", {"thread": thread_id})
-    from broker.mail.render import render_messages
-
-    emit(target, messages, lambda ms: _write(render_messages(ms, "no messages")))
+    _show_messages(target, "msg.thread", {"thread": thread_id}, "no messages")
 
 
 @app.command()
@@ -128,13 +120,7 @@ def search(
 ) -> None:
     """Search mail you sent or received (the operator searches all mail)."""
     target = Target(json_out, repo, state_dir)
-    args: dict[str, Any] = {"query": query}
-    if limit is not None:
-        args["limit"] = limit
-    messages = call(target, "msg.search", args)
-    from broker.mail.render import render_messages
-
-    emit(target, messages, lambda ms: _write(render_messages(ms, "nothing matches")))
+    _show_messages(target, "msg.search", _given(query=query, limit=limit), "nothing matches")
 
 
 # -- status ----------------------------------------------------------------------
