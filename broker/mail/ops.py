@@ -113,9 +113,9 @@ async def inbox(call: Call, args: InboxArgs) -> list[Message]:
     limit = check_limit(args.limit, "msg.inbox")
     core = call.core
     box = mailbox.mailbox_of(call.principal)
+    if args.wait is not None and not 0 <= args.wait <= MAX_WAIT:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"msg.inbox: wait must be between 0 and {MAX_WAIT:g} seconds, not {args.wait:g}")
     if args.wait:
-        if not 0 < args.wait <= MAX_WAIT:
-            raise ConclaveError(ErrorCode.INVALID_ARGS, f"msg.inbox: wait must be between 0 and {MAX_WAIT:g} seconds, not {args.wait:g}")
         if not core.live:
             raise ConclaveError(ErrorCode.UNAVAILABLE, "msg.inbox: no broker is running, so no mail can arrive while you wait")
         # Subscribe before looking, so mail committed after the look still rings.
@@ -123,8 +123,6 @@ async def inbox(call: Call, args: InboxArgs) -> list[Message]:
             if not await core.store.call(lambda conn: mailbox.unread_count(conn, box)):
                 with trio.move_on_after(args.wait):
                     await arrived.wait()
-    elif args.wait is not None and args.wait < 0:
-        raise ConclaveError(ErrorCode.INVALID_ARGS, f"msg.inbox: wait must not be negative, not {args.wait:g}")
     return await core.store.call(
         lambda conn: mailbox.take_inbox(conn, call.principal, unread_only=args.unread, include_acked=args.include_acked, limit=limit)
     )

@@ -38,6 +38,9 @@ def test_forged_sender_field_is_refused(run: Run) -> None:
         reply = bob.raw(json.dumps(request) + "\n")
         assert reply["ok"] is False and reply["error"]["code"] == "identity_field", (field, reply)
     assert written(run)[:3] == before[:3], "a refused message left a message or a delivery behind"
+    # Each attempt is on record, by bob's real principal.
+    refusals = query(run, "SELECT payload FROM events WHERE kind = 'wire.identity_field_refused' AND actor = ? AND subject = 'msg.send'", (bob.key,))
+    assert len(refusals) >= 5 and secret not in json.dumps(refusals)
     assert secret not in " ".join(bodies(carol.call("msg.inbox", include_acked=True)))
 
     # Positive control: the same request without the forged field is delivered,
