@@ -8,6 +8,7 @@ state database (FTS5-indexed) and survives broker restarts; ``msg inbox
 
 Modules: ``message`` (the record and what a sender may put in it),
 ``mailbox`` (store jobs), ``notifier`` (the task that wakes waiters),
+``service`` (what a core holds: the notifier and mail's figures),
 ``board`` (status lines and the board), ``render`` (fenced display),
 ``ops`` and ``cli`` (the surfaces).  Public names load lazily so the CLI
 stays cheap to start.
@@ -22,6 +23,7 @@ _EXPORTS = {
     "Delivery": "broker.mail.message",
     "MAX_BODY_BYTES": "broker.mail.message",
     "Notifier": "broker.mail.notifier",
+    "Mail": "broker.mail.service",
     "Board": "broker.mail.board",
     "BoardRow": "broker.mail.board",
     "StatusLine": "broker.mail.board",

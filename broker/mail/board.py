@@ -12,7 +12,7 @@ screen view of a running team.
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, final
 
 import apsw
 import attrs
@@ -87,9 +87,9 @@ def _snapshot(conn: apsw.Connection) -> tuple[dict[tuple[str, str], tuple[str, s
     return lines, unread_by_mailbox(conn)
 
 
-async def read_board(core: BrokerCore) -> Board:
-    """Assemble the board from the registry, the store and the lock table."""
-    lines, unread = await core.store.call(_snapshot)
+async def read_board(core: BrokerCore, job: Callable[[Callable[[apsw.Connection], Any]], Awaitable[Any]]) -> Board:
+    """Assemble the board from the registry, the store (through ``job``) and the lock table."""
+    lines, unread = await job(_snapshot)
     held, tracked = await _holdings(core)
     rows = []
     for live in sorted(core.registry.live(), key=lambda a: (a.principal.agent, a.started_at)):

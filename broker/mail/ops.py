@@ -9,7 +9,7 @@ unknown field with ``invalid_args``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
@@ -18,15 +18,13 @@ from broker.errors import ConclaveError, ErrorCode
 from broker.mail import mailbox
 from broker.mail.board import Board, StatusLine, read_board, set_status
 from broker.mail.message import MAX_ACK, MAX_WAIT, Message, check_body, check_limit, check_line
-from broker.mail.notifier import Notifier, NotifierStatistics
+from broker.mail.service import EXTENSION, Mail, MailStatistics
 from broker.router import Access, Call, OpTable
 
 if TYPE_CHECKING:
     from broker.core import BrokerCore
 
 OPS = OpTable()
-#: The key of the notifier in ``core.extensions``.
-EXTENSION = "mail"
 
 
 @attrs.frozen
@@ -73,14 +71,9 @@ class NoArgs:
 
 
 async def start(core: BrokerCore, nursery: trio.Nursery) -> None:
-    notifier = Notifier()
-    await nursery.start(notifier.run)
-    core.extensions[EXTENSION] = notifier
-
-
-def _notifier(core: BrokerCore) -> Notifier:
-    notifier: Notifier = core.extensions[EXTENSION]
-    return notifier
+    mail = Mail(core)
+    await nursery.start(mail.notifier.run)
+    core.extensions[EXTENSION] = mail
 
 
 @OPS.op("msg.send", SendArgs)
@@ -88,10 +81,10 @@ async def send(call: Call, args: SendArgs) -> Message:
     """Send mail from this connection's principal to an agent, all, or operator."""
     body = check_body(args.body)
     subject = None if args.subject is None else check_line(args.subject, "msg.send: the subject") or None
-    core = call.core
+    core, mail = call.core, Mail.of(call.core)
     live_boxes = [a.principal.agent for a in core.registry.live()]
     team_names = [a.name for a in core.team.agents] if core.team is not None else []
-    message = await core.store.call(
+    message = await mail.job(
         lambda conn: mailbox.post(
             conn,
             sender=call.principal,
@@ -103,7 +96,7 @@ async def send(call: Call, args: SendArgs) -> Message:
             body=body,
         )
     )
-    _notifier(core).ring(message.recipients)
+    mail.notifier.ring(message.recipients)
     return message
 
 
@@ -111,7 +104,7 @@ async def send(call: Call, args: SendArgs) -> Message:
 async def inbox(call: Call, args: InboxArgs) -> list[Message]:
     """Your own inbox, oldest first; with wait, block until unread mail arrives."""
     limit = check_limit(args.limit, "msg.inbox")
-    core = call.core
+    core, mail = call.core, Mail.of(call.core)
     box = mailbox.mailbox_of(call.principal)
     if args.wait is not None and not 0 <= args.wait <= MAX_WAIT:
         raise ConclaveError(ErrorCode.INVALID_ARGS, f"msg.inbox: wait must be between 0 and {MAX_WAIT:g} seconds, not {args.wait:g}")
@@ -119,11 +112,11 @@ async def inbox(call: Call, args: InboxArgs) -> list[Message]:
         if not core.live:
             raise ConclaveError(ErrorCode.UNAVAILABLE, "msg.inbox: no broker is running, so no mail can arrive while you wait")
         # Subscribe before looking, so mail committed after the look still rings.
-        with _notifier(core).doorbell(box) as arrived:
-            if not await core.store.call(lambda conn: mailbox.unread_count(conn, box)):
+        with mail.notifier.doorbell(box) as arrived:
+            if not await mail.job(lambda conn: mailbox.unread_count(conn, box)):
                 with trio.move_on_after(args.wait):
                     await arrived.wait()
-    return await core.store.call(
+    return await mail.job(
         lambda conn: mailbox.take_inbox(conn, call.principal, unread_only=args.unread, include_acked=args.include_acked, limit=limit)
     )
 
@@ -135,38 +128,37 @@ async def ack(call: Call, args: AckArgs) -> mailbox.Acknowledgement:
         raise ConclaveError(ErrorCode.INVALID_ARGS, "msg.ack: name at least one message id")
     if len(args.ids) > MAX_ACK:
         raise ConclaveError(ErrorCode.INVALID_ARGS, f"msg.ack: at most {MAX_ACK} ids at once")
-    return await call.core.store.call(lambda conn: mailbox.acknowledge(conn, call.principal, args.ids))
+    return await Mail.of(call.core).job(lambda conn: mailbox.acknowledge(conn, call.principal, args.ids))
 
 
 @OPS.op("msg.thread", ThreadArgs)
 async def thread(call: Call, args: ThreadArgs) -> list[Message]:
     """A thread's messages you sent or received (the operator: every one, for audit)."""
     limit = check_limit(args.limit, "msg.thread")
-    return await call.core.store.call(lambda conn: mailbox.read_thread(conn, call.principal, args.thread, limit))
+    return await Mail.of(call.core).job(lambda conn: mailbox.read_thread(conn, call.principal, args.thread, limit))
 
 
 @OPS.op("msg.search", SearchArgs)
 async def search(call: Call, args: SearchArgs) -> list[Message]:
     """Full-text search over mail you sent or received (the operator: all mail)."""
     limit = check_limit(args.limit, "msg.search")
-    return await call.core.store.call(lambda conn: mailbox.search(conn, call.principal, args.query, limit))
+    return await Mail.of(call.core).job(lambda conn: mailbox.search(conn, call.principal, args.query, limit))
 
 
 @OPS.op("status.set", StatusArgs, access=Access.AGENT)
 async def status_set(call: Call, args: StatusArgs) -> StatusLine:
     """Say what this agent is doing now (an empty text clears it)."""
     text = check_line(args.text, "status.set: the status")
-    return await call.core.store.call(lambda conn: set_status(conn, call.principal, text))
+    return await Mail.of(call.core).job(lambda conn: set_status(conn, call.principal, text))
 
 
 @OPS.op("status.board", NoArgs)
 async def status_board(call: Call, _args: NoArgs) -> Board:
     """Every live agent: status line, since when, locks held, unread mail."""
-    return await read_board(call.core)
+    return await read_board(call.core, Mail.of(call.core).job)
 
 
 @OPS.op("mail.stats", NoArgs, access=Access.OPERATOR)
-async def stats(call: Call, _args: NoArgs) -> dict[str, Any]:
-    """The notifier's figures: callers waiting on their inbox, rings, wake-ups."""
-    figures: NotifierStatistics = _notifier(call.core).statistics()
-    return attrs.asdict(figures)
+async def stats(call: Call, _args: NoArgs) -> MailStatistics:
+    """Callers waiting on their inbox, rings, wake-ups, and mail's store jobs."""
+    return Mail.of(call.core).statistics()
