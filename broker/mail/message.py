@@ -79,6 +79,21 @@ class Message:
         return self.sender_agent == TO_OPERATOR
 
 
+def check_unicode(op: str, **fields: str | None) -> None:
+    """Refuse text SQLite cannot store: JSON may carry lone surrogates (``"\\ud800"``).
+
+    Raises:
+        ConclaveError: ``invalid_args`` naming the field.
+    """
+    for name, value in fields.items():
+        try:
+            (value or "").encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ConclaveError(
+                ErrorCode.INVALID_ARGS, f"{op}: {name} is not valid Unicode text (a lone surrogate at offset {exc.start})"
+            ) from None
+
+
 def check_body(body: str) -> str:
     """The body as it will be stored.
 
@@ -88,7 +103,7 @@ def check_body(body: str) -> str:
     """
     if not body.strip():
         raise ConclaveError(ErrorCode.INVALID_ARGS, "msg.send: the body is empty; say something")
-    size = len(body.encode("utf-8", "surrogatepass"))
+    size = len(body.encode("utf-8"))
     if size > MAX_BODY_BYTES:
         raise ConclaveError(
             ErrorCode.TOO_LARGE,

@@ -140,3 +140,19 @@ def test_out_of_range_arguments_are_refused(run: Run) -> None:
     cli = run.puppet("bob").conclave("msg", "send", "--to", "mallory", "hello")
     assert cli.returncode == 1 and "not_found" in cli.stderr and "mallory" in cli.stderr
     assert json.loads(run.puppet("bob").conclave("msg", "inbox", "--limit", "1", "--json").stdout) is not None
+
+
+def test_text_sqlite_cannot_store_is_refused(run: Run) -> None:
+    """JSON can carry a lone surrogate ("\\ud800"); it is refused by name, not
+    left to fail as an internal error inside the store."""
+    for op, args in (
+        ("msg.send", {"to": "bob", "body": "x\ud800"}),
+        ("msg.send", {"to": "b\ud800", "body": "x"}),
+        ("msg.send", {"to": "bob", "body": "x", "subject": "\ud800"}),
+        ("msg.thread", {"thread": "t\ud800"}),
+        ("msg.search", {"query": "\ud800 x"}),
+        ("status.set", {"text": "\ud800"}),
+    ):
+        error = refused(run, "alice", op, **args)
+        assert error.code is ErrorCode.INVALID_ARGS and "not valid Unicode" in error.message, (op, args)
+    assert run.puppet("alice").call("msg.send", to="bob", body="x\U0001f600")["body"] == "x\U0001f600"
