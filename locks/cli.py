@@ -75,7 +75,7 @@ def release(
         if reason is not None:
             die("--reason goes with --force", EXIT_USAGE)
         result = call(target, "lock.release", {"resources": list(paths)})
-    emit(target, result, lambda r: say("released " + ", ".join(f"{h['resource']} (from {h['holder']})" for h in r["released"])))
+    emit(target, result, lambda r: say("released " + ", ".join(h["resource"] + (f" (from {h['holder']})" if "holder" in h else "") for h in r["released"])))
 
 
 @app.command()

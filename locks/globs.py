@@ -27,6 +27,7 @@ while a missed one costs a corrupted file.
 from __future__ import annotations
 
 import functools
+import re
 from typing import Final, final
 
 import attrs
@@ -57,8 +58,11 @@ class Automaton:
     accepting: frozenset[int]
 
 
+_WILDCARD: Final = re.compile(r"[*?\[]")
+
+
 def has_wildcard(text: str) -> bool:
-    return any(ch in WILDCARDS for ch in text)
+    return _WILDCARD.search(text) is not None
 
 
 def check_segment(segment: str) -> None:

@@ -103,13 +103,25 @@ def _resources(table: LockTable, texts: list[str]) -> list[Resource]:
     return out
 
 
+def _held(table: LockTable, call: Call, texts: list[str]) -> list[Resource]:
+    """Resources to release or renew: what the caller holds under that name, found by
+    spelling alone; anything else gets the full check (and its specific error)."""
+    mine = table.held_by(call.principal.key)
+    out = []
+    for text in texts:
+        key = table.normalizer.lexical(text)
+        held = mine.get(key) if key is not None else None
+        out.append(held.resource if held is not None else _resources(table, [text])[0])
+    return out
+
+
 def _number(name: str, value: float | None) -> None:
     if value is not None and not math.isfinite(value):
         raise ConclaveError(ErrorCode.INVALID_ARGS, f"{name} must be a finite number of seconds")
 
 
 def _grants(holdings: list[Any]) -> dict[str, Any]:
-    return {"grants": [h.as_dict() for h in holdings]}
+    return {"grants": [h.as_grant() for h in holdings]}
 
 
 async def _acquire(call: Call, texts: list[str], *, shared: bool, wait: float | None, ttl: float | None, scope: str) -> dict[str, Any]:
@@ -139,7 +151,7 @@ async def acquire(call: Call, args: AcquireArgs) -> dict[str, Any]:
 async def release(call: Call, args: ResourcesArgs) -> dict[str, Any]:
     """Release resources this principal holds (all or none)."""
     table = table_of(call)
-    return {"released": [h.as_dict() for h in table.release(call.principal, _resources(table, args.resources))]}
+    return {"released": [h.as_grant() for h in table.release(call.principal, _held(table, call, args.resources))]}
 
 
 @OPS.op("lock.renew", RenewArgs, access=Access.AGENT)
@@ -147,7 +159,7 @@ async def renew(call: Call, args: RenewArgs) -> dict[str, Any]:
     """Push held resources' expiry to `ttl` seconds from now."""
     table = table_of(call)
     _number("ttl", args.ttl)
-    return {"renewed": [h.as_dict() for h in table.renew(call.principal, _resources(table, args.resources), args.ttl)]}
+    return {"renewed": [h.as_grant() for h in table.renew(call.principal, _held(table, call, args.resources), args.ttl)]}
 
 
 @OPS.op("lock.list", ListArgs)

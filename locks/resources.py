@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 import os
 import re
+import stat
 from typing import Final, final
 
 import attrs
@@ -37,6 +38,7 @@ MAX_LENGTH: Final = 1024
 MAX_SEGMENTS: Final = 64
 SCHEME: Final = re.compile(r"^([a-z][a-z0-9+.-]{0,31})://(.*)$", re.DOTALL)
 NAMED_REST: Final = re.compile(r"^[^\s\x00-\x1f\x7f]{1,256}$")
+CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class ResourceError(ValueError):
@@ -126,6 +128,25 @@ class Normalizer:
             return _named(raw, named.group(1), named.group(2))
         return self._filesystem(raw, literal=False)
 
+    def lexical(self, text: str) -> str | None:
+        """The key ``text`` names, from its spelling alone (no filesystem look-up).
+
+        Good for finding a lock already held -- every held key was fully
+        checked when it was granted -- never for granting one.  None when the
+        text needs the full treatment (``..``, a directory, an error).
+        """
+        raw = text.strip() if isinstance(text, str) else ""
+        if raw == GIT or SCHEME.match(raw):
+            return raw
+        if raw.startswith("/"):
+            raw = self._inside(os.path.normpath(raw)) or ""
+        segments = [s for s in raw.split("/") if s not in ("", ".")]
+        if not segments or ".." in segments:
+            return None
+        if raw.endswith("/"):
+            segments.append("**")
+        return "/".join(_collapse_double_stars(segments))
+
     def path(self, text: str) -> Resource:
         """A literal repo-relative path (a staged file): wildcards are ordinary characters.
 
@@ -135,9 +156,9 @@ class Normalizer:
         return self._filesystem(text, literal=True)
 
     def _filesystem(self, raw: str, *, literal: bool) -> Resource:
-        if any(ord(ch) < 32 or ord(ch) == 127 for ch in raw):
+        if CONTROL.search(raw):
             raise ResourceError(f"{raw!r} contains a control character")
-        if os.path.isabs(raw):
+        if raw.startswith("/"):
             relative = self._inside(os.path.normpath(raw))
             if relative is None:
                 raise ResourceError(f"{raw} is outside the repository {self.repo}; lock paths inside it")
@@ -151,8 +172,12 @@ class Normalizer:
             raise ResourceError(f"{raw!r} is deeper than {MAX_SEGMENTS} segments")
         if segments[0] == ".git":
             raise ResourceError(f"{raw!r} is inside .git; lock the git resource for the index and refs")
-        wildcard = not literal and any(globs.has_wildcard(s) for s in segments)
-        if not literal and not wildcard and (raw.endswith("/") or os.path.isdir(os.path.join(self.repo, *segments))):
+        wildcard = not literal and globs.has_wildcard(raw)
+        fixed = next((i for i, s in enumerate(segments) if globs.has_wildcard(s)), len(segments)) if wildcard else len(segments)
+        real, is_dir = self._probe("/".join(segments[:fixed]))
+        if real != self.real_repo and not real.startswith(self.real_repo + "/"):
+            raise ResourceError(f"{raw!r} leads outside the repository through a symlink (to {real})")
+        if not literal and not wildcard and (raw.endswith("/") or is_dir):
             segments.append("**")
             wildcard = True
         if wildcard:
@@ -165,13 +190,13 @@ class Normalizer:
                 if globs.class_is_empty(s):
                     raise ResourceError(f"malformed glob {raw!r}: a class in {s!r} matches no character")
         key = "/".join(segments)
-        fixed = segments if not wildcard else segments[: next(i for i, s in enumerate(segments) if globs.has_wildcard(s))]
-        alias = self._resolved(key, fixed, len(segments))
+        alias = "/".join([real[len(self.real_repo) + 1 :], *segments[fixed:]]).strip("/")
+        if not alias:
+            raise ResourceError(f"{raw!r} resolves to the repository root; lock ** for everything")
         if literal and globs.has_wildcard(key):
             # A literal name with wildcard characters: escape them so it matches only itself.
-            key = _escape(key)
-            alias = _escape(alias) if alias else None
-        return Resource(key, Kind.GLOB if wildcard else Kind.PATH, (alias,) if alias and alias != key else ())
+            key, alias = _escape(key), _escape(alias)
+        return Resource(key, Kind.GLOB if wildcard else Kind.PATH, (alias,) if alias != key else ())
 
     def _inside(self, absolute: str) -> str | None:
         for root in (self.repo, self.real_repo):
@@ -181,20 +206,45 @@ class Normalizer:
                 return absolute[len(root) + 1 :]
         return None
 
-    def _resolved(self, key: str, fixed: list[str], total: int) -> str | None:
-        """Refuse a fixed prefix that leaves the repository through a symlink; return its alias."""
-        if not fixed:
-            return None
-        real = os.path.realpath(os.path.join(self.repo, *fixed))
-        if real != self.real_repo and not real.startswith(self.real_repo + os.sep):
-            raise ResourceError(f"{key!r} leads outside the repository through a symlink (to {real})")
-        rel = os.path.relpath(real, self.real_repo) if real != self.real_repo else ""
-        rest = key.split("/")[len(fixed) :]
-        if not rel:
-            if not rest:
-                raise ResourceError(f"{key!r} resolves to the repository root; lock ** for everything")
-            return "/".join(rest)
-        return "/".join([rel, *rest]) if len(fixed) < total else rel
+    def _probe(self, relative: str) -> tuple[str, bool]:
+        """The real path of ``repo/relative`` and whether it is a directory.
+
+        The kernel resolves the parent directory (one ``O_PATH`` open, read
+        back through ``/proc/self/fd``) and the last name is looked at without
+        following it; a missing rest is kept as written.  Anything unusual --
+        a symlink at the end, a missing parent -- goes the slow, careful way
+        (``os.path.realpath``), so a link to a place outside that does not
+        exist yet is still caught.
+        """
+        path, rest = f"{self.repo}/{relative}", ""
+        while True:
+            parent, _, name = path.rpartition("/")
+            if len(parent) < len(self.repo):
+                return self._slow_probe(relative)
+            try:
+                fd = os.open(parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            except (FileNotFoundError, NotADirectoryError):
+                path, rest = parent, f"/{name}{rest}"  # look one level up; the missing part is kept
+                continue
+            except OSError:
+                return self._slow_probe(relative)
+            try:
+                real = f"{os.readlink(f'/proc/self/fd/{fd}')}/{name}"
+                try:
+                    mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+                except FileNotFoundError:
+                    return real + rest, False
+            except OSError:
+                return self._slow_probe(relative)
+            finally:
+                os.close(fd)
+            if stat.S_ISLNK(mode):
+                return self._slow_probe(relative)
+            return real + rest, not rest and stat.S_ISDIR(mode)
+
+    def _slow_probe(self, relative: str) -> tuple[str, bool]:
+        full = os.path.realpath(f"{self.repo}/{relative}")
+        return full, os.path.isdir(full)
 
 
 def _named(raw: str, scheme: str, rest: str) -> Resource:

@@ -72,13 +72,21 @@ class Holding:
     connection: int | None
     expires_at: float | None = None  # trio clock
     expires_iso: str | None = None
+    holder: str = attrs.field(init=False)  # owner.key, formatted once
+
+    def __attrs_post_init__(self) -> None:
+        self.holder = self.owner.key
+
+    def as_grant(self) -> dict[str, Any]:
+        """What the holder needs back: the resource, its mode, token and times."""
+        return {"resource": self.resource.key, "mode": self.mode.value, "token": self.token, "since": self.since, "expires_at": self.expires_iso}
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "resource": self.resource.key,
             "kind": self.resource.kind.value,
             "mode": self.mode.value,
-            "holder": self.owner.key,
+            "holder": self.holder,
             "since": self.since,
             "token": self.token,
             "scope": self.scope.value,
@@ -94,6 +102,10 @@ class Request:
     ttl: float | None
     scope: Scope
     connection: int | None
+    holder: str = attrs.field(init=False)  # owner.key, formatted once
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "holder", self.owner.key)
 
     @property
     def keys(self) -> list[str]:
@@ -194,6 +206,10 @@ class LockTable:
         self._is_live = is_live or (lambda _key: True)
         self._slots = {s.name: _SlotState(s) for s in slots}
         self._by_key: dict[str, list[Holding]] = {}
+        # Filesystem holdings, indexed so that a path meets only what can overlap it:
+        # holdings of the same literal name (or alias), and every glob.
+        self._literal: dict[str, list[Holding]] = {}
+        self._globs: set[Holding] = set()
         self._by_owner: dict[str, dict[str, Holding]] = {}
         self._queue: list[Waiter] = []
         self._expiring: set[Holding] = set()
@@ -280,7 +296,7 @@ class LockTable:
                     "release it first or leave it out of this request",
                 )
         for w in self._queue:
-            if w.request.owner.key == owner.key:
+            if w.request.holder == owner.key:
                 twice = keys.intersection(w.request.keys)
                 if twice:
                     raise ConclaveError(
@@ -301,7 +317,7 @@ class LockTable:
             self._counts["refused"] += 1
             self.journal.add(
                 "lock.refuse",
-                actor=request.owner.key,
+                actor=request.holder,
                 subject=_subject(request.keys),
                 payload={"resources": request.keys, "mode": request.mode.value, "blockers": [attrs.asdict(b) for b in blockers]},
             )
@@ -334,12 +350,12 @@ class LockTable:
             return self._grant(request, waited=None)
         if wait == 0:
             return self.acquire_nowait(request)
-        cycle = find_cycle(request.owner.key, self._edges(request, blockers), self._edges_of)
+        cycle = find_cycle(request.holder, self._edges(request, blockers), self._edges_from())
         if cycle is not None:
             self._counts["deadlocks"] += 1
             self.journal.add(
                 "lock.deadlock",
-                actor=request.owner.key,
+                actor=request.holder,
                 subject=_subject(request.keys),
                 payload={"resources": request.keys, "cycle": [attrs.asdict(e) for e in cycle]},
             )
@@ -348,7 +364,7 @@ class LockTable:
         self._queue.append(waiter)
         self.journal.add(
             "lock.wait",
-            actor=request.owner.key,
+            actor=request.holder,
             subject=_subject(request.keys),
             payload={"resources": request.keys, "mode": request.mode.value, "wait": wait, "blockers": [attrs.asdict(b) for b in blockers]},
         )
@@ -365,7 +381,7 @@ class LockTable:
         remaining = self._blockers(request, self._queue[: self._queue.index(waiter)] if waiter in self._queue else [])
         self._abandon(waiter, failure or "timeout")
         if failure == "ended":
-            raise ConclaveError(ErrorCode.REVOKED, f"{request.owner.key} ended while waiting for {', '.join(request.keys)}")
+            raise ConclaveError(ErrorCode.REVOKED, f"{request.holder} ended while waiting for {', '.join(request.keys)}")
         if failure == "hangup":
             raise ConclaveError(ErrorCode.UNAVAILABLE, "the client hung up while waiting")
         self._counts["timeouts"] += 1
@@ -399,7 +415,7 @@ class LockTable:
             self._queue.remove(waiter)
         self.journal.add(
             "lock.timeout" if why == "timeout" else "lock.cancel",
-            actor=waiter.request.owner.key,
+            actor=waiter.request.holder,
             subject=_subject(waiter.request.keys),
             payload={"resources": waiter.request.keys, "reason": why, "waited": round(trio.current_time() - waiter.clock, 6)},
         )
@@ -409,10 +425,10 @@ class LockTable:
     # -- conflicts ---------------------------------------------------------------
 
     def _blockers(self, request: Request, ahead: Iterable[Waiter], *, first: bool = False) -> list[Blocker]:
-        owner = request.owner.key
+        owner = request.holder
         shared = request.mode is Mode.SHARED
         out: list[Blocker] = []
-        ahead = [w for w in ahead if w.request.owner.key != owner]
+        ahead = [w for w in ahead if w.request.holder != owner]
         now: float | None = None
         for r in request.resources:
             if r.kind is Kind.SLOT:
@@ -420,7 +436,7 @@ class LockTable:
                 holders = self._by_key.get(r.key, [])
                 counting = state.spec.capacity > 1
                 if len(holders) >= state.spec.capacity:
-                    out += [Blocker(r.key, r.key, h.owner.key, h.mode.value, h.since, h.token, counting=counting) for h in holders]
+                    out += [Blocker(r.key, r.key, h.holder, h.mode.value, h.since, h.token, counting=counting) for h in holders]
                 else:
                     now = trio.current_time() if now is None else now
                     ready_in = state.ready_in(now)
@@ -429,41 +445,68 @@ class LockTable:
                 # Whoever is ahead in line must go first: a certain dependency, even for a counting slot.
                 for w in ahead:
                     if r.key in w.request.keys:
-                        out.append(Blocker(r.key, r.key, w.request.owner.key, "unit", w.since, queued=True))
+                        out.append(Blocker(r.key, r.key, w.request.holder, "unit", w.since, queued=True))
             else:
                 for h in self._candidates(r):
-                    if h.owner.key != owner and not (shared and h.mode is Mode.SHARED) and overlaps(r, h.resource):
-                        out.append(Blocker(r.key, h.resource.key, h.owner.key, h.mode.value, h.since, h.token))
+                    if h.holder != owner and not (shared and h.mode is Mode.SHARED) and overlaps(r, h.resource):
+                        out.append(Blocker(r.key, h.resource.key, h.holder, h.mode.value, h.since, h.token))
                 for w in ahead:
                     if shared and w.request.mode is Mode.SHARED:
                         continue
                     for other in w.request.resources:
                         if other.kind is not Kind.SLOT and overlaps(r, other):
-                            out.append(Blocker(r.key, other.key, w.request.owner.key, w.request.mode.value, w.since, queued=True))
+                            out.append(Blocker(r.key, other.key, w.request.holder, w.request.mode.value, w.since, queued=True))
             if first and out:
                 return out
         return out
 
     def _candidates(self, r: Resource) -> Iterable[Holding]:
+        """Holdings that may overlap ``r`` (the caller still asks :func:`overlaps`)."""
         if not r.is_filesystem:
             return self._by_key.get(r.key, ())
-        return (h for hs in self._by_key.values() if hs[0].resource.is_filesystem for h in hs)
+        if r.kind is Kind.GLOB:
+            return [h for hs in self._literal.values() for h in hs] + list(self._globs)
+        same = [h for p in r.patterns for h in self._literal.get(p, ())]
+        return same + list(self._globs) if self._globs else same
+
+    def _index(self, h: Holding, add: bool) -> None:
+        r = h.resource
+        if r.kind is Kind.GLOB:
+            (self._globs.add if add else self._globs.discard)(h)
+        elif r.kind is Kind.PATH:
+            for p in r.patterns:
+                if add:
+                    self._literal.setdefault(p, []).append(h)
+                else:
+                    same = self._literal.get(p, [])
+                    if h in same:
+                        same.remove(h)
+                        if not same:
+                            del self._literal[p]
 
     def _edges(self, request: Request, blockers: Sequence[Blocker]) -> list[Edge]:
         # A slot with room for several holders waits for *any* of them: no single
         # edge is a certain dependency, so such waits stay out of the graph.
         return [
-            Edge(request.owner.key, b.wanted, b.holder, b.other, b.queued)
+            Edge(request.holder, b.wanted, b.holder, b.other, b.queued)
             for b in blockers
             if b.holder is not None and not b.counting
         ]
 
-    def _edges_of(self, key: str) -> list[Edge]:
-        out: list[Edge] = []
+    def _edges_from(self) -> Callable[[str], list[Edge]]:
+        """Edges of the waiting principals (for one deadlock search)."""
+        positions: dict[str, list[int]] = {}
         for i, w in enumerate(self._queue):
-            if w.request.owner.key == key:
+            positions.setdefault(w.request.holder, []).append(i)
+
+        def edges_of(key: str) -> list[Edge]:
+            out: list[Edge] = []
+            for i in positions.get(key, ()):
+                w = self._queue[i]
                 out += self._edges(w.request, self._blockers(w.request, self._queue[:i]))
-        return out
+            return out
+
+        return edges_of
 
     # -- granting and releasing ---------------------------------------------------
 
@@ -487,7 +530,8 @@ class LockTable:
                 expires_iso=expires_iso,
             )
             self._by_key.setdefault(r.key, []).append(h)
-            self._by_owner.setdefault(request.owner.key, {})[r.key] = h
+            self._index(h, add=True)
+            self._by_owner.setdefault(request.holder, {})[r.key] = h
             if expires_at is not None:
                 self._expiring.add(h)
             if slot:
@@ -504,7 +548,7 @@ class LockTable:
             payload["waited"] = round(waited, 6)
         if request.ttl:
             payload["ttl"] = request.ttl
-        self.journal.add("lock.grant", actor=request.owner.key, subject=_subject(request.keys), payload=payload)
+        self.journal.add("lock.grant", actor=request.holder, subject=_subject(request.keys), payload=payload, at=since)
         if expires_at is not None:
             self._wake()
         return granted
@@ -516,7 +560,7 @@ class LockTable:
         ahead: list[Waiter] = []
         now = trio.current_time()
         for w in list(self._queue):
-            if not self._is_live(w.request.owner.key):
+            if not self._is_live(w.request.holder):
                 self._queue.remove(w)
                 w.failure = "ended"
                 w.event.set()
@@ -536,13 +580,14 @@ class LockTable:
                 same.remove(h)
                 if not same:
                     del self._by_key[h.resource.key]
-            mine = self._by_owner.get(h.owner.key, {})
+                self._index(h, add=False)
+            mine = self._by_owner.get(h.holder, {})
             if mine.get(h.resource.key) is h:
                 del mine[h.resource.key]
                 if not mine:
-                    del self._by_owner[h.owner.key]
+                    del self._by_owner[h.holder]
             self._expiring.discard(h)
-            by_owner.setdefault(h.owner.key, []).append(h)
+            by_owner.setdefault(h.holder, []).append(h)
         for owner, hs in by_owner.items():
             self._counts["released"] += 1
             payload = {"holder": owner, "resources": [h.resource.key for h in hs], "tokens": [h.token for h in hs], "reason": reason}
@@ -560,7 +605,7 @@ class LockTable:
                 continue
             others = self._by_key.get(r.key, [])
             if others:
-                names = ", ".join(sorted({o.owner.key for o in others}))
+                names = ", ".join(sorted({o.holder for o in others}))
                 raise ConclaveError(
                     ErrorCode.FORBIDDEN,
                     f"cannot {verb} {r.key}: it is held by {names}, not by you ({owner.key}); only its holder may "
@@ -625,7 +670,7 @@ class LockTable:
 
     def end_principal(self, key: str) -> list[Holding]:
         """Release everything ``key`` holds and drop its waits (its process has exited)."""
-        for w in [w for w in self._queue if w.request.owner.key == key]:
+        for w in [w for w in self._queue if w.request.holder == key]:
             self._queue.remove(w)
             w.failure = "ended"
             w.event.set()
@@ -662,14 +707,14 @@ class LockTable:
         missing: list[dict[str, Any]] = []
         git = mine.get(GIT)
         if git is None or git.mode is not Mode.EXCLUSIVE:
-            holders = sorted({h.owner.key for h in self._by_key.get(GIT, [])})
+            holders = sorted({h.holder for h in self._by_key.get(GIT, [])})
             why = "held shared; a commit needs it exclusive" if git is not None else "not held by you"
             missing.append({"resource": GIT, "why": why, "held_by": holders})
         exclusive = [h for h in mine.values() if h.mode is Mode.EXCLUSIVE and h.resource.is_filesystem]
         for raw, path in staged:
             if any(covers(h.resource, path) for h in exclusive):
                 continue
-            holders = sorted({h.owner.key for h in self._candidates(path) if h.owner.key != principal.key and overlaps(path, h.resource)})
+            holders = sorted({h.holder for h in self._candidates(path) if h.holder != principal.key and overlaps(path, h.resource)})
             missing.append({"resource": raw, "why": "no exclusive lock of yours covers it", "held_by": holders})
         allowed = not missing
         self.journal.add(
@@ -680,6 +725,10 @@ class LockTable:
         return {"allowed": allowed, "principal": principal.key, "operator": False, "missing": missing, "checked": len(staged)}
 
     # -- looking ----------------------------------------------------------------------
+
+    def held_by(self, key: str) -> dict[str, Holding]:
+        """What one principal holds, by resource key (a read-only view)."""
+        return self._by_owner.get(key, {})
 
     def holdings(self) -> dict[str, list[dict[str, Any]]]:
         """principal key -> what it holds: ``[{"resource", "mode", "since", "token"}]``."""
@@ -696,7 +745,7 @@ class LockTable:
             "waiting": [
                 {
                     "position": i + 1,
-                    "waiter": w.request.owner.key,
+                    "waiter": w.request.holder,
                     "resources": w.request.keys,
                     "mode": w.request.mode.value,
                     "since": w.since,
