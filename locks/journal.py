@@ -14,7 +14,6 @@ disagree with the log; a crash can lose at most the last batch of history.
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any, Callable, Final, final
 
 import apsw
@@ -41,7 +40,8 @@ class Journal:
 
     def __init__(self, store: StoreOwner) -> None:
         self._store = store
-        self._send, self._receive = trio.open_memory_channel[Job](math.inf)
+        self._pending: list[Job] = []
+        self._arrived = trio.Event()
         self._queued = 0
         self._written = 0
         self._progress = trio.Event()
@@ -58,7 +58,8 @@ class Journal:
 
     def _push(self, job: Job) -> None:
         self._queued += 1
-        self._send.send_nowait(job)
+        self._pending.append(job)
+        self._arrived.set()
 
     @property
     def backlog(self) -> int:
@@ -66,15 +67,13 @@ class Journal:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        async for job in self._receive:
+        while True:
+            await self._arrived.wait()
             with trio.move_on_after(GATHER):
                 await self._hurry.wait()
-            batch = [job]
-            while len(batch) < MAX_BATCH:
-                try:
-                    batch.append(self._receive.receive_nowait())
-                except trio.WouldBlock:
-                    break
+            batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            if not self._pending:
+                self._arrived = trio.Event()
             try:
                 await self._store.call(lambda conn: [j(conn) for j in batch])
             except Exception:  # the history is lost, not the broker

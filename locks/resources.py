@@ -85,6 +85,8 @@ class Resource:
 
 def overlaps(a: Resource, b: Resource) -> bool:
     """Whether two resources can name the same thing (slots never overlap; they count)."""
+    if a.kind is Kind.PATH and b.kind is Kind.PATH and not a.aliases and not b.aliases:
+        return a.key == b.key
     if a.is_filesystem and b.is_filesystem:
         return any(globs.overlap(x, y) for x in a.patterns for y in b.patterns)
     if a.kind is Kind.SLOT or b.kind is Kind.SLOT:

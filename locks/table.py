@@ -61,6 +61,18 @@ class Scope(str, enum.Enum):
     CONNECTION = "connection"  # also released when the requesting connection closes
 
 
+@final
+@attrs.frozen
+class Grant:
+    """What a holder is told about one granted resource (on the wire as an object)."""
+
+    resource: str
+    mode: str
+    token: int
+    since: str
+    expires_at: str | None
+
+
 @attrs.define(eq=False)
 class Holding:
     resource: Resource
@@ -77,9 +89,8 @@ class Holding:
     def __attrs_post_init__(self) -> None:
         self.holder = self.owner.key
 
-    def as_grant(self) -> dict[str, Any]:
-        """What the holder needs back: the resource, its mode, token and times."""
-        return {"resource": self.resource.key, "mode": self.mode.value, "token": self.token, "since": self.since, "expires_at": self.expires_iso}
+    def as_grant(self) -> Grant:
+        return Grant(self.resource.key, self.mode.value, self.token, self.since, self.expires_iso)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -540,7 +551,7 @@ class LockTable:
         self._counts["granted"] += 1
         payload: dict[str, Any] = {
             "resources": request.keys,
-            "mode": request.mode.value,
+            "mode": Mode.UNIT.value if all(h.mode is Mode.UNIT for h in granted) else request.mode.value,
             "tokens": [h.token for h in granted],
             "scope": request.scope.value,
         }
