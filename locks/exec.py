@@ -22,6 +22,8 @@ from broker.clikit import EXIT_NO_BROKER, EXIT_REFUSED, EXIT_USAGE, Target, conn
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: What exec exits with when the command cannot be started at all (as a shell does).
 NOT_FOUND = 127
+#: ... and when Ctrl-C stops it while it waits for its locks (128 + SIGINT).
+INTERRUPTED = 130
 
 
 def run_locked(
@@ -53,6 +55,9 @@ def run_locked(
             grants = client.call("lock.acquire", args)["grants"]
         except ConclaveError as exc:
             die(f"{exc.message} [{exc.code.value}]", EXIT_NO_BROKER if exc.code.value == "unavailable" else EXIT_REFUSED)
+        except KeyboardInterrupt:
+            # Ctrl-C while waiting in line: the broker sees the hang-up and drops the wait.
+            die("interrupted while waiting for the locks; nothing was run", INTERRUPTED)
         code = _run(command)
         released: list[dict[str, Any]] = []
         try:
