@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_PUBLIC = {
+_EXPORTS = {
     "LockTable": "locks.table",
     "LockStatistics": "locks.table",
     "Grant": "locks.table",
@@ -35,11 +35,11 @@ _PUBLIC = {
     "SlotSpec": "locks.slots",
     "parse_slots": "locks.slots",
 }
-__all__ = sorted(_PUBLIC)
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    module = _PUBLIC.get(name)
+    module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'locks' has no attribute {name!r}")
     return getattr(importlib.import_module(module), name)

@@ -43,13 +43,10 @@ def acquire(
     state_dir: StateOpt = None,
 ) -> None:
     """Lock every PATH at once, or none (held by this agent until released or it exits)."""
+    from locks.exec import acquire_args
+
     target = Target(json_out, repo, state_dir)
-    args: dict[str, Any] = {"resources": list(paths), "shared": shared}
-    if wait is not None:
-        args["wait"] = wait
-    if ttl is not None:
-        args["ttl"] = ttl
-    result = call(target, "lock.acquire", args)
+    result = call(target, "lock.acquire", acquire_args(paths, shared=shared, wait=wait, ttl=ttl))
     emit(target, result, lambda r: _grants_table("granted", r["grants"]))
 
 

@@ -26,6 +26,16 @@ NOT_FOUND = 127
 INTERRUPTED = 130
 
 
+def acquire_args(resources: Sequence[str], *, shared: bool, wait: float | None, ttl: float | None, scope: str = "agent") -> dict[str, Any]:
+    """``lock.acquire`` arguments from command-line options (unset ones left out)."""
+    args: dict[str, Any] = {"resources": list(resources), "shared": shared, "scope": scope}
+    if wait is not None:
+        args["wait"] = wait
+    if ttl is not None:
+        args["ttl"] = ttl
+    return args
+
+
 def run_locked(
     target: Target,
     resources: Sequence[str],
@@ -46,13 +56,8 @@ def run_locked(
     if client is None:
         die("no broker is running: exec holds locks only through a running broker", EXIT_NO_BROKER)
     with client:
-        args: dict[str, Any] = {"resources": list(resources), "shared": shared, "scope": "connection"}
-        if wait is not None:
-            args["wait"] = wait
-        if ttl is not None:
-            args["ttl"] = ttl
         try:
-            grants = client.call("lock.acquire", args)["grants"]
+            grants = client.call("lock.acquire", acquire_args(resources, shared=shared, wait=wait, ttl=ttl, scope="connection"))["grants"]
         except ConclaveError as exc:
             die(f"{exc.message} [{exc.code.value}]", EXIT_NO_BROKER if exc.code.value == "unavailable" else EXIT_REFUSED)
         except KeyboardInterrupt:

@@ -7,6 +7,7 @@ A puppet carries out one command at a time, so a test that makes an agent
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -59,23 +60,37 @@ def held(run: Run) -> dict[str, list[str]]:
     return out
 
 
+@contextlib.contextmanager
+def module_run(factory: pytest.TempPathFactory, name: str, agents: list[dict[str, Any]], **kwargs: Any) -> Iterator[Run]:
+    """A broker shared by one test module (tests that do not interfere)."""
+    run = Run(factory.mktemp(name), agents, **kwargs)
+    run.start()
+    try:
+        yield run
+    finally:
+        run.close()
+
+
+def release_everything(run: Run) -> None:
+    """Leave the table empty for the next test: nothing queued, nothing held."""
+    snap = run.op("lock.list")
+    assert not snap["waiting"], f"a test left waiters behind: {snap['waiting']}"
+    for key in {h["resource"] for h in snap["holdings"]}:
+        run.op("lock.force_release", resource=key, reason="test cleanup")
+
+
 @pytest.fixture(scope="module")
 def shared_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     agents = [{"name": "alice", "may_spawn": 2}, {"name": "bob"}, {"name": "carol"}, {"name": "dave"}]
-    run = Run(tmp_path_factory.mktemp("locks"), agents, files={"README.md": "scratch\n", "src/app.py": "x = 1\n"}, extra_toml=SLOTS)
-    run.start()
-    yield run
-    run.close()
+    with module_run(tmp_path_factory, "locks", agents, files={"README.md": "scratch\n", "src/app.py": "x = 1\n"}, extra_toml=SLOTS) as run:
+        yield run
 
 
 @pytest.fixture
 def run(shared_run: Run) -> Iterator[Run]:
     """The module's broker, left with nothing held or queued for the next test."""
     yield shared_run
-    snap = shared_run.op("lock.list")
-    assert not snap["waiting"], f"a test left waiters behind: {snap['waiting']}"
-    for key in {h["resource"] for h in snap["holdings"]}:
-        shared_run.op("lock.force_release", resource=key, reason="test cleanup")
+    release_everything(shared_run)
 
 
 def events_of(run: Run, kind: str) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ import pytest
 
 from agents.harness import GIT_IDENTITY, Puppet, Run
 from locks import guard
-from tests.locks.conftest import later, repo_file
+from tests.locks.conftest import later, module_run, release_everything, repo_file
 
 _edits = itertools.count(1)
 FILES = {"README.md": "scratch\n", "a.txt": "a\n", "b.txt": "b\n", "src/x.py": "x = 1\n"}
@@ -35,10 +35,8 @@ def agent_commit(run: Run, puppet: Puppet, path: str, *git_env: str) -> subproce
 
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    run = Run(tmp_path_factory.mktemp("guard"), [{"name": "alice", "may_spawn": 1}, {"name": "bob"}], files=FILES)
-    run.start()
-    yield run
-    run.close()
+    with module_run(tmp_path_factory, "guard", [{"name": "alice", "may_spawn": 1}, {"name": "bob"}], files=FILES) as run:
+        yield run
 
 
 @pytest.fixture
@@ -47,8 +45,7 @@ def run(guarded: Run) -> Iterator[Run]:
     # Whatever a refused commit left staged is committed by the operator (never blocked).
     operator_git(guarded, "add", "-A")
     operator_git(guarded, "commit", "-qm", "test cleanup")
-    for key in {h["resource"] for h in guarded.op("lock.list")["holdings"]}:
-        guarded.op("lock.force_release", resource=key, reason="test cleanup")
+    release_everything(guarded)
 
 
 def test_commit_of_an_unlocked_file_is_refused_until_it_is_locked(run: Run) -> None:
