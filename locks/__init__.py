@@ -23,7 +23,6 @@ from typing import Any
 _EXPORTS = {
     "LockTable": "locks.table",
     "LockStatistics": "locks.table",
-    "Grant": "locks.table",
     "Mode": "locks.table",
     "Scope": "locks.table",
     "Resource": "locks.resources",

@@ -25,7 +25,7 @@ from locks import guard
 from locks.journal import Journal
 from locks.resources import Resource, ResourceError
 from locks.slots import parse_slots
-from locks.table import Grant, LockTable, Mode, Scope
+from locks.table import LockTable, Mode, Scope
 from memory import events
 
 log = logging.getLogger("conclave.locks")
@@ -120,21 +120,11 @@ def _number(name: str, value: float | None) -> None:
         raise ConclaveError(ErrorCode.INVALID_ARGS, f"{name} must be a finite number of seconds")
 
 
-@attrs.frozen
-class Granted:
-    grants: list[Grant]
+def _grants(holdings: list[Any]) -> dict[str, Any]:
+    return {"grants": [h.as_grant() for h in holdings]}
 
 
-@attrs.frozen
-class Released:
-    released: list[Grant]
-
-
-def _grants(holdings: list[Any]) -> Granted:
-    return Granted([h.as_grant() for h in holdings])
-
-
-async def _acquire(call: Call, texts: list[str], *, shared: bool, wait: float | None, ttl: float | None, scope: str) -> Granted:
+async def _acquire(call: Call, texts: list[str], *, shared: bool, wait: float | None, ttl: float | None, scope: str) -> dict[str, Any]:
     table = table_of(call)
     _number("wait", wait)
     _number("ttl", ttl)
@@ -152,16 +142,16 @@ async def _acquire(call: Call, texts: list[str], *, shared: bool, wait: float | 
 
 
 @OPS.op("lock.acquire", AcquireArgs, access=Access.AGENT)
-async def acquire(call: Call, args: AcquireArgs) -> Granted:
+async def acquire(call: Call, args: AcquireArgs) -> dict[str, Any]:
     """Take every resource at once or none; wait FIFO up to `wait` seconds, or fail fast."""
     return await _acquire(call, args.resources, shared=args.shared, wait=args.wait, ttl=args.ttl, scope=args.scope)
 
 
 @OPS.op("lock.release", ResourcesArgs, access=Access.AGENT)
-async def release(call: Call, args: ResourcesArgs) -> Released:
+async def release(call: Call, args: ResourcesArgs) -> dict[str, Any]:
     """Release resources this principal holds (all or none)."""
     table = table_of(call)
-    return Released([h.as_grant() for h in table.release(call.principal, _held(table, call, args.resources))])
+    return {"released": [h.as_grant() for h in table.release(call.principal, _held(table, call, args.resources))]}
 
 
 @OPS.op("lock.renew", RenewArgs, access=Access.AGENT)
@@ -221,13 +211,13 @@ async def check_commit(call: Call, args: CheckArgs) -> dict[str, Any]:
 
 
 @OPS.op("slot.acquire", SlotArgs, access=Access.AGENT)
-async def slot_acquire(call: Call, args: SlotArgs) -> Granted:
+async def slot_acquire(call: Call, args: SlotArgs) -> dict[str, Any]:
     """Take one unit of a team-file slot (the same as lock.acquire of slot://NAME)."""
     return await _acquire(call, [f"slot://{args.name}"], shared=False, wait=args.wait, ttl=None, scope="agent")
 
 
 @OPS.op("slot.release", SlotReleaseArgs, access=Access.AGENT)
-async def slot_release(call: Call, args: SlotReleaseArgs) -> Released:
+async def slot_release(call: Call, args: SlotReleaseArgs) -> dict[str, Any]:
     """Give a slot unit back (the same as lock.release of slot://NAME)."""
     return await release(call, ResourcesArgs([f"slot://{args.name}"]))
 

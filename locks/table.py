@@ -61,18 +61,6 @@ class Scope(str, enum.Enum):
     CONNECTION = "connection"  # also released when the requesting connection closes
 
 
-@final
-@attrs.frozen
-class Grant:
-    """What a holder is told about one granted resource (on the wire as an object)."""
-
-    resource: str
-    mode: str
-    token: int
-    since: str
-    expires_at: str | None
-
-
 @attrs.define(eq=False)
 class Holding:
     resource: Resource
@@ -89,8 +77,9 @@ class Holding:
     def __attrs_post_init__(self) -> None:
         self.holder = self.owner.key
 
-    def as_grant(self) -> Grant:
-        return Grant(self.resource.key, self.mode.value, self.token, self.since, self.expires_iso)
+    def as_grant(self) -> dict[str, Any]:
+        """What the holder is told: the resource, its mode, its token and times."""
+        return {"resource": self.resource.key, "mode": self.mode.value, "token": self.token, "since": self.since, "expires_at": self.expires_iso}
 
     def as_dict(self) -> dict[str, Any]:
         return {
