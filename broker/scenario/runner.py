@@ -25,7 +25,7 @@ from typing import Any, Final, final
 import attrs
 
 from agents.client import BlockingClient
-from agents.harness import Puppet, Run, puppet_command
+from agents.harness import Puppet, Run, puppet_command, toml_value
 from broker.errors import ConclaveError
 from broker.scenario.format import OPERATOR, Check, Scenario, Step, interpolate
 
@@ -89,11 +89,13 @@ class ScenarioRun:
 
     def __init__(self, scenario: Scenario, root: Path) -> None:
         self.scenario = scenario
-        policy = "".join(f"{k} = {json.dumps(v)}\n" for k, v in scenario.policy.items())
-        slots = ""
+        extra = ""
+        for table in ("policy", "memory"):
+            values = getattr(scenario, table)
+            if values:
+                extra += f"\n[{table}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in values.items())
         for slot in scenario.slots:
-            slots += "\n[[slot]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in slot.items())
-        extra = (f"\n[policy]\n{policy}" if policy else "") + slots
+            extra += "\n[[slot]]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in slot.items())
         self.run = Run(root, [dict(a) for a in scenario.agents], files=scenario.files or None, extra_toml=extra, grace=2.0)
         self.bindings: dict[str, Any] = {}
         self.tickets: dict[str, str] = {}
