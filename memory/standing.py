@@ -1,0 +1,149 @@
+"""A claim's standing in the database: feed the trust policy its rows, write back its verdict.
+
+:func:`evaluate` reads a claim's corroborations, disputes, promotions and
+which witnesses were revoked, and asks :func:`memory.policy.judge`.
+:func:`apply` writes the verdict on every witness row, the tier on the claim
+(moving it between search indexes) and, when the tier changed, a
+``memory.tier`` event naming the cause -- all in the caller's transaction.
+Every path that can change a tier (a corroboration, a dispute, a promotion,
+a retirement, a revocation, a new policy) goes through these two.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import apsw
+
+from memory import claims, events
+from memory.claims import ClaimRow
+from memory.policy import Standing, Tier, TrustPolicy, Witness, judge
+
+
+def revoked_among(conn: apsw.Connection, keys: Iterable[str]) -> set[str]:
+    """Which of these principal keys the operator has revoked."""
+    out = set()
+    for key in set(keys):
+        agent, _, session = key.rpartition(":")
+        row = conn.execute("SELECT revoked_at FROM principals WHERE agent = ? AND session = ?", (agent, session)).fetchone()
+        if row and row[0]:
+            out.add(key)
+    return out
+
+
+def _witnesses(conn: apsw.Connection, table: str, claim_id: int) -> list[tuple[Any, ...]]:
+    blind = "blind" if table == "corroborations" else "0"
+    return list(conn.execute(f"SELECT id, principal, domain, at, {blind} FROM {table} WHERE claim = ? ORDER BY id", (claim_id,)))
+
+
+def evaluate(conn: apsw.Connection, policy: TrustPolicy, claim: ClaimRow) -> Standing:
+    corroborations = _witnesses(conn, "corroborations", claim.id)
+    disputes = _witnesses(conn, "disputes", claim.id)
+    revoked = revoked_among(conn, [r[1] for r in corroborations + disputes])
+    promoted = conn.execute("SELECT max(at) FROM promotions WHERE claim = ?", (claim.id,)).fetchone()[0]
+
+    def as_witness(r: tuple[Any, ...]) -> Witness:
+        return Witness(row=r[0], principal=r[1], domain=r[2], at=r[3], blind=bool(r[4]), revoked=r[1] in revoked)
+
+    return judge(
+        policy,
+        author_domain=claim.author_domain,
+        corroborations=[as_witness(r) for r in corroborations],
+        disputes=[as_witness(r) for r in disputes],
+        promoted_at=promoted,
+        retired=claim.retired_at is not None,
+        superseded=claim.superseded_by is not None,
+    )
+
+
+def apply(conn: apsw.Connection, claim: ClaimRow, standing: Standing, *, actor: str, cause: str) -> ClaimRow:
+    """Write the standing: witness verdicts, the tier, and a ``memory.tier`` event if it moved."""
+    for table, verdicts in (("corroborations", standing.corroborations), ("disputes", standing.disputes)):
+        conn.executemany(
+            f"UPDATE {table} SET counted = ?, reason_not_counted = ? WHERE id = ? AND (counted != ? OR reason_not_counted IS NOT ?)",
+            [
+                (int(v.counted), v.reason.value if v.reason else None, v.row, int(v.counted), v.reason.value if v.reason else None)
+                for v in verdicts
+            ],
+        )
+    if standing.tier is claim.tier:
+        return claim
+    updated = claims.set_tier(conn, claim, standing.tier)
+    events.append(
+        conn,
+        "memory.tier",
+        actor=actor,
+        subject=str(claim.id),
+        payload={
+            "from": claim.tier.value,
+            "to": standing.tier.value,
+            "cause": cause,
+            "counted_domains": list(standing.counted_domains),
+        },
+    )
+    return updated
+
+
+def restand(conn: apsw.Connection, policy: TrustPolicy, claim: ClaimRow, *, actor: str, cause: str) -> tuple[ClaimRow, Standing]:
+    standing = evaluate(conn, policy, claim)
+    return apply(conn, claim, standing, actor=actor, cause=cause), standing
+
+
+def restand_all(conn: apsw.Connection, policy: TrustPolicy, *, actor: str, cause: str) -> list[dict[str, Any]]:
+    """Recompute every claim that has witnesses or promotions (after a policy change)."""
+    ids = [
+        r[0]
+        for r in conn.execute(
+            "SELECT claim FROM corroborations UNION SELECT claim FROM disputes UNION SELECT claim FROM promotions ORDER BY 1"
+        )
+    ]
+    changes = []
+    for claim in claims.load_many(conn, ids).values():
+        after, _ = restand(conn, policy, claim, actor=actor, cause=cause)
+        if after.tier is not claim.tier:
+            changes.append({"id": claim.id, "from": claim.tier.value, "to": after.tier.value})
+    return changes
+
+
+def describe(conn: apsw.Connection, policy: TrustPolicy, claim: ClaimRow) -> dict[str, Any]:
+    """A claim in ``--json``: its fields, every witness with its verdict, and what it lacks."""
+    standing = evaluate(conn, policy, claim)
+    corroborations = [
+        {
+            "id": r[0],
+            "principal": r[1],
+            "domain": r[2],
+            "at": r[3],
+            "blind": bool(r[4]),
+            "evidence": r[5],
+            "counted": bool(r[6]),
+            "reason_not_counted": r[7],
+        }
+        for r in conn.execute(
+            "SELECT id, principal, domain, at, blind, evidence, counted, reason_not_counted FROM corroborations WHERE claim = ? ORDER BY id",
+            (claim.id,),
+        )
+    ]
+    disputes = [
+        {"id": r[0], "principal": r[1], "domain": r[2], "at": r[3], "reason": r[4], "counted": bool(r[5]), "reason_not_counted": r[6]}
+        for r in conn.execute(
+            "SELECT id, principal, domain, at, reason, counted, reason_not_counted FROM disputes WHERE claim = ? ORDER BY id", (claim.id,)
+        )
+    ]
+    promotions = [
+        {"at": r[0], "by": r[1], "reason": r[2]}
+        for r in conn.execute("SELECT at, by, reason FROM promotions WHERE claim = ? ORDER BY id", (claim.id,))
+    ]
+    return {
+        **claims.brief(claim),
+        "corroborations": corroborations,
+        "disputes": disputes,
+        "promotions": promotions,
+        "standing": {
+            "quorum": policy.quorum,
+            "require_blind": policy.require_blind,
+            "counted_domains": list(standing.counted_domains),
+            "has_blind_witness": standing.has_blind,
+            "short_of_trust": standing.short_of_trust if standing.tier is not Tier.TRUSTED else None,
+        },
+    }
