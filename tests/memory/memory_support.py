@@ -1,0 +1,39 @@
+"""Helpers shared by the memory tests (imported by name; tests/memory is on sys.path)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from broker.identity import Principal, Role
+from memory import database, events
+
+_sessions = itertools.count(1)
+
+
+def principal(agent: str, domain: str | None = None) -> Principal:
+    """A principal the *test* makes up, for store-level tests that bypass the broker."""
+    return Principal(agent=agent, session=f"t{next(_sessions):04d}", role=Role.AGENT, domain=domain or agent.split("/")[0])
+
+
+def read_db(state: Path) -> apsw.Connection:
+    return database.connect(state / "conclave.db", readonly=True)
+
+
+def memory_events(state: Path, *, subject: str | None = None, kind: str = "memory") -> list[events.Event]:
+    conn = read_db(state)
+    try:
+        return events.read(conn, kind_prefix=kind, subject=subject)
+    finally:
+        conn.close()
+
+
+def witnesses(claim: dict[str, Any]) -> list[tuple[str, bool, str | None]]:
+    """(principal, counted, reason_not_counted) for each corroboration of a claim."""
+    return [(c["principal"], c["counted"], c["reason_not_counted"]) for c in claim["corroborations"]]
+
+
+FACT = "The {} tests are flaky on arm64 CI because two workers share one temp directory."
