@@ -12,7 +12,8 @@ its tier's idle window is retired: unverified 30 days, disputed 14, trusted
 each claim is searched by its three rarest words and compared (Jaccard over
 words) with the few claims that come back.  Exact duplicates (same words)
 keep the strongest copy -- higher tier, more counted witnesses, older -- and
-retire the rest.  Near-duplicates are merged only within one tier below
+retire the rest.  Near-duplicates must agree on every number (a 120 s and a
+12 s timeout are different claims) and are merged only within one tier below
 trusted; a paraphrase of a *trusted* claim is never folded into it (its
 different words may be exactly the poison or the correction), only listed
 for review.
@@ -36,7 +37,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Final, Iterator, Mapping, final
+from typing import Any, Final, Iterator, Mapping, final
 
 import apsw
 import attrs
@@ -44,9 +45,6 @@ import attrs
 from memory import claims, events
 from memory.claims import KINDS
 from memory.policy import PolicyError, Tier
-
-if TYPE_CHECKING:
-    pass
 
 GROOM_KEYS: Final = (
     "groom_after_claims",
@@ -261,7 +259,7 @@ def _duplicates(conn: apsw.Connection, policy: GroomPolicy, *, since: int) -> tu
             seen.add(pair)
             theirs = set(claims.words(other.text))
             similarity = len(mine & theirs) / len(mine | theirs) if mine | theirs else 0.0
-            if other.text_key == key or similarity >= policy.duplicate_similarity:
+            if other.text_key == key or (similarity >= policy.duplicate_similarity and _numbers(mine) == _numbers(theirs)):
                 pairs.append((pair[0], pair[1], 1.0 if other.text_key == key else similarity))
     rows = claims.load_many(conn, (i for p in pairs for i in p[:2]))
 
@@ -284,6 +282,11 @@ def _duplicates(conn: apsw.Connection, policy: GroomPolicy, *, since: int) -> tu
         if lose.id not in retire and keep.id not in retire:
             retire[lose.id] = Retirement(lose.id, lose.kind, lose.tier.value, "duplicate", reason, keep.id)
     return list(retire.values()), review
+
+
+def _numbers(words: set[str]) -> set[str]:
+    # "a 120 s timeout" and "a 12 s timeout" share almost every word and mean different things.
+    return {w for w in words if any(ch.isdigit() for ch in w)}
 
 
 def _caps(conn: apsw.Connection, policy: GroomPolicy, planned: dict[int, Retirement]) -> Iterator[Retirement]:
