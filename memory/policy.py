@@ -168,30 +168,37 @@ def judge(
                 objections[w.row] = Verdict(w.row, False, NotCounted.COVERED_BY_PROMOTION)
     disputed = any(v.counted for v in objections.values())
 
-    short: str | None = None
     if retired:
         tier = Tier.RETIRED
     elif superseded:
         tier = Tier.SUPERSEDED
     elif disputed:
-        tier, short = Tier.DISPUTED, "an independent witness disputes it"
+        tier = Tier.DISPUTED
     elif promoted_at is not None:
         tier = Tier.TRUSTED
-    elif len(domains) < policy.quorum:
-        missing = policy.quorum - len(domains)
-        tier, short = Tier.UNVERIFIED, f"needs {missing} more corroboration(s) from independent trust domains (quorum {policy.quorum})"
-    elif policy.require_blind and not has_blind:
-        tier, short = Tier.UNVERIFIED, "quorum reached, but the policy requires a blind witness and every counted one had been shown the claim"
     else:
-        tier = Tier.TRUSTED
+        tier = Tier.UNVERIFIED if shortfall(policy, Tier.UNVERIFIED, len(domains), has_blind) else Tier.TRUSTED
     return Standing(
         tier=tier,
         corroborations=tuple(votes[w.row] for w in corroborations),
         disputes=tuple(objections[w.row] for w in disputes),
         counted_domains=domains,
         has_blind=has_blind,
-        short_of_trust=short,
+        short_of_trust=shortfall(policy, tier, len(domains), has_blind),
     )
+
+
+def shortfall(policy: TrustPolicy, tier: Tier, counted_domains: int, has_blind: bool) -> str | None:
+    """Why a live claim is not trusted, in words (None when it is, or is not live)."""
+    if tier is Tier.DISPUTED:
+        return "an independent witness disputes it"
+    if tier is not Tier.UNVERIFIED:
+        return None
+    if counted_domains < policy.quorum:
+        return f"needs {policy.quorum - counted_domains} more corroboration(s) from independent trust domains (quorum {policy.quorum})"
+    if policy.require_blind and not has_blind:
+        return "quorum reached, but the policy requires a blind witness and every counted one had been shown the claim"
+    return None
 
 
 def _count(witnesses: Iterable[Witness], author_domain: str, *, prefer_blind: bool) -> dict[int, Verdict]:

@@ -106,15 +106,13 @@ def _bring_back_trusted_twins(conn: apsw.Connection, hits: list[Hit], limit: int
     # A trusted twin has the same words, hence the same BM25, as its
     # unverified twin; if the candidate cut dropped it, add it back.
     hits.sort(key=Hit.order)
+    shown = {h.claim.text_key: h for h in reversed(hits[:limit]) if h.claim.tier is not Tier.TRUSTED}
+    if not shown:
+        return hits
     present = {h.claim.id for h in hits}
-    extra = []
-    for hit in hits[:limit]:
-        if hit.claim.tier is Tier.TRUSTED:
-            continue
-        for twin in claims.twins(conn, hit.claim.text_key):
-            if twin.tier is Tier.TRUSTED and twin.id not in present:
-                extra.append(Hit(twin, hit.bm25))
-                present.add(twin.id)
+    marks = ",".join("?" * len(shown))
+    ids = [r[0] for r in conn.execute(f"SELECT id FROM claims WHERE tier = 'trusted' AND text_key IN ({marks})", list(shown))]
+    extra = [Hit(twin, shown[twin.text_key].bm25) for twin in claims.load_many(conn, ids).values() if twin.id not in present]
     return hits + extra
 
 
@@ -122,7 +120,8 @@ def recall(conn: apsw.Connection, policy: TrustPolicy, principal: Principal, que
     """Search every live claim, badged with its tier; log the exposures."""
     hits = rank(conn, query, limit=limit, trusted_only=False)
     exposures.record(conn, principal, [h.claim for h in hits], "recall", events.now())
-    return [{**standing.describe(conn, policy, h.claim), "score": round(-h.score, 6)} for h in hits]
+    described = standing.describe_many(conn, policy, [h.claim for h in hits]) if hits else []
+    return [{**d, "score": round(-h.score, 6)} for d, h in zip(described, hits)]
 
 
 def render_line(claim: ClaimRow) -> str:

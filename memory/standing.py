@@ -17,7 +17,7 @@ import apsw
 
 from memory import claims, events
 from memory.claims import ClaimRow
-from memory.policy import Standing, Tier, TrustPolicy, Witness, judge
+from memory.policy import Standing, TrustPolicy, Witness, judge, shortfall
 
 
 def revoked_among(conn: apsw.Connection, keys: Iterable[str]) -> set[str]:
@@ -107,43 +107,48 @@ def restand_all(conn: apsw.Connection, policy: TrustPolicy, *, actor: str, cause
 
 def describe(conn: apsw.Connection, policy: TrustPolicy, claim: ClaimRow) -> dict[str, Any]:
     """A claim in ``--json``: its fields, every witness with its verdict, and what it lacks."""
-    standing = evaluate(conn, policy, claim)
-    corroborations = [
-        {
-            "id": r[0],
-            "principal": r[1],
-            "domain": r[2],
-            "at": r[3],
-            "blind": bool(r[4]),
-            "evidence": r[5],
-            "counted": bool(r[6]),
-            "reason_not_counted": r[7],
-        }
-        for r in conn.execute(
-            "SELECT id, principal, domain, at, blind, evidence, counted, reason_not_counted FROM corroborations WHERE claim = ? ORDER BY id",
-            (claim.id,),
+    return describe_many(conn, policy, [claim])[0]
+
+
+def describe_many(conn: apsw.Connection, policy: TrustPolicy, rows: list[ClaimRow]) -> list[dict[str, Any]]:
+    """:func:`describe` for several claims, in a few queries.  Reads the stored verdicts
+    (:func:`apply` keeps them current), so it never re-judges."""
+    ids = [c.id for c in rows]
+    marks = ",".join("?" * len(ids))
+    corroborations: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
+    disputes: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
+    promotions: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
+    for r in conn.execute(
+        f"SELECT claim, id, principal, domain, at, blind, evidence, counted, reason_not_counted FROM corroborations WHERE claim IN ({marks}) ORDER BY id",
+        ids,
+    ):
+        corroborations[r[0]].append(
+            {"id": r[1], "principal": r[2], "domain": r[3], "at": r[4], "blind": bool(r[5]), "evidence": r[6], "counted": bool(r[7]), "reason_not_counted": r[8]}
         )
-    ]
-    disputes = [
-        {"id": r[0], "principal": r[1], "domain": r[2], "at": r[3], "reason": r[4], "counted": bool(r[5]), "reason_not_counted": r[6]}
-        for r in conn.execute(
-            "SELECT id, principal, domain, at, reason, counted, reason_not_counted FROM disputes WHERE claim = ? ORDER BY id", (claim.id,)
+    for r in conn.execute(
+        f"SELECT claim, id, principal, domain, at, reason, counted, reason_not_counted FROM disputes WHERE claim IN ({marks}) ORDER BY id", ids
+    ):
+        disputes[r[0]].append({"id": r[1], "principal": r[2], "domain": r[3], "at": r[4], "reason": r[5], "counted": bool(r[6]), "reason_not_counted": r[7]})
+    for r in conn.execute(f"SELECT claim, at, by, reason FROM promotions WHERE claim IN ({marks}) ORDER BY id", ids):
+        promotions[r[0]].append({"at": r[1], "by": r[2], "reason": r[3]})
+    out = []
+    for claim in rows:
+        counted = [c for c in corroborations[claim.id] if c["counted"]]
+        domains = list(dict.fromkeys(c["domain"] for c in counted))
+        has_blind = any(c["blind"] for c in counted)
+        out.append(
+            {
+                **claims.brief(claim),
+                "corroborations": corroborations[claim.id],
+                "disputes": disputes[claim.id],
+                "promotions": promotions[claim.id],
+                "standing": {
+                    "quorum": policy.quorum,
+                    "require_blind": policy.require_blind,
+                    "counted_domains": domains,
+                    "has_blind_witness": has_blind,
+                    "short_of_trust": shortfall(policy, claim.tier, len(domains), has_blind),
+                },
+            }
         )
-    ]
-    promotions = [
-        {"at": r[0], "by": r[1], "reason": r[2]}
-        for r in conn.execute("SELECT at, by, reason FROM promotions WHERE claim = ? ORDER BY id", (claim.id,))
-    ]
-    return {
-        **claims.brief(claim),
-        "corroborations": corroborations,
-        "disputes": disputes,
-        "promotions": promotions,
-        "standing": {
-            "quorum": policy.quorum,
-            "require_blind": policy.require_blind,
-            "counted_domains": list(standing.counted_domains),
-            "has_blind_witness": standing.has_blind,
-            "short_of_trust": standing.short_of_trust if standing.tier is not Tier.TRUSTED else None,
-        },
-    }
+    return out
