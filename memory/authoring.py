@@ -24,7 +24,7 @@ def remember(conn: apsw.Connection, policy: TrustPolicy, author: Principal, *, k
     """A new claim, unverified.  Never merged into an existing one, even a word-for-word twin:
     the reply names live twins so the agent can corroborate one by id instead."""
     claim = claims.insert(conn, author, kind=kind, scope=scope, text=text, evidence=evidence)
-    out = standing.describe(conn, policy, claim)
+    out = standing.describe_new(policy, claim)
     out["twins"] = [{"id": t.id, "tier": t.tier.value} for t in claims.twins(conn, claim.text_key, besides=claim.id)]
     return out
 
@@ -49,7 +49,7 @@ def revise(conn: apsw.Connection, policy: TrustPolicy, author: Principal, claim_
             "Dispute it (conclave memory dispute) and remember a corrected claim instead",
         )
     new = claims.insert(conn, author, kind=old.kind, scope=old.scope, text=text, evidence=evidence, revises=old)
-    out = standing.describe(conn, policy, new)
+    out = standing.describe_new(policy, new)
     out["revised"] = {"id": old.id, "tier": old.tier.value}
     return out
 

@@ -161,17 +161,17 @@ def insert(
     """
     stamp = at or events.now()
     key = text_key(text)
-    lineage, edition = (revises.lineage, revises.edition + 1) if revises else (None, 1)
+    # One writer: the next rowid is max(id) + 1, known before the insert, so a
+    # first edition can name itself as its lineage in the same statement.
+    new_id = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM claims").fetchone()[0]
+    lineage, edition = (revises.lineage, revises.edition + 1) if revises else (new_id, 1)
     conn.execute(
-        "INSERT INTO claims(lineage, edition, supersedes, kind, scope, text, text_key, evidence, author, author_domain, tier, created_at) "
-        "VALUES (coalesce(?, 0), ?, ?, ?, ?, ?, ?, ?, ?, ?, 'unverified', ?)",
-        (lineage, edition, revises.id if revises else None, kind, scope, text, key, evidence, author.key, author.domain, stamp),
+        "INSERT INTO claims(id, lineage, edition, supersedes, kind, scope, text, text_key, evidence, author, author_domain, tier, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'unverified', ?)",
+        (new_id, lineage, edition, revises.id if revises else None, kind, scope, text, key, evidence, author.key, author.domain, stamp),
     )
-    new_id = conn.last_insert_rowid()
-    if lineage is None:
-        conn.execute("UPDATE claims SET lineage = id WHERE id = ?", (new_id,))
     _index(conn, "claims_fts", new_id, text)
-    payload: dict[str, Any] = {"kind": kind, "scope": scope, "lineage": lineage or new_id, "edition": edition, "text_sha256": digest(text)}
+    payload: dict[str, Any] = {"kind": kind, "scope": scope, "lineage": lineage, "edition": edition, "text_sha256": digest(text)}
     if evidence is not None:
         payload["evidence_sha256"] = digest(evidence)
     if revises is not None:
@@ -179,9 +179,11 @@ def insert(
         set_tier(conn, revises, Tier.SUPERSEDED)
         payload.update(supersedes=revises.id, superseded_tier=revises.tier.value)
     events.append(conn, "memory.revise" if revises else "memory.remember", actor=author.key, subject=str(new_id), payload=payload, at=stamp)
-    claim = load(conn, new_id)
-    assert claim is not None
-    return claim
+    return ClaimRow(
+        id=new_id, lineage=lineage, edition=edition, supersedes=revises.id if revises else None, superseded_by=None,
+        kind=kind, scope=scope, text=text, text_key=key, evidence=evidence, author=author.key, author_domain=author.domain,
+        tier=Tier.UNVERIFIED, created_at=stamp, last_used_at=None, retired_at=None, retired_by=None, retired_reason=None,
+    )
 
 
 def set_tier(conn: apsw.Connection, claim: ClaimRow, tier: Tier) -> ClaimRow:

@@ -38,7 +38,7 @@ import math
 import re
 from collections import Counter
 from functools import lru_cache
-from typing import Any, Final, Iterable, final
+from typing import Final, Iterable, final
 
 import attrs
 
@@ -90,19 +90,29 @@ _GENERIC_DETECTORS: Final = frozenset({"Base64 High Entropy String", "Hex High E
 
 
 @lru_cache(maxsize=1)
-def _format_detectors() -> tuple[Any, ...]:
+def _format_detectors() -> tuple[tuple[str, tuple[re.Pattern[str], ...]], ...]:
+    """detect-secrets' known-format detectors as (name, patterns).
+
+    Only their patterns are used (``analyze_string``'s denylist): the
+    plugins' ``analyze_line`` can try to *verify* a candidate against the
+    provider's API over the network, which must never happen to a secret an
+    agent just tried to store.
+    """
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 
-    return tuple(cls() for kind, cls in sorted(get_mapping_from_secret_type_to_class().items()) if kind not in _GENERIC_DETECTORS)
+    return tuple(
+        (kind, tuple(cls().denylist))
+        for kind, cls in sorted(get_mapping_from_secret_type_to_class().items())
+        if kind not in _GENERIC_DETECTORS
+    )
 
 
 def _secret(text: str) -> Rejection | None:
     if _PRIVATE_KEY.search(text):
         return Rejection("secret", "a private-key header")
-    for line in text.splitlines() or [text]:
-        for detector in _format_detectors():
-            if any(True for _ in detector.analyze_line(filename="claim.txt", line=line, line_number=1)):
-                return Rejection("secret", f"a string shaped like a known credential ({detector.secret_type})")
+    for kind, patterns in _format_detectors():
+        if any(p.search(text) for p in patterns):
+            return Rejection("secret", f"a string shaped like a known credential ({kind})")
     for pattern in (_KEY_VALUE, _KEY_IS):
         for match in pattern.finditer(text):
             if _looks_secret(match.group(2)):

@@ -113,23 +113,33 @@ def describe(conn: apsw.Connection, policy: TrustPolicy, claim: ClaimRow) -> dic
 def describe_many(conn: apsw.Connection, policy: TrustPolicy, rows: list[ClaimRow]) -> list[dict[str, Any]]:
     """:func:`describe` for several claims, in a few queries.  Reads the stored verdicts
     (:func:`apply` keeps them current), so it never re-judges."""
+    return _describe(conn, policy, rows)
+
+
+def describe_new(policy: TrustPolicy, claim: ClaimRow) -> dict[str, Any]:
+    """:func:`describe` for an edition written in this job: it has no witnesses yet."""
+    return _describe(None, policy, [claim])[0]
+
+
+def _describe(conn: apsw.Connection | None, policy: TrustPolicy, rows: list[ClaimRow]) -> list[dict[str, Any]]:
+    # With no connection there is nothing to read: a claim written in this very job has no witnesses.
     ids = [c.id for c in rows]
     marks = ",".join("?" * len(ids))
     corroborations: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
     disputes: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
     promotions: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
-    for r in conn.execute(
+    for r in () if conn is None else conn.execute(
         f"SELECT claim, id, principal, domain, at, blind, evidence, counted, reason_not_counted FROM corroborations WHERE claim IN ({marks}) ORDER BY id",
         ids,
     ):
         corroborations[r[0]].append(
             {"id": r[1], "principal": r[2], "domain": r[3], "at": r[4], "blind": bool(r[5]), "evidence": r[6], "counted": bool(r[7]), "reason_not_counted": r[8]}
         )
-    for r in conn.execute(
+    for r in () if conn is None else conn.execute(
         f"SELECT claim, id, principal, domain, at, reason, counted, reason_not_counted FROM disputes WHERE claim IN ({marks}) ORDER BY id", ids
     ):
         disputes[r[0]].append({"id": r[1], "principal": r[2], "domain": r[3], "at": r[4], "reason": r[5], "counted": bool(r[6]), "reason_not_counted": r[7]})
-    for r in conn.execute(f"SELECT claim, at, by, reason FROM promotions WHERE claim IN ({marks}) ORDER BY id", ids):
+    for r in () if conn is None else conn.execute(f"SELECT claim, at, by, reason FROM promotions WHERE claim IN ({marks}) ORDER BY id", ids):
         promotions[r[0]].append({"at": r[1], "by": r[2], "reason": r[3]})
     out = []
     for claim in rows:
