@@ -360,13 +360,14 @@ async def start(core: Any, nursery: trio.Nursery) -> None:
 
     def settle(conn):  # type: ignore[no-untyped-def]
         if wanted is None:
-            return settings.recorded(conn) or settings.MemorySettings(), []
-        changes = []
-        if settings.record(conn, wanted, actor=BROKER_ACTOR):
-            changes = standing.restand_all(conn, wanted.trust, actor=BROKER_ACTOR, cause="the memory settings changed")
-        return wanted, changes
+            return settings.recorded(conn) or settings.MemorySettings()
+        before = settings.record(conn, wanted, actor=BROKER_ACTOR)
+        # A store first opened by a broker has nothing to recompute; a changed trust policy does.
+        if (before.trust if before else settings.TrustPolicy()) != wanted.trust:
+            standing.restand_all(conn, wanted.trust, actor=BROKER_ACTOR, cause="the trust policy changed")
+        return wanted
 
-    effective, _changes = await core.store.call(settle)
+    effective = await core.store.call(settle)
     svc = MemoryService(core, effective)
     core.extensions[SERVICE] = svc
     if core.live:

@@ -22,6 +22,8 @@ from memory import events
 from memory.groom import GroomPolicy
 from memory.policy import PolicyError, TrustPolicy
 
+__all__ = ["MemorySettings", "TrustPolicy", "GroomPolicy", "recorded", "record"]
+
 
 @final
 @attrs.frozen
@@ -57,14 +59,14 @@ def recorded(conn: apsw.Connection) -> MemorySettings | None:
         return None
 
 
-def record(conn: apsw.Connection, settings: MemorySettings, *, actor: str) -> bool:
-    """Store ``settings`` as the ones in force; True (and an event) when they changed."""
+def record(conn: apsw.Connection, settings: MemorySettings, *, actor: str) -> MemorySettings | None:
+    """Store ``settings`` as the ones in force (with an event when they changed); return the previous ones."""
     before = recorded(conn)
     if before == settings:
-        return False
+        return before
     value = events.canonical(settings.as_dict())
     conn.execute(
         "INSERT INTO memory_settings(key, value) VALUES ('settings', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", (value,)
     )
     events.append(conn, "memory.policy", actor=actor, payload={"before": before.as_dict() if before else None, "after": settings.as_dict()})
-    return True
+    return before
