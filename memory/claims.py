@@ -215,7 +215,7 @@ def _index(conn: apsw.Connection, index: str, claim_id: int, text: str) -> None:
 
 
 def touch(conn: apsw.Connection, claim_ids: Iterable[int], at: str) -> None:
-    """Note that claims were used (shown or vouched for): groom's decay reads it."""
+    """Note that claims were vouched for (groom's decay reads it, with the exposure log)."""
     conn.executemany("UPDATE claims SET last_used_at = ? WHERE id = ?", [(at, i) for i in claim_ids])
 
 

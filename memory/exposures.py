@@ -23,8 +23,6 @@ from typing import TYPE_CHECKING, Final, Iterable
 
 import apsw
 
-from memory import claims
-
 if TYPE_CHECKING:
     from broker.identity import Principal
     from memory.claims import ClaimRow
@@ -33,14 +31,13 @@ VIAS: Final = ("recall", "context", "show")
 
 
 def record(conn: apsw.Connection, principal: Principal, shown: Iterable[ClaimRow], via: str, at: str) -> None:
-    """Log that ``principal`` was shown each claim; mark the claims as used."""
+    """Log that ``principal`` was shown each claim (groom's decay reads the latest per claim)."""
     if via not in VIAS:
         raise ValueError(f"unknown exposure channel {via!r}")
     rows = [(c.id, c.lineage, principal.key, principal.domain, via, at) for c in shown]
     if not rows:
         return
     conn.executemany("INSERT INTO exposures(claim, lineage, principal, domain, via, at) VALUES (?,?,?,?,?,?)", rows)
-    claims.touch(conn, (r[0] for r in rows), at)
 
 
 def seen_by_domain(conn: apsw.Connection, domain: str, lineage: int) -> bool:

@@ -4,7 +4,8 @@ CLIO had five ways for a memory to vanish -- decay, age-out, dedup, caps,
 prune -- each deleting rows without a trace, and two of them disagreeing
 about the tier.  Here there is one pass, :func:`plan` then :func:`apply`:
 
-**Decay.**  A live claim unused (not shown, not vouched for) for longer than
+**Decay.**  A live claim unused (not shown -- the exposure log says when --
+nor vouched for) for longer than
 its tier's idle window is retired: unverified 30 days, disputed 14, trusted
 365 by default.
 
@@ -61,6 +62,10 @@ APPLY_CHUNK: Final = 500
 _RARE_WORDS: Final = 3
 _CANDIDATES: Final = 8
 _STRENGTH: Final = {Tier.TRUSTED: 2, Tier.UNVERIFIED: 1, Tier.DISPUTED: 0}
+#: When a claim was last written, vouched for or shown (ISO strings compare as times).
+_LAST_USE: Final = (
+    "max(c.created_at, coalesce(c.last_used_at, ''), coalesce((SELECT max(e.at) FROM exposures e WHERE e.claim = c.id), ''))"
+)
 
 
 def _number(table: Mapping[str, Any], key: str, default: float, where: str, *, whole: bool = False, low: float = 0) -> Any:
@@ -223,7 +228,7 @@ def _decay(conn: apsw.Connection, policy: GroomPolicy, now: datetime) -> Iterato
             continue
         cutoff = (now - timedelta(days=days)).isoformat(timespec="microseconds")
         for claim_id, kind in conn.execute(
-            "SELECT id, kind FROM claims WHERE tier = ? AND coalesce(last_used_at, created_at) < ? ORDER BY id", (tier.value, cutoff)
+            f"SELECT c.id, c.kind FROM claims c WHERE c.tier = ? AND {_LAST_USE} < ? ORDER BY c.id", (tier.value, cutoff)
         ):
             yield Retirement(claim_id, kind, tier.value, "decay", f"groom: {tier.value} claim unused for {days:g} days")
 
@@ -298,8 +303,8 @@ def _caps(conn: apsw.Connection, policy: GroomPolicy, planned: dict[int, Retirem
         if excess <= 0:
             continue
         rows = conn.execute(
-            "SELECT id, tier FROM claims WHERE kind = ? AND tier IN ('unverified', 'trusted', 'disputed') "
-            "ORDER BY CASE tier WHEN 'disputed' THEN 0 WHEN 'unverified' THEN 1 ELSE 2 END, coalesce(last_used_at, created_at), id",
+            f"SELECT c.id, c.tier FROM claims c WHERE c.kind = ? AND c.tier IN ('unverified', 'trusted', 'disputed') "
+            f"ORDER BY CASE c.tier WHEN 'disputed' THEN 0 WHEN 'unverified' THEN 1 ELSE 2 END, {_LAST_USE}, c.id",
             (kind,),
         )
         for claim_id, tier in rows:

@@ -57,6 +57,9 @@ _STOPWORDS: Final = frozenset(
     too under until up very was we were what when where which while who whom why will with would you your yours""".split()
 )
 _WORD: Final = re.compile(r"\w+")
+_LOAD_STEP: Final = 16
+#: No rendered line is shorter than this many tokens ("[TRUSTED] #1 (pattern) " and a word).
+_SHORTEST_LINE: Final = 8
 
 
 def terms(query: str) -> list[str]:
@@ -73,15 +76,19 @@ def match_expression(words: list[str]) -> str:
 
 @attrs.frozen
 class Hit:
-    claim: ClaimRow
+    """A candidate: what ranking needs, without the claim's text (loaded only for what is returned)."""
+
+    id: int
     bm25: float
+    tier: Tier
+    text_key: str
 
     @property
     def score(self) -> float:
-        return self.bm25 * TIER_WEIGHT[self.claim.tier]
+        return self.bm25 * TIER_WEIGHT[self.tier]
 
     def order(self) -> tuple[float, int, int]:
-        return (self.score, _TIER_ORDER[self.claim.tier], -self.claim.id)
+        return (self.score, _TIER_ORDER[self.tier], -self.id)
 
 
 def rank(conn: apsw.Connection, query: str, *, limit: int, trusted_only: bool) -> list[Hit]:
@@ -94,33 +101,48 @@ def rank(conn: apsw.Connection, query: str, *, limit: int, trusted_only: bool) -
     found = list(
         conn.execute(f"SELECT rowid, rank FROM {index} WHERE {index} MATCH ? ORDER BY rank LIMIT ?", (match_expression(words), candidates))
     )
-    rows = claims.load_many(conn, (r[0] for r in found))
-    hits = [Hit(rows[i], score) for i, score in found if i in rows and rows[i].live]
-    if not trusted_only:
-        hits = _bring_back_trusted_twins(conn, hits, limit)
+    if trusted_only:
+        # Every row of this index is trusted: BM25 order is the order.
+        return [Hit(i, score, Tier.TRUSTED, "") for i, score in found]
+    facts = _facts(conn, [i for i, _ in found])
+    hits = [Hit(i, score, *facts[i]) for i, score in found if i in facts]
+    hits = _bring_back_trusted_twins(conn, hits, limit)
     hits.sort(key=Hit.order)
     return hits[:limit]
+
+
+def _facts(conn: apsw.Connection, ids: list[int]) -> dict[int, tuple[Tier, str]]:
+    if not ids:
+        return {}
+    marks = ",".join("?" * len(ids))
+    rows = conn.execute(f"SELECT id, tier, text_key FROM claims WHERE id IN ({marks}) AND tier IN ('unverified', 'trusted', 'disputed')", ids)
+    return {i: (Tier(tier), key) for i, tier, key in rows}
 
 
 def _bring_back_trusted_twins(conn: apsw.Connection, hits: list[Hit], limit: int) -> list[Hit]:
     # A trusted twin has the same words, hence the same BM25, as its
     # unverified twin; if the candidate cut dropped it, add it back.
     hits.sort(key=Hit.order)
-    shown = {h.claim.text_key: h for h in reversed(hits[:limit]) if h.claim.tier is not Tier.TRUSTED}
+    shown = {h.text_key: h for h in reversed(hits[:limit]) if h.tier is not Tier.TRUSTED}
     if not shown:
         return hits
-    present = {h.claim.id for h in hits}
+    present = {h.id for h in hits}
     marks = ",".join("?" * len(shown))
-    ids = [r[0] for r in conn.execute(f"SELECT id FROM claims WHERE tier = 'trusted' AND text_key IN ({marks})", list(shown))]
-    extra = [Hit(twin, shown[twin.text_key].bm25) for twin in claims.load_many(conn, ids).values() if twin.id not in present]
-    return hits + extra
+    twins = conn.execute(f"SELECT id, text_key FROM claims WHERE tier = 'trusted' AND text_key IN ({marks})", list(shown))
+    return hits + [Hit(i, shown[key].bm25, Tier.TRUSTED, key) for i, key in twins if i not in present]
+
+
+def _rows(conn: apsw.Connection, hits: list[Hit]) -> list[ClaimRow]:
+    found = claims.load_many(conn, (h.id for h in hits))
+    return [found[h.id] for h in hits if h.id in found]
 
 
 def recall(conn: apsw.Connection, policy: TrustPolicy, principal: Principal, query: str, *, limit: int) -> list[dict[str, Any]]:
     """Search every live claim, badged with its tier; log the exposures."""
     hits = rank(conn, query, limit=limit, trusted_only=False)
-    exposures.record(conn, principal, [h.claim for h in hits], "recall", events.now())
-    described = standing.describe_many(conn, policy, [h.claim for h in hits]) if hits else []
+    rows = _rows(conn, hits)
+    exposures.record(conn, principal, rows, "recall", events.now())
+    described = standing.describe_many(conn, policy, rows) if rows else []
     return [{**d, "score": round(-h.score, 6)} for d, h in zip(described, hits)]
 
 
@@ -139,19 +161,27 @@ def context(
     """The fenced block to inject for ``query``, within ``budget`` tokens; log the exposures.
 
     Claims are taken best first; one that does not fit the remaining budget
-    is skipped for a shorter one after it.  When nothing fits, the block is
+    is skipped for a shorter one after it (until a whole step of candidates
+    adds nothing).  When nothing fits, the block is
     empty rather than a header with no content.
     """
     frame = ["```text", HEADER, "```"]
     spent = sum(tokens(line) + 1 for line in frame)
     candidates = rank(conn, query, limit=min(MAX_LIMIT, max(10, budget // 8)), trusted_only=not include_unverified)
     chosen: list[tuple[ClaimRow, str]] = []
-    for hit in candidates:
-        line = render_line(hit.claim)
-        cost = tokens(line) + 1
-        if spent + cost <= budget:
-            chosen.append((hit.claim, line))
-            spent += cost
+    # Rows are loaded a few at a time: most budgets fill long before the candidates run out.
+    for start in range(0, len(candidates), _LOAD_STEP):
+        if budget - spent < _SHORTEST_LINE:
+            break
+        taken = len(chosen)
+        for claim in _rows(conn, candidates[start : start + _LOAD_STEP]):
+            line = render_line(claim)
+            cost = tokens(line) + 1
+            if spent + cost <= budget:
+                chosen.append((claim, line))
+                spent += cost
+        if taken and len(chosen) == taken:
+            break  # a whole step of lines too long for what is left: the budget is as full as it gets
     if not chosen:
         return {"block": "", "claims": [], "tokens": 0, "budget": budget}
     exposures.record(conn, principal, [c for c, _ in chosen], "context", events.now())

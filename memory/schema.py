@@ -44,7 +44,7 @@ MIGRATIONS: list[str] = [
         author_domain   TEXT NOT NULL,             -- the author's trust domain
         tier            TEXT NOT NULL CHECK (tier IN ('unverified', 'trusted', 'disputed', 'superseded', 'retired')),
         created_at      TEXT NOT NULL,
-        last_used_at    TEXT,                      -- last time it was shown or vouched for (groom's decay)
+        last_used_at    TEXT,                      -- last time it was vouched for (shown: see exposures)
         retired_at      TEXT,
         retired_by      TEXT,
         retired_reason  TEXT
@@ -128,5 +128,11 @@ MIGRATIONS: list[str] = [
     CREATE VIRTUAL TABLE IF NOT EXISTS trusted_fts USING fts5(
         text, content='claims_trusted', content_rowid='id', tokenize='porter unicode61'
     );
+    """,
+    # 3: exposures are read back per claim by time (groom's decay); claims no longer carry
+    # a per-read timestamp, so a recall writes only its exposure rows.
+    """
+    CREATE INDEX IF NOT EXISTS exposures_by_claim_at ON exposures(claim, at);
+    DROP INDEX IF EXISTS exposures_by_claim;
     """,
 ]

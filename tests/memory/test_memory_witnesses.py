@@ -191,6 +191,12 @@ def test_restarted_author_cannot_corroborate(start_run) -> None:  # type: ignore
     first_session = carol.key
     claim = carol.call("memory.remember", kind="failure", text=FACT.format("uploader"))["id"]
     carol.exit(1)
+    # Wait for the broker to restart carol under a new session before reconnecting to her puppet.
+    run.wait_until(
+        lambda: any(a["agent"] == "carol" and a["principal"] != first_session for a in run.op("agents", live_only=True)),
+        timeout=20,
+        what="carol's restart",
+    )
     reborn = run.puppet("carol", fresh=True)
     assert reborn.key != first_session and reborn.identity["domain"] == "carol"
     result = reborn.call("memory.corroborate", id=claim)
