@@ -19,18 +19,27 @@ its event, so later edits here cannot rewrite history unnoticed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, Iterable
+from typing import TYPE_CHECKING, Final, Iterable, Protocol
 
 import apsw
 
 if TYPE_CHECKING:
     from broker.identity import Principal
-    from memory.claims import ClaimRow
 
 VIAS: Final = ("recall", "context", "show")
 
 
-def record(conn: apsw.Connection, principal: Principal, shown: Iterable[ClaimRow], via: str, at: str) -> None:
+class Shown(Protocol):
+    """Anything naming a claim and its lineage (a full row, or a context line)."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def lineage(self) -> int: ...
+
+
+def record(conn: apsw.Connection, principal: Principal, shown: Iterable[Shown], via: str, at: str) -> None:
     """Log that ``principal`` was shown each claim (groom's decay reads the latest per claim)."""
     if via not in VIAS:
         raise ValueError(f"unknown exposure channel {via!r}")
