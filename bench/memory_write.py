@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -29,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 TOTAL = 12_000
 
 
-def measure(agents: int, total: int, workdir: Path) -> dict[str, float]:
+def measure(agents: int, total: int, workdir: Path, op: str = "memory.remember") -> dict[str, float]:
     root = Path(tempfile.mkdtemp(prefix=f"write{agents}-", dir=workdir))
     out = root / "out"
     out.mkdir()
@@ -38,7 +39,7 @@ def measure(agents: int, total: int, workdir: Path) -> dict[str, float]:
     team = [
         {
             "name": f"writer{i}",
-            "command": [sys.executable, str(HERE / "memory_writer.py"), "--go", str(go), "--stop", str(stop), "--out", str(out), "--count", str(per_agent), "--seed", str(i)],
+            "command": [sys.executable, str(HERE / "memory_writer.py"), "--go", str(go), "--stop", str(stop), "--out", str(out), "--count", str(per_agent), "--seed", str(i), "--op", op],
         }
         for i in range(agents)
     ]
@@ -46,8 +47,11 @@ def measure(agents: int, total: int, workdir: Path) -> dict[str, float]:
     try:
         run.start(wait_for=[], timeout=60)
         run.wait_until(lambda: len(list(out.glob("*.ready"))) == agents, timeout=120, what="writers to connect")
+        assert run.process is not None
+        cpu_before = cpu_seconds(run.process.pid)
         go.touch()
         run.wait_until(lambda: len(list(out.glob("*.json"))) == agents, timeout=600, interval=0.2, what="writers to finish")
+        broker_cpu = cpu_seconds(run.process.pid) - cpu_before
         reports = [json.loads(p.read_text()) for p in out.glob("*.json")]
         stats = run.op("broker.stats")
         stop.touch()
@@ -63,7 +67,13 @@ def measure(agents: int, total: int, workdir: Path) -> dict[str, float]:
         "seconds": seconds,
         "per_second": stored / seconds,
         "jobs_per_batch": stats["store_jobs"] / max(1, stats["store_batches"]),
+        "broker_cpu_share": broker_cpu / seconds,  # cores the broker process kept busy
     }
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -75,11 +85,12 @@ def main() -> None:
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     rows = []
-    print(f"{'agents':>6} {'claims':>8} {'seconds':>8} {'remember/s':>11} {'jobs/commit':>12} {'errors':>7}")
+    print(f"{'agents':>6} {'claims':>8} {'seconds':>8} {'remember/s':>11} {'jobs/commit':>12} {'broker cores':>13} {'errors':>7} {'ping/s':>9}")
     for n in args.agents:
         r = measure(n, args.total, args.workdir)
+        r["ping_per_second"] = measure(n, args.total, args.workdir, op="ping")["per_second"]
         rows.append(r)
-        print(f"{n:>6} {r['claims']:>8,} {r['seconds']:>8.2f} {r['per_second']:>11,.0f} {r['jobs_per_batch']:>12.1f} {r['errors']:>7}", flush=True)
+        print(f"{n:>6} {r['claims']:>8,} {r['seconds']:>8.2f} {r['per_second']:>11,.0f} {r['jobs_per_batch']:>12.1f} {r['broker_cpu_share']:>13.2f} {r['errors']:>7} {r['ping_per_second']:>9,.0f}", flush=True)
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2))
 

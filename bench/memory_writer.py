@@ -27,9 +27,13 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--count", type=int, required=True)
     parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--op", default="memory.remember", help="memory.remember, or ping for the round-trip ceiling")
     args = parser.parse_args()
     source = ClaimText(args.seed)
-    batch = [{"kind": kind, "text": text} for kind, text in source.claims(args.count)]
+    if args.op == "ping":
+        batch: list[dict[str, str]] = [{} for _ in range(args.count)]
+    else:
+        batch = [{"kind": kind, "text": text} for kind, text in source.claims(args.count)]
     client = BlockingClient.for_agent()
     me = client.identity["agent"]
     (args.out / f"{me}.ready").touch()
@@ -39,7 +43,7 @@ def main() -> int:
     start = time.time()
     for claim in batch:
         try:
-            client.call("memory.remember", claim)
+            client.call(args.op, claim)
         except Exception:
             errors += 1
     end = time.time()

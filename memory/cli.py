@@ -360,6 +360,9 @@ def groom(
             table("retire", ["claim", "tier", "kind", "rule", "reason"], [
                 (s["claim"], s["tier"], s["kind"], s["rule"], _esc(s["reason"])) for s in r["retire"][:50]
             ])
+        hidden = r["omitted"]["retire"] + max(0, len(r["retire"]) - 50)
+        if hidden:
+            say(f"  ... and {hidden} more (--json lists {len(r['retire'])}; conclave memory log --kind retire has every one)")
         for pair in r["review"][:20]:
             say(f"  review: claims {pair['claims'][0]} ({pair['tiers'][0]}) and {pair['claims'][1]} ({pair['tiers'][1]}) are near-duplicates ({pair['similarity']}); not merged across tiers")
 

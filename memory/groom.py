@@ -161,13 +161,16 @@ class GroomPlan:
         by_rule = Counter(r.rule for r in self.retire)
         return {"live": self.live, "retire": len(self.retire), **{f"retire_{k}": v for k, v in sorted(by_rule.items())}, "review": len(self.review)}
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, *, listed: int | None = None) -> dict[str, Any]:
+        """The plan; with ``listed``, only that many retirements and review pairs are spelled out."""
+        retire, review = self.retire[:listed], self.review[:listed]
         return {
             "at": self.at,
             "high_water": self.high_water,
             "counts": self.counts(),
-            "retire": [attrs.asdict(r) for r in self.retire],
-            "review": list(self.review),
+            "retire": [attrs.asdict(r) for r in retire],
+            "review": list(review),
+            "omitted": {"retire": len(self.retire) - len(retire), "review": len(self.review) - len(review)},
         }
 
 

@@ -107,7 +107,16 @@ def _format_detectors() -> tuple[tuple[str, tuple[re.Pattern[str], ...]], ...]:
     )
 
 
+#: Every secret shape below needs one of these: a long unbroken token, a URL with
+#: credentials, a key header, or a key-ish word.  Most claims have none, and skip the rest.
+_MAYBE_SECRET: Final = re.compile(
+    r"[A-Za-z0-9+/=_.-]{16,}|://|-----BEGIN|(?i:key|token|secret|pass|pwd|auth|cred|bearer|sk_|xox)"
+)
+
+
 def _secret(text: str) -> Rejection | None:
+    if not _MAYBE_SECRET.search(text):
+        return None
     if _PRIVATE_KEY.search(text):
         return Rejection("secret", "a private-key header")
     for kind, patterns in _format_detectors():

@@ -49,10 +49,10 @@ MIGRATIONS: list[str] = [
         retired_by      TEXT,
         retired_reason  TEXT
     );
+    -- Few indexes on purpose: each one is another page every remember dirties.
+    -- Author and kind lookups are the operator's (trail, list, groom) and scan.
     CREATE INDEX IF NOT EXISTS claims_by_lineage ON claims(lineage);
     CREATE INDEX IF NOT EXISTS claims_by_text_key ON claims(text_key);
-    CREATE INDEX IF NOT EXISTS claims_by_author ON claims(author);
-    CREATE INDEX IF NOT EXISTS claims_by_kind_tier ON claims(kind, tier);
     CREATE INDEX IF NOT EXISTS claims_by_tier ON claims(tier);
 
     CREATE TABLE IF NOT EXISTS corroborations (

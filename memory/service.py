@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from broker.core import BrokerCore
 
 T = TypeVar("T")
+#: Retirements and review pairs listed in a groom reply (the counts cover them all;
+#: ``memory log --kind retire`` has every one).  Keeps a 100k-claim plan under the wire's line limit.
+REPORTED_STEPS: Final = 500
 #: The automatic trigger looks at its counters at most this often (seconds).
 MAX_CHECK_INTERVAL: Final = 30.0
 
@@ -72,7 +75,7 @@ class MemoryService:
         async with self._grooming:
             plan = await self.read(lambda conn: groom.plan(conn, self.settings.groom))
             if dry_run:
-                return {"dry_run": True, **plan.as_dict()}
+                return {"dry_run": True, **plan.as_dict(listed=REPORTED_STEPS)}
             run = f"groom@{plan.at}"
             retired = skipped = 0
             for chunk in groom.chunks(plan.retire):
@@ -84,7 +87,8 @@ class MemoryService:
             )
             self.groom_runs += 1
             await self._reset_counters()
-            return {"dry_run": False, **summary, "retire": plan.as_dict()["retire"], "review": list(plan.review)}
+            listed = plan.as_dict(listed=REPORTED_STEPS)
+            return {"dry_run": False, **summary, **{k: listed[k] for k in ("retire", "review", "omitted")}}
 
     def note_new_claim(self) -> None:
         self._new_claims += 1
