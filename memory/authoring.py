@@ -14,7 +14,8 @@ import apsw
 
 from broker.errors import ConclaveError, ErrorCode
 from memory import claims, events, exposures, standing
-from memory.policy import TrustPolicy
+from memory.claims import ClaimRow
+from memory.policy import TrustPolicy, Verdict
 
 if TYPE_CHECKING:
     from broker.identity import Principal
@@ -58,7 +59,8 @@ def corroborate(conn: apsw.Connection, policy: TrustPolicy, witness: Principal, 
     """Vouch for a claim, by id.  Always recorded; the reply says whether it counted and why not."""
     claim = claims.require_live(conn, claim_id, "corroborate")
     at = events.now()
-    blind = not exposures.seen_by_domain(conn, witness.domain, claim.lineage)
+    # The author's domain wrote the claim: it has seen it, whatever the exposure log says.
+    blind = witness.domain != claim.author_domain and not exposures.seen_by_domain(conn, witness.domain, claim.lineage)
     conn.execute(
         "INSERT INTO corroborations(claim, principal, domain, at, evidence, blind, counted) VALUES (?,?,?,?,?,?,0)",
         (claim.id, witness.key, witness.domain, at, evidence, int(blind)),
@@ -81,9 +83,20 @@ def dispute(conn: apsw.Connection, policy: TrustPolicy, witness: Principal, clai
     return _after(conn, policy, claim.id, verdict)
 
 
-def _record_witness(conn, policy, witness, claim, kind, row, at, extra, evidence):  # type: ignore[no-untyped-def]
-    verdicts = standing.evaluate(conn, policy, claim)
-    pool = verdicts.corroborations if kind == "memory.corroborate" else verdicts.disputes
+def _record_witness(
+    conn: apsw.Connection,
+    policy: TrustPolicy,
+    witness: Principal,
+    claim: ClaimRow,
+    kind: str,
+    row: int,
+    at: str,
+    extra: dict[str, Any],
+    evidence: str | None,
+) -> Verdict:
+    """Judge the claim with the new row, log the event with this row's verdict, write the standing."""
+    judged = standing.evaluate(conn, policy, claim)
+    pool = judged.corroborations if kind == "memory.corroborate" else judged.disputes
     verdict = next(v for v in pool if v.row == row)
     payload = {
         "row": row,
@@ -95,14 +108,14 @@ def _record_witness(conn, policy, witness, claim, kind, row, at, extra, evidence
     if evidence is not None:
         payload["evidence_sha256"] = claims.digest(evidence)
     events.append(conn, kind, actor=witness.key, subject=str(claim.id), payload=payload, at=at)
-    standing.apply(conn, claim, verdicts, actor=witness.key, cause=f"{kind.split('.')[1]} by {witness.key}")
+    standing.apply(conn, claim, judged, actor=witness.key, cause=f"{kind.split('.')[1]} by {witness.key}")
     claims.touch(conn, [claim.id], at)
     return verdict
 
 
-def _after(conn, policy, claim_id, verdict, **extra):  # type: ignore[no-untyped-def]
-    claim = claims.require(conn, claim_id)
-    out = standing.describe(conn, policy, claim)
+def _after(conn: apsw.Connection, policy: TrustPolicy, claim_id: int, verdict: Verdict, **extra: Any) -> dict[str, Any]:
+    """The claim after the change, and what became of this witness."""
+    out = standing.describe(conn, policy, claims.require(conn, claim_id))
     out["counted"] = verdict.counted
     out["reason_not_counted"] = verdict.reason.value if verdict.reason else None
     out.update(extra)

@@ -44,6 +44,7 @@ import apsw
 import attrs
 
 from memory import claims, events
+from memory.retrieval import match_expression
 from memory.claims import KINDS
 from memory.policy import PolicyError, Tier
 
@@ -245,8 +246,6 @@ def _live_rows(conn: apsw.Connection, since: int = 0) -> Iterator[tuple[int, str
 
 def _duplicates(conn: apsw.Connection, policy: GroomPolicy, *, since: int) -> tuple[list[Retirement], list[dict[str, Any]]]:
     """Exact and near duplicates among live claims; claims newer than ``since`` are the probes."""
-    from memory.retrieval import match_expression  # the one way a query is built
-
     df: Counter[str] = Counter()
     for row in _live_rows(conn):
         df.update(set(claims.words(row[4])))

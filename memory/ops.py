@@ -12,7 +12,7 @@ to anything inside an agent's process tree.  ``recall``, ``context`` and
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
@@ -23,6 +23,9 @@ from memory import authoring, claims, curation, events, exposures, inspection, p
 from memory.events import BROKER_ACTOR
 from memory.policy import PolicyError
 from memory.service import MemoryService
+
+if TYPE_CHECKING:
+    from broker.core import BrokerCore
 
 OPS = OpTable()
 SERVICE: Final = "memory"
@@ -350,7 +353,7 @@ async def groom(call: Call, args: GroomArgs) -> dict[str, Any]:
 # -- start ---------------------------------------------------------------------------
 
 
-async def start(core: Any, nursery: trio.Nursery) -> None:
+async def start(core: BrokerCore, nursery: trio.Nursery) -> None:
     """Settle the settings in force and start the automatic groom (in a running broker)."""
     team = core.team
     try:

@@ -38,7 +38,7 @@ import math
 import re
 from collections import Counter
 from functools import lru_cache
-from typing import Final, Iterable, final
+from typing import Final, final
 
 import attrs
 
@@ -53,6 +53,10 @@ class Rejection:
 
     def message(self, what: str = "the text") -> str:
         return f"{what} was refused by the prefilter (rule {self.rule}: {self.detail}); nothing was stored"
+
+
+#: The rules, in the order they are tried.
+RULES: Final = ("secret", "injection", "executable", "directive", "repo_specific")
 
 
 def check_claim(text: str, scope: str) -> Rejection | None:
@@ -275,11 +279,3 @@ def _repo_specific(text: str) -> Rejection | None:
     if any(m.group(0).lower() not in _KNOWN_NAMES for m in _FILE.finditer(text)) or _SPECIAL_FILES.search(text):
         return Rejection("repo_specific", "a file name in a general-scope claim (use scope repo)")
     return None
-
-
-RULES: Final = ("secret", "injection", "executable", "directive", "repo_specific")
-
-
-def rules_broken(texts: Iterable[tuple[str, str]]) -> list[Rejection | None]:
-    """Check several ``(text, scope)`` pairs; for tests and the benchmark."""
-    return [check_claim(text, scope) for text, scope in texts]

@@ -45,7 +45,7 @@ def check_records(conn: apsw.Connection, policy: TrustPolicy) -> tuple[int, list
     """The chain and the rows against it; returns (events walked, problems)."""
     chain = events.verify_chain(conn)
     problems = [] if chain.ok else [Problem(chain.reason or "the event chain is broken", event=chain.first_bad)]
-    vouchers: dict[str, dict[str, tuple[int, dict[str, Any], str]]] = defaultdict(dict)
+    created: dict[str, tuple[int, dict[str, Any], str]] = {}
     rows = conn.execute(
         "SELECT seq, kind, subject, payload, actor FROM events WHERE kind IN "
         "('memory.remember', 'memory.revise', 'memory.corroborate', 'memory.dispute', 'memory.promote', 'memory.retire', 'memory.revoke') "
@@ -58,7 +58,7 @@ def check_records(conn: apsw.Connection, policy: TrustPolicy) -> tuple[int, list
     for seq, kind, subject, payload, actor in rows:
         body = json.loads(payload)
         if kind in ("memory.remember", "memory.revise"):
-            vouchers["created"][subject] = (seq, body, kind)
+            created[subject] = (seq, body, kind)
         elif kind in ("memory.corroborate", "memory.dispute") and "row" in body:
             witness_events[(kind, body["row"])] = (seq, actor)
         elif kind == "memory.promote":
@@ -70,11 +70,11 @@ def check_records(conn: apsw.Connection, policy: TrustPolicy) -> tuple[int, list
 
     for row in conn.execute("SELECT id, text FROM claims ORDER BY id"):
         claim_id, text = row
-        created = vouchers["created"].get(str(claim_id))
-        if created is None:
+        origin = created.get(str(claim_id))
+        if origin is None:
             problems.append(Problem(f"claim {claim_id} has no memory.remember or memory.revise event: it was inserted behind the broker's back", claim=claim_id))
-        elif created[1].get("text_sha256") != claims.digest(text):
-            problems.append(Problem(f"claim {claim_id}'s text no longer matches event {created[0]} ({created[2]}) that recorded it", event=created[0], claim=claim_id))
+        elif origin[1].get("text_sha256") != claims.digest(text):
+            problems.append(Problem(f"claim {claim_id}'s text no longer matches event {origin[0]} ({origin[2]}) that recorded it", event=origin[0], claim=claim_id))
 
     for table, kind in (("corroborations", "memory.corroborate"), ("disputes", "memory.dispute")):
         for row_id, claim_id, principal in conn.execute(f"SELECT id, claim, principal FROM {table} ORDER BY id"):
@@ -116,7 +116,7 @@ def check_indexes(conn: apsw.Connection) -> list[Problem]:
         try:
             conn.execute(f"INSERT INTO {index}({index}, rank) VALUES ('integrity-check', 1)")
         except apsw.Error as exc:
-            problems.append(Problem(f"the search index {index} does not match the {holds} it should hold ({exc}); a row was edited behind the broker's back"))
+            problems.append(Problem(f"the search index {index} does not match the {holds} it should hold (FTS5 integrity-check: {exc}); a row was edited behind the broker's back"))
     return problems
 
 
