@@ -75,6 +75,12 @@ def _claims_table(title: str, rows: list[dict[str, Any]], *, score: bool = False
     )
 
 
+def _claim_op(json_out: bool, repo: Any, state_dir: Any, op: str, args: dict[str, Any]) -> None:
+    """Run an op that answers with one claim; print it (or its JSON).  None-valued args are left out."""
+    target = Target(json_out, repo, state_dir)
+    emit(target, call(target, op, {k: v for k, v in args.items() if v is not None}), _print_claim)
+
+
 # -- agent commands --------------------------------------------------------------------
 
 
@@ -89,16 +95,13 @@ def remember(
     state_dir: StateOpt = None,
 ) -> None:
     """Store a new claim as this agent; it starts unverified."""
-    target = Target(json_out, repo, state_dir)
-    args = {"kind": kind, "text": text, "scope": scope, **({"evidence": evidence} if evidence is not None else {})}
-    emit(target, call(target, "memory.remember", args), _print_claim)
+    _claim_op(json_out, repo, state_dir, "memory.remember", {"kind": kind, "text": text, "scope": scope, "evidence": evidence})
 
 
 @app.command()
 def corroborate(id: IdArg, evidence: EvidenceOpt = None, json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt = None) -> None:
     """Vouch for claim ID; says whether this corroboration counted, and why not."""
-    target = Target(json_out, repo, state_dir)
-    emit(target, call(target, "memory.corroborate", {"id": id, **({"evidence": evidence} if evidence is not None else {})}), _print_claim)
+    _claim_op(json_out, repo, state_dir, "memory.corroborate", {"id": id, "evidence": evidence})
 
 
 @app.command()
@@ -110,8 +113,7 @@ def dispute(
     state_dir: StateOpt = None,
 ) -> None:
     """Refute claim ID; an independent dispute makes it disputed."""
-    target = Target(json_out, repo, state_dir)
-    emit(target, call(target, "memory.dispute", {"id": id, "reason": reason}), _print_claim)
+    _claim_op(json_out, repo, state_dir, "memory.dispute", {"id": id, "reason": reason})
 
 
 @app.command()
@@ -124,9 +126,7 @@ def revise(
     state_dir: StateOpt = None,
 ) -> None:
     """Write a new edition of claim ID (unverified, no witnesses); the old edition is kept."""
-    target = Target(json_out, repo, state_dir)
-    args = {"id": id, "text": text, **({"evidence": evidence} if evidence is not None else {})}
-    emit(target, call(target, "memory.revise", args), _print_claim)
+    _claim_op(json_out, repo, state_dir, "memory.revise", {"id": id, "text": text, "evidence": evidence})
 
 
 @app.command()
@@ -256,8 +256,7 @@ def promote(
     state_dir: StateOpt = None,
 ) -> None:
     """Make claim ID trusted by your decision (operator only; recorded)."""
-    target = Target(json_out, repo, state_dir)
-    emit(target, call(target, "memory.promote", {"id": id, **({"reason": reason} if reason else {})}), _print_claim)
+    _claim_op(json_out, repo, state_dir, "memory.promote", {"id": id, "reason": reason})
 
 
 @app.command()
@@ -269,8 +268,7 @@ def retire(
     state_dir: StateOpt = None,
 ) -> None:
     """Retire claim ID (a tombstone; nothing is deleted)."""
-    target = Target(json_out, repo, state_dir)
-    emit(target, call(target, "memory.retire", {"id": id, "reason": reason}), _print_claim)
+    _claim_op(json_out, repo, state_dir, "memory.retire", {"id": id, "reason": reason})
 
 
 @app.command()
@@ -282,8 +280,7 @@ def unretire(
     state_dir: StateOpt = None,
 ) -> None:
     """Bring retired claim ID back; its standing is recomputed."""
-    target = Target(json_out, repo, state_dir)
-    emit(target, call(target, "memory.unretire", {"id": id, "reason": reason}), _print_claim)
+    _claim_op(json_out, repo, state_dir, "memory.unretire", {"id": id, "reason": reason})
 
 
 @app.command()

@@ -44,7 +44,7 @@ def _agent_clause(column: str) -> str:
 
 
 def _agent_params(name: str) -> tuple[str, str]:
-    safe = name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    safe = events.like_prefix(name)
     return (f"{safe}:%", f"{safe}/%")
 
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import apsw
 
 from broker.identity import Principal, Role
-from memory import database, events
+from memory import authoring, database, events
+from memory.policy import TrustPolicy
+
+#: The default policy, for store-level tests.
+POLICY = TrustPolicy()
 
 _sessions = itertools.count(1)
 
@@ -37,3 +41,14 @@ def witnesses(claim: dict[str, Any]) -> list[tuple[str, bool, str | None]]:
 
 
 FACT = "The {} tests are flaky on arm64 CI because two workers share one temp directory."
+
+
+def remember(job: Callable[..., Any], who: str, text: str, kind: str = "discovery") -> int:
+    """Store-level remember as a made-up principal ``who``; returns the claim id."""
+    return job(authoring.remember, POLICY, principal(who), kind=kind, scope="repo", text=text, evidence=None)["id"]
+
+
+def trust(job: Callable[..., Any], claim: int, *domains: str) -> None:
+    """Corroborate from each of ``domains`` (two independent ones make it trusted)."""
+    for domain in domains or ("bob", "carol"):
+        job(authoring.corroborate, POLICY, principal(domain), claim, evidence=None)

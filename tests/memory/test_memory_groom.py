@@ -7,14 +7,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 import apsw
-from memory_support import FACT, memory_events, principal
+from memory_support import FACT, POLICY, memory_events, principal, remember, trust
 
 from agents.harness import Run
 from memory import authoring, groom
 from memory.groom import GroomPolicy
-from memory.policy import TrustPolicy
 
-POLICY = TrustPolicy()
 PATTERNS = [
     "The sharding router pins each tenant to one shard.",
     "Handlers in the gateway never block on disk reads.",
@@ -23,13 +21,6 @@ PATTERNS = [
 ]
 
 
-def remember(job: Callable[..., Any], who: str, text: str, kind: str = "discovery") -> int:
-    return job(authoring.remember, POLICY, principal(who), kind=kind, scope="repo", text=text, evidence=None)["id"]
-
-
-def trust(job: Callable[..., Any], claim: int) -> None:
-    for domain in ("bob", "carol"):
-        job(authoring.corroborate, POLICY, principal(domain), claim, evidence=None)
 
 
 def groom_now(job: Callable[..., Any], policy: GroomPolicy, now: datetime | None = None) -> groom.GroomPlan:

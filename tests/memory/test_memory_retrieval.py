@@ -6,13 +6,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from memory_support import FACT, principal, read_db
+from memory_support import FACT, POLICY, principal, read_db, remember, trust
 
 from agents.harness import Run
 from memory import authoring, retrieval
-from memory.policy import TrustPolicy
 
-POLICY = TrustPolicy()
 FILLER = [
     "The billing exporter retries three times with exponential backoff before giving up.",
     "Snapshots of the ledger are written every ten minutes and kept for a week.",
@@ -25,13 +23,6 @@ FILLER = [
 ]
 
 
-def remember(job: Callable[..., Any], who: str, text: str, kind: str = "discovery") -> int:
-    return job(authoring.remember, POLICY, principal(who), kind=kind, scope="repo", text=text, evidence=None)["id"]
-
-
-def trust(job: Callable[..., Any], claim: int, *domains: str) -> None:
-    for domain in domains:
-        job(authoring.corroborate, POLICY, principal(domain), claim, evidence=None)
 
 
 def test_trusted_twin_outranks_unverified_twin(job: Callable[..., Any]) -> None:
