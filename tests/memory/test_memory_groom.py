@@ -7,10 +7,10 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 import apsw
-from memory_support import FACT, POLICY, memory_events, principal, remember, trust
+from memory_support import FACT, memory_events, remember, trust
 
 from agents.harness import Run
-from memory import authoring, groom
+from memory import groom
 from memory.groom import GroomPolicy
 
 PATTERNS = [

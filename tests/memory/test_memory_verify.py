@@ -65,7 +65,7 @@ TAMPERING: dict[str, Callable[[dict[str, int]], str]] = {
     ),
     "rewrite_an_event": lambda ids: (
         "DROP TRIGGER events_append_only_update; "
-        f"UPDATE events SET payload = replace(payload, '\"counted\":true', '\"counted\":false') WHERE kind = 'memory.dispute'"
+        "UPDATE events SET payload = replace(payload, '\"counted\":true', '\"counted\":false') WHERE kind = 'memory.dispute'"
     ),
     "drop_a_dispute": lambda ids: f"DELETE FROM disputes WHERE claim = {ids['unverified']}",
     "unretire_by_hand": lambda ids: "UPDATE claims SET retired_at = NULL, retired_reason = NULL WHERE tier = 'retired'",

@@ -9,7 +9,6 @@ revoke an agent start their own run.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Iterator
 
 import pytest
