@@ -56,8 +56,13 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+#: The digest's input is a flat JSON list of scalars: no keys to sort, so a
+#: prebuilt encoder gives the same bytes as canonical() in less time.
+_FLAT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def _digest(seq: int, at: str, kind: str, actor: str, subject: str | None, payload: str, prev: str) -> str:
-    body = canonical([seq, at, kind, actor, subject, payload, prev])
+    body = _FLAT.encode([seq, at, kind, actor, subject, payload, prev])
     return hashlib.sha256(body.encode()).hexdigest()
 
 
