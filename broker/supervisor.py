@@ -127,11 +127,16 @@ class Supervisor:
         log_path = self.core.paths.logs / f"{name.replace('/', '__')}-{principal.session}.log"
         env = self._environment(spec, ticket.secret)
         cwd = self.core.paths.repo / (spec.cwd or ".")
+        command = list(spec.command)
+        if spec.preset is not None and parent is None:
+            from agents.presets import prepare  # runs `conclave agent-launch` as the agent, which execs its binary
+
+            command = prepare(spec, self.core.paths, principal)
         started = events.now()
         log_file = open(log_path, "ab")
         try:
             process = await trio.lowlevel.open_process(
-                list(spec.command),
+                command,
                 cwd=str(cwd),
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -140,10 +145,10 @@ class Supervisor:
                 start_new_session=True,
             )
         except OSError as exc:
-            log_file.write(f"conclave: could not start {list(spec.command)}: {exc}\n".encode())
+            log_file.write(f"conclave: could not start {command}: {exc}\n".encode())
             log_file.close()
             self.core.registry.end(principal)
-            error = f"could not start {spec.command[0]!r}: {exc.strerror or exc}"
+            error = f"could not start {command[0]!r}: {exc.strerror or exc}"
             await self._persist_start(live, None, started, attempt)
             await self._persist_end(principal, None, SPAWN_FAILED, error)
             self.outcomes.append(
