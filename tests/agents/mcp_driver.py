@@ -63,7 +63,21 @@ def probe(plan: dict[str, Any]) -> dict[str, Any]:
 # -- the fake agents ------------------------------------------------------------------
 
 
+def wait_at_gate() -> None:
+    """With FAKE_AGENT_GATE set and the file absent: wait for it, then fail (the broker restarts us)."""
+    import time
+
+    gate = os.environ.get("FAKE_AGENT_GATE")
+    if not gate or Path(gate).exists():
+        return
+    deadline = time.monotonic() + 120
+    while not Path(gate).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sys.exit(3)
+
+
 def fake(kind: str, argv: list[str]) -> dict[str, Any]:
+    wait_at_gate()
     report: dict[str, Any] = {"kind": kind, "argv": argv, "env_has_ticket": bool(os.environ.get("CONCLAVE_TICKET"))}
     if kind == "claude":
         prompt = argv[argv.index("-p") + 1]
