@@ -123,7 +123,9 @@ class Run:
     """A ``conclave run`` process on a scratch repository, with puppet agents.
 
     ``agents`` are team entries (dicts); an entry without ``command`` or
-    ``preset`` becomes a puppet.  Use as a context manager; leaving it stops the broker.
+    ``preset`` becomes a puppet.  ``reuse=True`` keeps the repository and
+    state directory of an earlier run under the same ``root``.  Use as a
+    context manager; leaving it stops the broker.
     """
 
     def __init__(
@@ -134,9 +136,10 @@ class Run:
         files: dict[str, str] | None = None,
         extra_toml: str = "",
         grace: float = 2.0,
+        reuse: bool = False,
     ) -> None:
         self.root = root
-        self.repo = make_repo(root, files)
+        self.repo = root / "repo" if reuse else make_repo(root, files)
         self.state = root / "state"
         # Unix socket paths are short; the control dir lives under /tmp.
         self.control = Path(tempfile.mkdtemp(prefix="cvp-"))

@@ -107,11 +107,21 @@ def call_local(target: Target, op: str, args: dict[str, Any]) -> Any:
     if not paths.database.exists() and not paths.state.exists():
         die(f"no conclave state at {paths.state} (run `conclave run --team TEAM.toml` first, or pass --state-dir)", EXIT_NO_BROKER)
 
+    from broker.errors import ConclaveError
+
     async def run() -> Any:
         async with open_core(paths, team=None, live=False) as core:
-            return await dispatch(core, Call(core.registry.operator, core), op, args)
+            # Returned, not raised: raised inside open_core's nursery it would
+            # arrive wrapped in an ExceptionGroup that `call` does not catch.
+            try:
+                return await dispatch(core, Call(core.registry.operator, core), op, args)
+            except ConclaveError as exc:
+                return exc
 
-    return _jsonable(trio.run(run))
+    result = trio.run(run)
+    if isinstance(result, ConclaveError):
+        raise result
+    return _jsonable(result)
 
 
 def _jsonable(value: Any) -> Any:

@@ -24,6 +24,7 @@ class ErrorCode(str, enum.Enum):
     NOT_FOUND = "not_found"
     CONFLICT = "conflict"
     QUOTA = "quota"
+    TOO_LARGE = "too_large"
     REJECTED = "rejected"
     LOCKED = "locked"
     DEADLOCK = "deadlock"

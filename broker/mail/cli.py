@@ -1,7 +1,211 @@
-"""Command-line commands of this package (filled in by its issue)."""
+"""``conclave msg ...`` and ``conclave status ...``.
+
+Inside an agent's process tree these act as that agent (the broker reads who
+is asking from the connection); at a person's terminal they act as the
+operator.  No command takes a sender or a mailbox to read: there is nothing
+to forge.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from typing import Annotated, Any, List, Optional
+
 import typer
 
+from broker.clikit import JsonOpt, RepoOpt, StateOpt, Target, call, emit, say
+
 app = typer.Typer(no_args_is_help=True, add_completion=False)
+status_app = typer.Typer(
+    add_completion=False,
+    invoke_without_command=True,
+    help="The team at a glance: `conclave status` shows the board, `conclave status set TEXT` says what you are doing.",
+)
+
+
+def register(root_app: typer.Typer) -> None:
+    """Mount ``conclave status`` as a top-level command group."""
+    root_app.add_typer(status_app, name="status")
+
+
+def _given(**args: Any) -> dict[str, Any]:
+    """The arguments the user gave (None means: leave it to the op's default)."""
+    return {k: v for k, v in args.items() if v is not None}
+
+
+def _show_messages(target: Target, op: str, args: dict[str, Any], empty: str) -> None:
+    from broker.mail.render import render_messages
+
+    messages = call(target, op, args)
+    # Plain text on purpose: rich would interpret markup inside a message body.
+    emit(target, messages, lambda ms: sys.stdout.write(render_messages(ms, empty) + "\n"))
+
+
+# -- msg -----------------------------------------------------------------------
+
+
+@app.command()
+def send(
+    body: Annotated[str, typer.Argument(help="The message text; '-' reads it from stdin.")],
+    to: Annotated[str, typer.Option("--to", help="An agent name (a child by parent/child), all, or operator.")],
+    thread: Annotated[Optional[str], typer.Option("--thread", help="Reply in this thread (from a message's `thread`).")] = None,
+    subject: Annotated[Optional[str], typer.Option("--subject", help="A one-line subject.")] = None,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Send mail as yourself (the sender is always who the broker says you are)."""
+    target = Target(json_out, repo, state_dir)
+    text = sys.stdin.read() if body == "-" else body
+    message = call(target, "msg.send", _given(to=to, body=text, thread=thread, subject=subject))
+    emit(target, message, lambda m: say(f"sent message {m['id']} (thread {m['thread']}) to {', '.join(m['recipients'])}"))
+
+
+@app.command()
+def inbox(
+    unread: Annotated[bool, typer.Option("--unread", help="Only mail not shown before.")] = False,
+    wait: Annotated[
+        Optional[float], typer.Option("--wait", help="Block up to SECONDS until unread mail arrives (woken by the broker, no polling).")
+    ] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="At most N messages (the oldest first).")] = None,
+    all_mail: Annotated[bool, typer.Option("--all", help="Include acknowledged mail.")] = False,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Your own inbox, oldest first (the operator's inbox at a person's terminal)."""
+    target = Target(json_out, repo, state_dir)
+    _show_messages(target, "msg.inbox", _given(unread=unread, include_acked=all_mail, wait=wait, limit=limit), "no mail")
+
+
+@app.command()
+def ack(
+    ids: Annotated[List[int], typer.Argument(help="Message ids from your inbox.")],
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Acknowledge messages in your inbox (all or nothing)."""
+    target = Target(json_out, repo, state_dir)
+    result = call(target, "msg.ack", {"ids": list(ids)})
+
+    def human(r: dict[str, Any]) -> None:
+        done = ", ".join(map(str, r["acked"])) or "nothing new"
+        again = f" (already acknowledged: {', '.join(map(str, r['already_acked']))})" if r["already_acked"] else ""
+        say(f"acknowledged {done}{again}")
+
+    emit(target, result, human)
+
+
+@app.command()
+def thread(
+    thread_id: Annotated[str, typer.Argument(metavar="THREAD", help="A thread id, e.g. t12.")],
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """A thread's messages you sent or received (the operator sees every one)."""
+    target = Target(json_out, repo, state_dir)
+    _show_messages(target, "msg.thread", {"thread": thread_id}, "no messages")
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="Words to find in subjects and bodies (all of them).")],
+    limit: Annotated[Optional[int], typer.Option("--limit", help="At most N messages.")] = None,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Search mail you sent or received (the operator searches all mail)."""
+    target = Target(json_out, repo, state_dir)
+    _show_messages(target, "msg.search", _given(query=query, limit=limit), "nothing matches")
+
+
+# -- status ----------------------------------------------------------------------
+
+
+@status_app.callback()
+def board(
+    ctx: typer.Context,
+    watch: Annotated[bool, typer.Option("--watch", help="Refresh until Ctrl-C.")] = False,
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between refreshes with --watch.")] = 2.0,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Every live agent: status line, since when, locks held, unread mail."""
+    if ctx.invoked_subcommand is not None:
+        return
+    target = Target(json_out, repo, state_dir)
+    if not watch:
+        emit(target, call(target, "status.board"), _print_board)
+        return
+    try:
+        _watch(target, max(interval, 0.2))
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
+@status_app.command("set")
+def set_status(
+    text: Annotated[str, typer.Argument(help="What you are doing now, one line ('' clears it).")],
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Say what this agent is doing now (shown on the board)."""
+    target = Target(json_out, repo, state_dir)
+    line = call(target, "status.set", {"text": text})
+    emit(target, line, lambda s: say(f"status of {s['principal']}: {s['status'] or '(cleared)'}"))
+
+
+def _watch(target: Target, interval: float) -> None:
+    import time
+
+    if target.json:
+        # One JSON document per line, one line per refresh.
+        while True:
+            sys.stdout.write(json.dumps(call(target, "status.board"), separators=(",", ":")) + "\n")
+            sys.stdout.flush()
+            time.sleep(interval)
+    from rich.live import Live
+
+    with Live(_board_renderable(call(target, "status.board")), auto_refresh=False) as live:
+        while True:
+            time.sleep(interval)
+            live.update(_board_renderable(call(target, "status.board")), refresh=True)
+
+
+def _print_board(value: dict[str, Any]) -> None:
+    from rich.console import Console
+
+    Console().print(_board_renderable(value))
+
+
+def _board_renderable(value: dict[str, Any]) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=f"conclave status  {value['at'][11:19]} UTC", show_lines=False)
+    for column in ("agent", "session", "status", "since", "locks", "unread"):
+        table.add_column(column)
+    for row in value["agents"]:
+        locks = ", ".join(f"{h['resource']} ({h['mode']})" for h in row["locks"]) if value["locks_tracked"] else "-"
+        # Text() cells: an agent's status line is shown literally, never as markup.
+        table.add_row(
+            Text(row["agent"]),
+            Text(row["session"]),
+            Text(row["status"] or ""),
+            Text(row["since"][11:19] if row["since"] else ""),
+            Text(locks or "none"),
+            Text(str(row["unread"])),
+        )
+    notes = [f"operator inbox: {value['operator_unread']} unread"]
+    if not value["agents"]:
+        notes.insert(0, "no live agents")
+    if not value["locks_tracked"]:
+        notes.append("locks: no lock table in this broker")
+    return Group(table, Text("; ".join(notes)))

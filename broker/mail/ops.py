@@ -1,7 +1,168 @@
-"""Wire ops of this package (filled in by its issue)."""
+"""Wire ops of the mail package: ``msg.*`` and ``status.*``.
+
+The sender of a message and the reader of an inbox are the connection's
+principal (``call.principal``); no argument names either.  A request that
+tries (``from``, ``sender``, ``agent``, ``as``, ...) is refused by the wire
+layer with ``identity_field`` before it reaches a handler, and any other
+unknown field with ``invalid_args``.
+"""
 
 from __future__ import annotations
 
-from broker.router import OpTable
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from broker.errors import ConclaveError, ErrorCode
+from broker.mail import mailbox
+from broker.mail.board import Board, StatusLine, read_board, set_status
+from broker.mail.message import MAX_ACK, MAX_WAIT, Message, check_body, check_limit, check_line, check_unicode
+from broker.mail.service import EXTENSION, Mail, MailStatistics
+from broker.router import Access, Call, OpTable
+
+if TYPE_CHECKING:
+    from broker.core import BrokerCore
 
 OPS = OpTable()
+
+
+@attrs.frozen
+class SendArgs:
+    to: str
+    body: str
+    thread: str | None = None
+    subject: str | None = None
+
+
+@attrs.frozen
+class InboxArgs:
+    unread: bool = False
+    wait: float | None = None
+    limit: int | None = None
+    include_acked: bool = False
+
+
+@attrs.frozen
+class AckArgs:
+    ids: list[int]
+
+
+@attrs.frozen
+class ThreadArgs:
+    thread: str
+    limit: int | None = None
+
+
+@attrs.frozen
+class SearchArgs:
+    query: str
+    limit: int | None = None
+
+
+@attrs.frozen
+class StatusArgs:
+    text: str
+
+
+@attrs.frozen
+class NoArgs:
+    pass
+
+
+async def start(core: BrokerCore, nursery: trio.Nursery) -> None:
+    mail = Mail(core)
+    await nursery.start(mail.notifier.run)
+    core.extensions[EXTENSION] = mail
+
+
+@OPS.op("msg.send", SendArgs)
+async def send(call: Call, args: SendArgs) -> Message:
+    """Send mail from this connection's principal to an agent, all, or operator."""
+    check_unicode("msg.send", to=args.to, body=args.body, thread=args.thread, subject=args.subject)
+    body = check_body(args.body)
+    subject = None if args.subject is None else check_line(args.subject, "msg.send: the subject") or None
+    core, mail = call.core, Mail.of(call.core)
+    live_boxes = [a.principal.agent for a in core.registry.live()]
+    team_names = [a.name for a in core.team.agents] if core.team is not None else []
+    message = await mail.job(
+        lambda conn: mailbox.post(
+            conn,
+            sender=call.principal,
+            to=args.to,
+            live_boxes=live_boxes,
+            team_names=team_names,
+            thread=args.thread,
+            subject=subject,
+            body=body,
+        )
+    )
+    mail.notifier.ring(message.recipients)
+    return message
+
+
+@OPS.op("msg.inbox", InboxArgs)
+async def inbox(call: Call, args: InboxArgs) -> list[Message]:
+    """Your own inbox, oldest first; with wait, block until unread mail arrives."""
+    limit = check_limit(args.limit, "msg.inbox")
+    core, mail = call.core, Mail.of(call.core)
+    box = mailbox.mailbox_of(call.principal)
+    if args.wait is not None and not 0 <= args.wait <= MAX_WAIT:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"msg.inbox: wait must be between 0 and {MAX_WAIT:g} seconds, not {args.wait:g}")
+    if args.wait:
+        if not core.live:
+            raise ConclaveError(ErrorCode.UNAVAILABLE, "msg.inbox: no broker is running, so no mail can arrive while you wait")
+        # Subscribe before looking, so mail committed after the look still rings.
+        with mail.notifier.doorbell(box) as arrived:
+            if not await mail.job(lambda conn: mailbox.unread_count(conn, box)):
+                with trio.move_on_after(args.wait):
+                    await arrived.wait()
+    return await mail.job(
+        lambda conn: mailbox.take_inbox(conn, call.principal, unread_only=args.unread, include_acked=args.include_acked, limit=limit)
+    )
+
+
+@OPS.op("msg.ack", AckArgs)
+async def ack(call: Call, args: AckArgs) -> mailbox.Acknowledgement:
+    """Acknowledge messages in your own inbox (all or nothing)."""
+    if not args.ids:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, "msg.ack: name at least one message id")
+    if len(args.ids) > MAX_ACK:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"msg.ack: at most {MAX_ACK} ids at once")
+    return await Mail.of(call.core).job(lambda conn: mailbox.acknowledge(conn, call.principal, args.ids))
+
+
+@OPS.op("msg.thread", ThreadArgs)
+async def thread(call: Call, args: ThreadArgs) -> list[Message]:
+    """A thread's messages you sent or received (the operator: every one, for audit)."""
+    limit = check_limit(args.limit, "msg.thread")
+    check_unicode("msg.thread", thread=args.thread)
+    return await Mail.of(call.core).job(lambda conn: mailbox.read_thread(conn, call.principal, args.thread, limit))
+
+
+@OPS.op("msg.search", SearchArgs)
+async def search(call: Call, args: SearchArgs) -> list[Message]:
+    """Full-text search over mail you sent or received (the operator: all mail)."""
+    limit = check_limit(args.limit, "msg.search")
+    check_unicode("msg.search", query=args.query)
+    return await Mail.of(call.core).job(lambda conn: mailbox.search(conn, call.principal, args.query, limit))
+
+
+@OPS.op("status.set", StatusArgs, access=Access.AGENT)
+async def status_set(call: Call, args: StatusArgs) -> StatusLine:
+    """Say what this agent is doing now (an empty text clears it)."""
+    check_unicode("status.set", text=args.text)
+    text = check_line(args.text, "status.set: the status")
+    return await Mail.of(call.core).job(lambda conn: set_status(conn, call.principal, text))
+
+
+@OPS.op("status.board", NoArgs)
+async def status_board(call: Call, _args: NoArgs) -> Board:
+    """Every live agent: status line, since when, locks held, unread mail."""
+    return await read_board(call.core, Mail.of(call.core).job)
+
+
+@OPS.op("mail.stats", NoArgs, access=Access.OPERATOR)
+async def stats(call: Call, _args: NoArgs) -> MailStatistics:
+    """Callers waiting on their inbox, rings, wake-ups, and mail's store jobs."""
+    return Mail.of(call.core).statistics()

@@ -1,0 +1,95 @@
+"""Running many scenarios: discovery, parallelism, reports."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Callable, Iterable
+from xml.sax.saxutils import escape, quoteattr
+
+from broker.scenario.format import ScenarioInvalid, load
+from broker.scenario.runner import FAILED, INVALID, PASSED, Outcome, run_scenario
+
+
+def known_ops() -> frozenset[str]:
+    from broker.core import PLUGINS
+
+    names: set[str] = set()
+    for module in PLUGINS:
+        names.update(importlib.import_module(module).OPS.ops)
+    return frozenset(names)
+
+
+def collect(paths: Iterable[Path]) -> list[Path]:
+    """Scenario files named directly, or found (``*.toml``) under directories, sorted.
+
+    Raises:
+        FileNotFoundError: naming a path that does not exist.
+    """
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found.extend(sorted(p for p in path.rglob("*.toml")))
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise FileNotFoundError(f"{path}: no such scenario file or directory")
+    return found
+
+
+def run_all(
+    files: list[Path],
+    *,
+    jobs: int | None = None,
+    on_done: Callable[[Outcome], None] | None = None,
+    workdir: Path | None = None,
+) -> list[Outcome]:
+    """Validate every file, then run the valid ones in parallel; outcomes in file order."""
+    ops = known_ops()
+    outcomes: dict[Path, Outcome] = {}
+    runnable = []
+    for path in files:
+        try:
+            runnable.append(load(path, ops))
+        except ScenarioInvalid as exc:
+            outcome = Outcome(path.stem, str(path), "?", INVALID, 0.0, detail=str(exc))
+            outcomes[path] = outcome
+            if on_done:
+                on_done(outcome)
+    workers = jobs or max(1, min(4, (os.cpu_count() or 1)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(run_scenario, s, workdir=workdir): s for s in runnable}
+        for future in as_completed(futures):
+            outcome = future.result()
+            outcomes[futures[future].path] = outcome
+            if on_done:
+                on_done(outcome)
+    return [outcomes[p] for p in files]
+
+
+def write_junit(outcomes: list[Outcome], path: Path) -> None:
+    failures = sum(o.verdict == FAILED for o in outcomes)
+    errors = sum(o.verdict == INVALID for o in outcomes)
+    total = sum(o.seconds for o in outcomes)
+    lines = [
+        '<?xml version="1.0" encoding="utf-8"?>',
+        f'<testsuite name="conclave-scenarios" tests="{len(outcomes)}" failures="{failures}" errors="{errors}" time="{total:.3f}">',
+    ]
+    for o in outcomes:
+        lines.append(f"  <testcase classname={quoteattr(o.tier)} name={quoteattr(o.name)} file={quoteattr(o.path)} time=\"{o.seconds:.3f}\">")
+        if o.verdict == FAILED:
+            lines.append(f"    <failure message={quoteattr(o.detail or '')}>expected: {escape(o.expected or '')}\ngot: {escape(o.got or '')}</failure>")
+        elif o.verdict == INVALID:
+            lines.append(f"    <error message=\"invalid scenario\">{escape(o.detail or '')}</error>")
+        lines.append("  </testcase>")
+    lines.append("</testsuite>")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def verdict_ok(outcomes: list[Outcome]) -> bool:
+    return bool(outcomes) and all(o.verdict == PASSED for o in outcomes)
+
+
