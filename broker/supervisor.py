@@ -149,7 +149,7 @@ class Supervisor:
             log_file.close()
             self.core.registry.end(principal)
             error = f"could not start {command[0]!r}: {exc.strerror or exc}"
-            await self._persist_start(live, None, started, attempt)
+            await self._persist_start(live, None, started, attempt, command)
             await self._persist_end(principal, None, SPAWN_FAILED, error)
             self.outcomes.append(
                 AgentOutcome(principal.agent, principal.session, principal.parent, None, SPAWN_FAILED, started, events.now(), str(log_path), error)
@@ -160,7 +160,7 @@ class Supervisor:
                 log_file.close()
         self._pids.add(process.pid)
         self.core.registry.started(principal, process.pid, started)
-        await self._persist_start(live, process.pid, started, attempt)
+        await self._persist_start(live, process.pid, started, attempt, command)
         self._nursery.start_soon(self._watch, live, process, attempt, str(log_path))
         return principal
 
@@ -216,9 +216,9 @@ class Supervisor:
 
     # -- the database copy --------------------------------------------------------
 
-    async def _persist_start(self, live: LiveAgent, pid: int | None, started: str, attempt: int) -> None:
+    async def _persist_start(self, live: LiveAgent, pid: int | None, started: str, attempt: int, argv: list[str]) -> None:
         p = live.principal
-        command = json.dumps(list(live.spec.command))
+        command = json.dumps(argv)
 
         def write(conn):  # type: ignore[no-untyped-def]
             conn.execute(
@@ -230,7 +230,7 @@ class Supervisor:
                 "agent.spawn",
                 actor=p.parent or events.BROKER_ACTOR,
                 subject=p.key,
-                payload={"pid": pid, "domain": p.domain, "command": list(live.spec.command), "attempt": attempt},
+                payload={"pid": pid, "domain": p.domain, "command": argv, "attempt": attempt},
             )
 
         await self.core.store.call(write)

@@ -115,6 +115,9 @@ def test_claude_code_preset_runs_claude_with_its_mcp_config_and_settings(launche
     whoami = report["mcp"]["calls"][0]
     assert not whoami["is_error"] and (whoami["structured"]["result"]["agent"], whoami["structured"]["result"]["session"]) == ("alice", session)
     assert report["settings"]["permissions"]["allow"] == ["mcp__conclave"]
+    # The broker's record shows what it really ran: the launcher, which then became claude.
+    (row,) = [r for r in run.op("agents") if r["session"] == session]
+    assert row["command"] == [sys.executable, "-m", "broker.cli", "agent-launch", "--preset", "claude-code", "--dir", str(directory), "--prompt", TASK, "--", "claude"]
 
 
 def test_preset_files_live_under_the_state_dir_and_never_in_the_repository(launched):
