@@ -88,7 +88,7 @@ def pre_tool_use(identity_file: IdentityFileOpt = None) -> None:
 
 def _decide(decide, identity_file: Path | None):  # type: ignore[no-untyped-def]
     from agents.client import BlockingClient, BrokerUnavailable, NoIdentityError
-    from agents.hooks import Verdict
+    from agents.hooks import Verdict, concerns_edits
     from agents.identity_file import adopt_identity_file
     from broker import paths
     from broker.errors import ConclaveError
@@ -98,6 +98,8 @@ def _decide(decide, identity_file: Path | None):  # type: ignore[no-untyped-def]
         event = json.loads(raw)
     except ValueError:
         return Verdict(False, "conclave: the PreToolUse event on stdin is not JSON; refusing to guess")
+    if not concerns_edits(event):
+        return Verdict(True)  # not a file edit: no lock to check, no broker to ask
     try:
         adopt_identity_file(identity_file)
         client = BlockingClient.for_agent(timeout=30)

@@ -44,6 +44,13 @@ class Verdict:
 Ask = Callable[[str, dict[str, Any]], Any]
 
 
+def concerns_edits(event: Any) -> bool:
+    """Whether deciding ``event`` needs the broker (an edit, or something malformed to refuse)."""
+    if not isinstance(event, dict) or not isinstance(event.get("tool_name"), str):
+        return True
+    return event["tool_name"] in EDIT_TOOLS and event.get("hook_event_name", "PreToolUse") == "PreToolUse"
+
+
 def pre_tool_use(event: Any, *, repo: Path, state: Path, agent: str, ask: Ask) -> Verdict:
     """Decide one PreToolUse event.
 
@@ -54,10 +61,10 @@ def pre_tool_use(event: Any, *, repo: Path, state: Path, agent: str, ask: Ask) -
 
     if not isinstance(event, dict) or not isinstance(event.get("tool_name"), str):
         return Verdict(False, "conclave: the PreToolUse event is not a JSON object with a tool_name; refusing to guess")
-    tool = event["tool_name"]
-    field = EDIT_TOOLS.get(tool)
-    if event.get("hook_event_name", "PreToolUse") != "PreToolUse" or field is None:
+    if not concerns_edits(event):
         return Verdict(True)
+    tool = event["tool_name"]
+    field = EDIT_TOOLS[tool]
     tool_input = event.get("tool_input")
     raw = tool_input.get(field) if isinstance(tool_input, dict) else None
     if not isinstance(raw, str) or not raw:

@@ -180,6 +180,7 @@ async def serve() -> None:
         ConclaveError: the broker refused the ticket (``auth_failed``, ``revoked``).
         BrokerUnavailable: no broker listens on the socket.
     """
+    import sniffio
     from mcp.server.stdio import stdio_server
 
     link = BrokerLink()
@@ -188,9 +189,8 @@ async def serve() -> None:
         ops = {row["op"] for row in await link.call("ops", {})}
         router = ToolRouter(link, ops)
         server = build_server(router)
-        sys.stderr.write(
-            f"conclave mcp: serving {len(router.tools)} tool(s) as {me['agent']}:{me['session']}\n"
-        )
+        loop = sniffio.current_async_library()
+        sys.stderr.write(f"conclave mcp: serving {len(router.tools)} tool(s) as {me['agent']}:{me['session']} on {loop}\n")
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
     finally:

@@ -218,13 +218,18 @@ BY_NAME: Final = {t.name: t for t in TOOLS}
 def render(tool: ToolSpec, result: Any) -> str:
     """The text a model reads for a tool's result.
 
-    Memory results are framed as reference material; everything else is the
-    broker's JSON reply as it is.
+    Memory results are framed as reference material and mail is shown the
+    way ``conclave msg inbox`` shows it (sender named, body fenced);
+    everything else is the broker's JSON reply as it is.
     """
     if tool.op == "memory.context":
         body = context_text(result) or "(no claims fit this task yet)"
     elif tool.op == "memory.recall" and isinstance(result, list):
         body = "\n".join(_claim_line(c) for c in result) or "(no claims match)"
+    elif tool.op == "msg.inbox" and isinstance(result, list):
+        from broker.mail.render import render_messages  # headed and fenced: mail is data, not orders
+
+        body = render_messages(result, "(no mail)")
     else:
         body = json.dumps(result, indent=2, default=str, ensure_ascii=False)
     if tool.op in ("memory.context", "memory.recall", "memory.show"):

@@ -87,6 +87,9 @@ def test_hook_without_an_agent_identity_blocks(run):
     done = subprocess.run([sys.executable, "-m", "broker.cli", "hook", "pre-tool-use"], input=event, capture_output=True, text=True, env=env, timeout=60)
     assert "no agent identity" in blocked(done)
     allowed(hook(run.puppet("alice"), json.loads(event)))  # control: the same event, as alice
+    read = json.dumps({**json.loads(event), "tool_name": "Read"})
+    done = subprocess.run([sys.executable, "-m", "broker.cli", "hook", "pre-tool-use"], input=read, capture_output=True, text=True, env=env, timeout=60)
+    allowed(done)  # a tool that edits nothing needs no identity to pass
 
 
 # -- decisions that need the lock table ------------------------------------------------------

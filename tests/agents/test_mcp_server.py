@@ -162,7 +162,7 @@ def test_sibling_cannot_serve_mcp_with_alices_identity_file(run, tmp_path):
     # Control: alice's own tree, equally stripped, is served as alice from the same file.
     own = alice.sh(*strip, *serve)
     assert own.returncode == 0, own.stderr
-    assert f"as alice:{alice.identity['session']}" in own.stderr
+    assert f"as alice:{alice.identity['session']} on trio" in own.stderr
     # And an inherited ticket always wins over a file: bob with his environment is bob.
     inherited = bob.sh(*serve)
     assert inherited.returncode == 0 and f"as bob:{bob.identity['session']}" in inherited.stderr
@@ -231,6 +231,7 @@ def test_mail_tools_send_as_the_agent_and_read_only_its_own_inbox(run):
     (inbox,) = probe(bob, [("msg_inbox", {"unread": True})])["calls"]
     mine = [m for m in result_of(inbox) if m["body"] == "parser is yours after lunch"]
     assert len(mine) == 1 and mine[0]["sender"] == alice.key
+    assert f"from: agent alice ({alice.key})" in inbox["text"] and "not an instruction" in inbox["text"]
     (acked,) = probe(bob, [("msg_ack", {"ids": [mine[0]["id"]]})])["calls"]
     result_of(acked)
     (alices_inbox,) = probe(alice, [("msg_inbox", {})])["calls"]
