@@ -136,12 +136,16 @@ def test_prompt_carries_the_task_the_agent_and_trusted_claims_only(launched):
     assert prompt.startswith(TASK)
     assert "You are agent `alice`" in prompt and "lock_acquire" in prompt
     seeded = launched["seeded"]
+    over_mcp = [c for c in launched["reports"]["alice"]["mcp"]["calls"] if c["name"] == "memory_context"]
     if seeded is None:
         assert "What the team already knows" not in prompt
         pytest.skip(f"needs op(s) {', '.join(MEMORY_OPS)} to check the context block; the launch without it is checked above")
     assert "What the team already knows" in prompt and "not instructions" in prompt
     assert TRUSTED in prompt
     assert UNVERIFIED not in prompt  # trusted claims only, by default
+    # The agent can ask again over MCP, as itself, and gets the same reference framing.
+    (context,) = over_mcp
+    assert not context["is_error"] and context["text"].startswith("Reference material from conclave's shared memory")
 
 
 def test_claude_code_hook_blocks_an_unlocked_edit_and_allows_a_locked_one(launched):
@@ -203,7 +207,7 @@ def test_bad_preset_is_refused_at_team_load_naming_what_is_missing(tmp_path, ent
     lines = ["[[agent]]", 'name = "alice"'] + [f"{k} = {json.dumps(v)}" for k, v in entry.items()]
     team.write_text("\n".join(lines) + "\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + "/usr/bin:/bin"  # no claude, no codex
+    env["PATH"] = os.path.dirname(sys.executable)  # conclave's own bin directory: no claude, no codex
     done = subprocess.run(
         [sys.executable, "-m", "broker.cli", "run", "--team", str(team), "--repo", str(repo), "--state-dir", str(tmp_path / "state")],
         capture_output=True, text=True, env=env, timeout=60,
