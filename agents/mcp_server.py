@@ -59,7 +59,7 @@ class BrokerLink:
             result = await client.call(op, args)
         except ConclaveError as exc:
             if exc.code is ErrorCode.UNAVAILABLE:
-                await client.aclose()
+                await _close_quietly(client)
             else:
                 self._idle.append(client)
             raise
@@ -104,7 +104,7 @@ class ToolRouter:
             # The broker is the one authority on identity fields: it refuses the
             # request and logs the attempt against this agent's principal.
             return await self._forward(tool, args)
-        problems = sorted(self._validators[name].iter_errors(args), key=lambda e: list(e.path))
+        problems = sorted(self._validators[name].iter_errors(args), key=lambda e: [str(p) for p in e.path])
         if problems:
             detail = "; ".join(_describe(p) for p in problems[:5])
             return _refusal(ErrorCode.INVALID_ARGS, f"{name}: {detail}")
