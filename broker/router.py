@@ -39,11 +39,14 @@ class Call:
 
     ``connection`` identifies the connection for resources scoped to it
     (``conclave exec --lock`` locks); it is None for in-process calls.
+    ``peer_gone`` returns once the client has hung up; a handler that blocks
+    (a lock wait) races it so a client that gave up never leaves a ghost.
     """
 
     principal: Principal
     core: BrokerCore
     connection: int | None = None
+    peer_gone: Callable[[], Awaitable[None]] | None = None
 
 
 Handler = Callable[[Call, Any], Awaitable[Any]]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -119,6 +120,21 @@ class Connection:
     async def send(self, payload: bytes) -> None:
         await self.stream.send_all(payload)
 
+    async def peer_gone(self) -> None:
+        """Return once the client has closed its end (for handlers that block).
+
+        Called only while a request is being handled, when nothing else reads
+        the socket.  It peeks, so a pipelined next request stays unread; a
+        client that pipelines is alive, and then this never returns.
+        """
+        sock = self.stream.socket
+        await trio.lowlevel.wait_readable(sock)
+        try:
+            if await sock.recv(1, socket.MSG_PEEK):
+                await trio.sleep_forever()
+        except OSError:
+            pass
+
     async def run(self) -> None:
         principal = await self._authenticate()
         if principal is None:
@@ -160,7 +176,7 @@ class Connection:
         return principal
 
     async def _serve(self, principal: Principal) -> None:
-        call = Call(principal=principal, core=self.core, connection=self.id)
+        call = Call(principal=principal, core=self.core, connection=self.id, peer_gone=self.peer_gone)
         while True:
             try:
                 line = await self.reader.next_line(first_byte_timeout=None)

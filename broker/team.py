@@ -112,6 +112,12 @@ def parse(raw: dict[str, Any], *, repo: Path, source: Path | None = None, check_
     slots = raw.get("slot", [])
     if not isinstance(slots, list) or not all(isinstance(s, dict) for s in slots):
         raise TeamError(f"{where}: slot must be a list of [[slot]] tables")
+    from locks.slots import SlotError, parse_slots  # locks owns the [[slot]] rules
+
+    try:
+        parse_slots(slots, where)
+    except SlotError as exc:
+        raise TeamError(str(exc)) from None
     policy = raw.get("policy", {})
     if not isinstance(policy, dict):
         raise TeamError(f"{where}: policy must be a table ([policy])")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import json
+import typing
 from typing import Any, Final, TypeVar, final
 
 import attrs
@@ -89,6 +90,17 @@ _strict(str, str)
 _strict(int, int)
 _strict(float, int, float)
 _strict(bool, bool)
+
+
+def _strict_list(value: Any, kind: Any) -> list[Any]:
+    # cattrs would turn the string "a.txt" into ["a", ".", "t", "x", "t"]; a list must be a JSON array.
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list (a JSON array), got {type(value).__name__}")
+    (item,) = typing.get_args(kind) or (Any,)
+    return [converter.structure(v, item) for v in value]
+
+
+converter.register_structure_hook_func(lambda kind: typing.get_origin(kind) is list, _strict_list)
 
 T = TypeVar("T")
 

@@ -1,7 +1,275 @@
-"""Wire ops of this package (filled in by its issue)."""
+"""The lock ops on the wire, and the owner task that starts with the broker.
+
+``start`` puts the :class:`~locks.table.LockTable` in
+``core.extensions["locks"]`` (the status board reads ``holdings()`` and
+``statistics()`` from it), releases an agent's locks when its process exits,
+releases ``connection``-scoped locks when their connection closes, and --
+in a running broker -- installs the git guard for the run.
+
+Slots are folded into the lock ops: ``lock.acquire`` of ``slot://NAME``
+takes one unit; ``slot.acquire`` / ``slot.release`` are shorthands for it.
+"""
 
 from __future__ import annotations
 
-from broker.router import OpTable
+import logging
+import math
+from typing import Any, Literal
 
+import attrs
+import trio
+
+from broker.errors import ConclaveError, ErrorCode
+from broker.router import Access, Call, OpTable
+from locks import guard
+from locks.journal import Journal
+from locks.resources import Resource, ResourceError
+from locks.slots import parse_slots
+from locks.table import LockTable, Mode, Scope
+from memory import events
+
+log = logging.getLogger("conclave.locks")
 OPS = OpTable()
+MAX_LOG: int = 10_000
+
+
+@attrs.frozen
+class AcquireArgs:
+    resources: list[str]
+    shared: bool = False
+    wait: float | None = None
+    ttl: float | None = None
+    scope: Literal["agent", "connection"] = "agent"
+
+
+@attrs.frozen
+class ResourcesArgs:
+    resources: list[str]
+
+
+@attrs.frozen
+class RenewArgs:
+    resources: list[str]
+    ttl: float
+
+
+@attrs.frozen
+class ForceArgs:
+    resource: str
+    reason: str
+
+
+@attrs.frozen
+class ListArgs:
+    mine: bool = False
+
+
+@attrs.frozen
+class LogArgs:
+    limit: int | None = None
+    since: str | None = None
+
+
+@attrs.frozen
+class CheckArgs:
+    paths: list[str]
+
+
+@attrs.frozen
+class SlotArgs:
+    name: str
+    wait: float | None = None
+
+
+@attrs.frozen
+class SlotReleaseArgs:
+    name: str
+
+
+def table_of(call: Call) -> LockTable:
+    table = call.core.extensions.get("locks")
+    if table is None:
+        raise ConclaveError(ErrorCode.UNAVAILABLE, "the lock table is not running")
+    return table
+
+
+def _resources(table: LockTable, texts: list[str]) -> list[Resource]:
+    out = []
+    for text in texts:
+        try:
+            out.append(table.normalizer.resource(text))
+        except ResourceError as exc:
+            raise ConclaveError(ErrorCode.INVALID_ARGS, str(exc)) from None
+    return out
+
+
+def _held(table: LockTable, call: Call, texts: list[str]) -> list[Resource]:
+    """Resources to release or renew: what the caller holds under that name, found by
+    spelling alone; anything else gets the full check (and its specific error)."""
+    mine = table.held_by(call.principal.key)
+    out = []
+    for text in texts:
+        key = table.normalizer.lexical(text)
+        held = mine.get(key) if key is not None else None
+        out.append(held.resource if held is not None else _resources(table, [text])[0])
+    return out
+
+
+def _number(name: str, value: float | None) -> None:
+    if value is not None and not math.isfinite(value):
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"{name} must be a finite number of seconds")
+
+
+def _grants(holdings: list[Any]) -> dict[str, Any]:
+    return {"grants": [h.as_grant() for h in holdings]}
+
+
+async def _acquire(call: Call, texts: list[str], *, shared: bool, wait: float | None, ttl: float | None, scope: str) -> dict[str, Any]:
+    table = table_of(call)
+    _number("wait", wait)
+    _number("ttl", ttl)
+    if wait is not None and wait < 0:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, "wait must not be negative (omit it to fail fast)")
+    request = table.request(
+        call.principal,
+        _resources(table, texts),
+        mode=Mode.SHARED if shared else Mode.EXCLUSIVE,
+        ttl=ttl,
+        scope=Scope(scope),
+        connection=call.connection,
+    )
+    return _grants(await table.acquire(request, wait=wait, peer_gone=call.peer_gone))
+
+
+@OPS.op("lock.acquire", AcquireArgs, access=Access.AGENT)
+async def acquire(call: Call, args: AcquireArgs) -> dict[str, Any]:
+    """Take every resource at once or none; wait FIFO up to `wait` seconds, or fail fast."""
+    return await _acquire(call, args.resources, shared=args.shared, wait=args.wait, ttl=args.ttl, scope=args.scope)
+
+
+@OPS.op("lock.release", ResourcesArgs, access=Access.AGENT)
+async def release(call: Call, args: ResourcesArgs) -> dict[str, Any]:
+    """Release resources this principal holds (all or none)."""
+    table = table_of(call)
+    return {"released": [h.as_grant() for h in table.release(call.principal, _held(table, call, args.resources))]}
+
+
+@OPS.op("lock.renew", RenewArgs, access=Access.AGENT)
+async def renew(call: Call, args: RenewArgs) -> dict[str, Any]:
+    """Push held resources' expiry to `ttl` seconds from now."""
+    table = table_of(call)
+    _number("ttl", args.ttl)
+    return {"renewed": [h.as_grant() for h in table.renew(call.principal, _held(table, call, args.resources), args.ttl)]}
+
+
+@OPS.op("lock.list", ListArgs)
+async def list_locks(call: Call, args: ListArgs) -> dict[str, Any]:
+    """Everything held, the wait line in order, and the slots."""
+    snap = table_of(call).snapshot()
+    if args.mine:
+        key = call.principal.key
+        snap["holdings"] = [h for h in snap["holdings"] if h["holder"] == key]
+        snap["waiting"] = [w for w in snap["waiting"] if w["waiter"] == key]
+    return snap
+
+
+@OPS.op("lock.force_release", ForceArgs, access=Access.OPERATOR)
+async def force_release(call: Call, args: ForceArgs) -> dict[str, Any]:
+    """Take a resource from every holder, with a reason (operator only; logged)."""
+    table = table_of(call)
+    (resource,) = _resources(table, [args.resource])
+    return {"released": [h.as_dict() for h in table.force_release(call.principal, resource, args.reason)], "reason": args.reason.strip()}
+
+
+@OPS.op("lock.log", LogArgs)
+async def lock_log(call: Call, args: LogArgs) -> list[dict[str, Any]]:
+    """Lock history from the event log (grants, waits, refusals, releases, expiries), oldest first."""
+    if args.limit is not None and not 1 <= args.limit <= MAX_LOG:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"limit must be from 1 to {MAX_LOG}")
+    table = call.core.extensions.get("locks")
+    if table is not None:
+        await table.journal.flush()
+    rows = await call.core.store.call(lambda conn: events.read(conn, kind_prefix="lock", since=args.since, limit=args.limit or 200))
+    return [attrs.asdict(e) for e in rows]
+
+
+@OPS.op("lock.check_commit", CheckArgs)
+async def check_commit(call: Call, args: CheckArgs) -> dict[str, Any]:
+    """What the calling agent lacks to commit these staged paths (the pre-commit guard asks)."""
+    table = table_of(call)
+    staged: list[tuple[str, Resource]] = []
+    unlockable: list[dict[str, Any]] = []
+    for text in args.paths:
+        try:
+            staged.append((text, table.normalizer.path(text)))
+        except ResourceError as exc:
+            unlockable.append({"resource": text, "why": str(exc), "held_by": []})
+    report = table.check_commit(call.principal, staged)
+    if unlockable and not report["operator"]:
+        report = {**report, "allowed": False, "missing": report["missing"] + unlockable}
+    return report
+
+
+@OPS.op("slot.acquire", SlotArgs, access=Access.AGENT)
+async def slot_acquire(call: Call, args: SlotArgs) -> dict[str, Any]:
+    """Take one unit of a team-file slot (the same as lock.acquire of slot://NAME)."""
+    return await _acquire(call, [f"slot://{args.name}"], shared=False, wait=args.wait, ttl=None, scope="agent")
+
+
+@OPS.op("slot.release", SlotReleaseArgs, access=Access.AGENT)
+async def slot_release(call: Call, args: SlotReleaseArgs) -> dict[str, Any]:
+    """Give a slot unit back (the same as lock.release of slot://NAME)."""
+    return await release(call, ResourcesArgs([f"slot://{args.name}"]))
+
+
+async def start(core: Any, nursery: trio.Nursery) -> None:
+    """Start the lock table's owner task; in a live broker also the git guard."""
+    slots = parse_slots(core.team.slots if core.team is not None else ())
+    registry = core.registry
+    table = LockTable(
+        core.paths.repo,
+        Journal(core.store),
+        slots=slots,
+        is_live=(lambda key: registry.get(key) is not None) if core.live else None,
+    )
+    if core.live:
+        await table.fencing.load(core.store)
+    core.extensions["locks"] = table
+    await nursery.start(table.run)
+
+    async def principal_ended(principal: Any) -> None:
+        table.end_principal(principal.key)
+        await table.journal.flush()
+
+    async def connection_closed(connection: int, principal: Any) -> None:
+        if not principal.is_operator:
+            table.close_connection(connection, principal.key)
+
+    core.on_principal_ended(principal_ended)
+    core.on_connection_closed(connection_closed)
+    if core.live:
+        await nursery.start(_keep_guard, core, table)
+
+
+async def _keep_guard(core: Any, table: LockTable, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Install the pre-commit guard for the life of the broker; remove it when the broker stops."""
+    try:
+        installed = guard.install(core.paths.repo, core.paths.state)
+    except guard.GuardError as exc:
+        log.warning("the git guard is not installed: %s", exc)
+        table.journal.add("lock.guard_skipped", actor=events.BROKER_ACTOR, payload={"reason": str(exc)})
+        task_status.started()
+        return
+    table.journal.add(
+        "lock.guard_installed",
+        actor=events.BROKER_ACTOR,
+        subject=str(installed.hook),
+        payload={"chained": str(installed.chained) if installed.chained else None},
+    )
+    task_status.started()
+    try:
+        await trio.sleep_forever()
+    finally:
+        # The store is closing too, so removal goes to the broker log, not the event log.
+        removed = guard.uninstall(installed)
+        log.info("git guard %s from %s", "removed" if removed else "left in place", installed.hook)

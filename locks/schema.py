@@ -1,6 +1,16 @@
-"""The locks schema.  Lock state lives in memory; only history is stored (as events)."""
+"""The locks schema.  Lock state lives in memory and dies with the broker; its
+history is the event log (``lock.*`` events).  The one thing stored here is
+how far fencing tokens have been reserved, so tokens keep growing across
+broker restarts."""
 
 from __future__ import annotations
 
 COMPONENT = "locks"
-MIGRATIONS: list[str] = []
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE IF NOT EXISTS lock_fencing (
+        id        INTEGER PRIMARY KEY CHECK (id = 1),
+        reserved  INTEGER NOT NULL     -- every token ever issued is <= this
+    );
+    """,
+]

@@ -32,7 +32,8 @@ def collect(paths: Iterable[Path]) -> list[Path]:
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
-            found.extend(sorted(p for p in path.rglob("*.toml")))
+            # Files starting with "_" (like _defences.toml) are not scenarios.
+            found.extend(sorted(p for p in path.rglob("*.toml") if not p.name.startswith("_")))
         elif path.is_file():
             found.append(path)
         else:

@@ -1,0 +1,102 @@
+"""Prove each scenario guards something: switch its defence off and watch it fail.
+
+``scenarios/_defences.toml`` pairs a scenario with a one-line change to the
+source that disables the defence the scenario exercises.  For each pair this
+copies the working tree to a scratch directory, applies the change there (the
+real tree is never touched), runs the scenario against the weakened copy, and
+expects it to **fail**; it also runs the scenario against the copy before the
+change and expects it to pass.
+
+    python -m broker.scenario.defences [--only NAME] [--json]
+
+Exit status 0 only when every scenario passed with its defence and failed
+without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def copy_tree(dest: Path) -> None:
+    files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"], capture_output=True, check=True).stdout
+    for name in filter(None, files.decode().split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            target = dest / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+def run_scenario(tree: Path, scenario: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    env["PYTHONPATH"] = str(tree)
+    out = subprocess.run(
+        [sys.executable, "-m", "broker.cli", "scenario", "run", str(tree / "scenarios" / scenario), "--json", "-j", "1"],
+        capture_output=True, text=True, cwd=tree, env=env, timeout=600,
+    )
+    try:
+        [outcome] = json.loads(out.stdout)
+    except (json.JSONDecodeError, ValueError):
+        return f"error: {out.stderr.strip()[-300:]}"
+    return outcome["verdict"] + (f" at {outcome['detail']}" if outcome.get("detail") else "")
+
+
+def check(defence: dict[str, Any]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="cvd-") as tmp:
+        tree = Path(tmp)
+        copy_tree(tree)
+        with_defence = run_scenario(tree, defence["scenario"])
+        target = tree / defence["file"]
+        text = target.read_text()
+        finds, replaces = _as_list(defence["find"]), _as_list(defence["replace"])
+        for find, replace in zip(finds, replaces, strict=True):
+            count = text.count(find)
+            if count != 1:
+                return {**defence, "with": with_defence, "without": f"patch does not apply ({count} matches of {find!r})", "ok": False}
+            text = text.replace(find, replace)
+        target.write_text(text)
+        without = run_scenario(tree, defence["scenario"])
+    ok = with_defence == "passed" and without.startswith("failed")
+    return {**defence, "with": with_defence, "without": without, "ok": ok}
+
+
+def _as_list(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m broker.scenario.defences", description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", help="run only the named defence(s)")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("-j", "--jobs", type=int, default=2)
+    args = parser.parse_args(argv)
+    defences = tomllib.loads((ROOT / "scenarios" / "_defences.toml").read_text())["defence"]
+    if args.only:
+        defences = [d for d in defences if d["name"] in args.only]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        results = list(pool.map(check, defences))
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        for r in results:
+            mark = "ok  " if r["ok"] else "FAIL"
+            print(f"{mark} {r['name']:<42} {r['scenario']:<48} with: {r['with']:<8} without: {r['without']}")
+        print(f"{sum(r['ok'] for r in results)} of {len(results)} defences proven (scenario passes with it, fails without)")
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

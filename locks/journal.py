@@ -1,0 +1,93 @@
+"""Writing the lock table's history behind it, in order, in batches.
+
+The lock table decides in memory and must answer in microseconds; waiting
+for a store transaction on every grant would make a lock cost several times
+a no-op round trip.  So each decision appends its event to this journal
+(synchronously, stamped with the time it happened) and one task writes the
+queue to the event log in batches, in the order the decisions were made.
+Lock state itself is not stored -- it dies with the broker -- so nothing can
+disagree with the log; a crash can lose at most the last batch of history.
+:meth:`Journal.flush` waits until everything queued so far is written
+(``lock log`` calls it first, and so does the end of every agent).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Final, final
+
+import apsw
+import trio
+
+from memory import events
+from memory.owner import StoreOwner
+
+log = logging.getLogger("conclave.locks")
+#: Most events written in one store job.
+MAX_BATCH: Final = 1024
+#: How long the writer lets events gather before a batch (unless someone flushes):
+#: one store transaction per batch instead of one per lock decision.
+GATHER: Final = 0.02
+#: How long a flush may wait before giving up (it runs in shielded cleanup).
+FLUSH_TIMEOUT: Final = 10.0
+
+Job = Callable[[apsw.Connection], None]
+
+
+@final
+class Journal:
+    """A write-behind queue of events (and small bookkeeping jobs) for the store owner."""
+
+    def __init__(self, store: StoreOwner) -> None:
+        self._store = store
+        self._pending: list[Job] = []
+        self._arrived = trio.Event()
+        self._queued = 0
+        self._written = 0
+        self._progress = trio.Event()
+        self._hurry = trio.Event()
+
+    def add(self, kind: str, *, actor: str, subject: str | None = None, payload: dict[str, Any] | None = None, at: str | None = None) -> None:
+        """Queue one event; ``at`` defaults to now (pass the decision's own timestamp)."""
+        at = at or events.now()
+        self._push(lambda conn: events.append(conn, kind, actor=actor, subject=subject, payload=payload, at=at))
+
+    def also(self, job: Job) -> None:
+        """Run ``job(conn)`` in the next batch, in order with the events."""
+        self._push(job)
+
+    def _push(self, job: Job) -> None:
+        self._queued += 1
+        self._pending.append(job)
+        self._arrived.set()
+
+    @property
+    def backlog(self) -> int:
+        return self._queued - self._written
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            await self._arrived.wait()
+            with trio.move_on_after(GATHER):
+                await self._hurry.wait()
+            batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            if not self._pending:
+                self._arrived = trio.Event()
+            try:
+                await self._store.call(lambda conn: [j(conn) for j in batch])
+            except Exception:  # the history is lost, not the broker
+                log.exception("could not write %d lock event(s)", len(batch))
+            self._written += len(batch)
+            self._progress.set()
+            self._progress = trio.Event()
+            if self._written >= self._queued:
+                self._hurry = trio.Event()
+
+    async def flush(self) -> None:
+        """Return once everything queued before this call is in the store."""
+        target = self._queued
+        self._hurry.set()
+        with trio.move_on_after(FLUSH_TIMEOUT):
+            while self._written < target:
+                await self._progress.wait()

@@ -1,0 +1,160 @@
+"""Normalizing what a caller names, and deciding overlap both ways.
+
+Pure functions over a real directory tree the test made (symlinks included);
+the broker-level tests in this package drive the same code through the wire.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from locks import globs
+from locks.resources import Kind, Normalizer, ResourceError, covers, overlaps
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / "src" / "sub").mkdir(parents=True)
+    (root / "src" / "a.py").write_text("a\n")
+    (root / "real.py").write_text("r\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, root / "escape")  # a directory link that leaves the repository
+    os.symlink("/etc/passwd", root / "passwd")  # a file link that leaves it
+    os.symlink("real.py", root / "alias.py")  # a link that stays inside
+    os.symlink("src", root / "code")  # a directory link that stays inside
+    return root
+
+
+@pytest.mark.parametrize(
+    "text, key, kind",
+    [
+        ("src/a.py", "src/a.py", Kind.PATH),
+        ("./src//a.py", "src/a.py", Kind.PATH),
+        ("src/", "src/**", Kind.GLOB),  # a directory means everything under it
+        ("src", "src/**", Kind.GLOB),
+        ("newdir/", "newdir/**", Kind.GLOB),  # a trailing slash for one that does not exist yet
+        ("newfile", "newfile", Kind.PATH),
+        ("src/**/*.py", "src/**/*.py", Kind.GLOB),
+        ("src/**/**/x", "src/**/x", Kind.GLOB),
+        ("git", "git", Kind.NAMED),
+        ("name://release-notes", "name://release-notes", Kind.NAMED),
+        ("slot://llm-api", "slot://llm-api", Kind.SLOT),
+    ],
+)
+def test_resources_are_normalized(repo: Path, text: str, key: str, kind: Kind) -> None:
+    r = Normalizer(repo).resource(text)
+    assert (r.key, r.kind) == (key, kind)
+
+
+def test_absolute_path_inside_the_repo_becomes_relative(repo: Path) -> None:
+    assert Normalizer(repo).resource(str(repo / "src" / "a.py")).key == "src/a.py"
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("../x", "'..'"),
+        ("src/../../x", "'..'"),
+        ("/etc/passwd", "outside the repository"),
+        ("escape/file", "symlink"),
+        ("passwd", "symlink"),
+        ("escape/**", "symlink"),
+        (".git/index", "git resource"),
+        (".", "repository root"),
+        ("", "empty"),
+        ("src/[a", "unclosed"),
+        ("src/a**b", "whole path segment"),
+        ("src/[z-a]", "backwards"),
+        ("name://has space", "without spaces"),
+        ("a\x01b", "control character"),
+    ],
+)
+def test_bad_resources_are_refused_with_the_reason(repo: Path, text: str, why: str) -> None:
+    with pytest.raises(ResourceError, match=why.replace("[", r"\[").replace("(", r"\(")):
+        Normalizer(repo).resource(text)
+
+
+def test_a_symlink_inside_the_repo_conflicts_with_its_target(repo: Path) -> None:
+    n = Normalizer(repo)
+    link, target = n.resource("alias.py"), n.resource("real.py")
+    assert link.aliases == ("real.py",)
+    assert overlaps(link, target) and overlaps(target, link)
+    # Positive control: an unrelated file does not.
+    assert not overlaps(link, n.resource("src/a.py"))
+    # A directory link: code/a.py is src/a.py.
+    assert overlaps(n.resource("code/*.py"), n.resource("src/a.py"))
+
+
+# (a, b, overlap?) -- checked in both orders.
+OVERLAPS = [
+    ("src/a.py", "src/a.py", True),
+    ("src", "src/a.py", True),  # a directory covers what is under it
+    ("src/", "src/sub/deep.py", True),
+    ("src/**", "src", True),  # ... and itself (a submodule's gitlink)
+    ("src/a.py", "src/a.pyc", False),
+    ("src/a", "src/ab", False),
+    ("src/*.py", "src/a.py", True),
+    ("src/*.py", "src/a.txt", False),
+    ("src/*.py", "lib/a.py", False),
+    ("*.md", "README.md", True),
+    ("*.md", "docs/README.md", False),  # * never crosses a slash
+    ("**/*.md", "docs/README.md", True),
+    ("src/**", "src/x/y/z.c", True),
+    ("src/**", "tests/**", False),
+    ("src/*", "src/sub/deep.py", False),  # * is one level: write src/** for all
+    ("src/*", "src/sub", True),
+    ("src/**/test_*.py", "src/pkg/x_test.py", False),  # a file has nothing under it
+    ("**/*.py", "README.md", False),
+    ("src/a*", "src/*b", True),  # both match src/ab
+    ("src/a*.py", "src/*.txt", False),
+    ("src/[abc].py", "src/[!abc].py", False),
+    ("src/[a-c].py", "src/[!ab].py", True),  # both match src/c.py
+    ("src/?", "src/ab", False),
+    ("src/**/test_*.py", "src/test_x.py", True),
+    ("src/**/test_*.py", "src/pkg/x_test.py", False),
+    ("docs/*.md", "docs/**/index.*", True),
+    ("a/*/c", "a/b/*", True),
+    ("a/*/c", "a/b/d", False),
+    ("git", "git", True),
+    ("git", "name://git", False),
+    ("name://x", "name://x", True),
+    ("name://x", "name://y", False),
+    ("slot://x", "slot://x", False),  # slots count; they never conflict by name
+]
+
+
+@pytest.mark.parametrize("a, b, expected", OVERLAPS)
+def test_overlap_is_decided_both_ways(repo: Path, a: str, b: str, expected: bool) -> None:
+    n = Normalizer(repo)
+    ra, rb = n.resource(a), n.resource(b)
+    assert overlaps(ra, rb) is expected
+    assert overlaps(rb, ra) is expected
+
+
+def test_overlap_errs_on_conflict_when_the_search_is_too_big(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each segment of one ends in d, of the other in a: they never meet, and the search proves it...
+    a, b = globs.compile_pattern("/".join(["*a*b*c*d"] * 8)), globs.compile_pattern("/".join(["*d*c*b*a"] * 8))
+    assert globs._intersects(a, b) is False
+    # ...but with too small a budget to finish, the answer is "conflict", never "free".
+    monkeypatch.setattr(globs, "PRODUCT_LIMIT", 5)
+    assert globs._intersects(a, b) is True
+
+
+def test_a_staged_path_is_covered_only_by_a_matching_lock(repo: Path) -> None:
+    n = Normalizer(repo)
+    path = n.path("src/sub/x.py")
+    assert covers(n.resource("src/**"), path)
+    assert covers(n.resource("src"), path)
+    assert covers(n.resource("src/*/*.py"), path)
+    assert not covers(n.resource("src/*"), path)
+    assert not covers(n.resource("src/*.py"), path)
+    assert not covers(n.resource("git"), path)
+    # A literal path with glob characters matches only itself.
+    odd = n.path("data/[1].txt")
+    assert covers(n.resource("data/"), odd)
+    assert not overlaps(odd, n.resource("data/1.txt"))
