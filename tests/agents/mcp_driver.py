@@ -101,21 +101,22 @@ def fake(kind: str, argv: list[str]) -> dict[str, Any]:
         return report
     report["prompt"] = prompt
     report["server"] = server
-    calls = [("whoami", {}), ("memory_context?", {"query": "parser"}), ("lock_acquire?", {"resources": ["src/owned.py"]})]
+    owned = f"src/owned_by_{kind}.py"  # one path per fake: they run at once
+    calls = [("whoami", {}), ("memory_context?", {"query": "parser"}), ("lock_acquire?", {"resources": [owned]})]
     report["mcp"] = anyio.run(session, server["command"], server["args"], server.get("env") or {}, calls, backend="trio")
     if kind == "claude":
-        report["hook"] = run_hooks(settings)
+        report["hook"] = run_hooks(settings, owned)
     return report
 
 
-def run_hooks(settings: dict[str, Any]) -> dict[str, Any]:
+def run_hooks(settings: dict[str, Any], owned: str) -> dict[str, Any]:
     """Run the PreToolUse hook the settings install, as Claude Code would, on a few edits."""
     (entry,) = settings["hooks"]["PreToolUse"]
     command = entry["hooks"][0]["command"]
     repo = os.environ["CONCLAVE_REPO"]
     scrubbed = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
     results = {}
-    for label, path in (("unlocked", "src/free.py"), ("locked", "src/owned.py")):
+    for label, path in (("unlocked", "src/free.py"), ("locked", owned)):
         event = {
             "session_id": "fake-session",
             "transcript_path": "/dev/null",
