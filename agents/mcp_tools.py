@@ -57,7 +57,7 @@ def _optional_text(description: str) -> dict[str, Any]:
     return {"type": ["string", "null"], "description": description}
 
 
-_CLAIM_ID: Final = {"type": ["integer", "string"], "description": "The claim's id, as recall or remember returned it."}
+_CLAIM_ID: Final = {"type": "integer", "minimum": 1, "description": "The claim's id, as recall or remember returned it."}
 _RESOURCES: Final = {
     "type": "array",
     "items": {"type": "string", "minLength": 1},
@@ -94,7 +94,7 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
         "Search the shared memory. Every live tier is shown, each line badged. " + TIERS + REFERENCE,
         {
             "query": _text("What to search for (words, not a question)."),
-            "limit": {"type": "integer", "minimum": 1, "maximum": 100, "description": "At most this many (default 10)."},
+            "limit": {"type": "integer", "minimum": 1, "description": "At most this many (default 10)."},
         },
         ("query",),
         read_only=True,
@@ -106,7 +106,7 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
         "unless include_unverified is true. " + TIERS + REFERENCE,
         {
             "query": _text("The task or topic."),
-            "budget": {"type": "integer", "minimum": 1, "maximum": 20000, "description": "Token budget (default 500)."},
+            "budget": {"type": "integer", "minimum": 1, "description": "Token budget (default 500)."},
             "include_unverified": {"type": "boolean", "description": "Also show [UNVERIFIED] claims (default false)."},
         },
         ("query",),
