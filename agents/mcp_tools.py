@@ -4,7 +4,9 @@ Each tool names the op it runs and the JSON Schema of its arguments.  No
 schema has a property that names an identity (who is asking, who vouched):
 the server acts as the agent whose process tree it runs in, and the broker
 reads that from the connection.  Every schema forbids properties it does not
-list, so a model cannot slip in ``author`` or ``source_agent``.
+list, so a model cannot slip in ``author`` or ``source_agent``.  Types are
+checked here; ranges (limits, budgets, waits) are the broker's to check, so
+each is stated in one place.
 
 This module is data and a little rendering; the server that speaks MCP is
 :mod:`agents.mcp_server`.

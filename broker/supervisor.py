@@ -65,6 +65,7 @@ class Supervisor:
         self.outcomes: list[AgentOutcome] = []
         self._nursery: trio.Nursery | None = None
         self._pids: set[int] = set()
+        self._revoked: set[str] = set()
 
     @property
     def known_pids(self) -> frozenset[int]:
@@ -117,6 +118,28 @@ class Supervisor:
             raise ConclaveError(ErrorCode.CONFLICT, f"a child named {child_name} is already running")
         spec = attrs.evolve(parent_live.spec, name=child_name, command=tuple(command), restart="never")
         return await self._start(spec, parent=parent, name=child_name, attempt=0)
+
+    async def revoke(self, principal: Principal) -> bool:
+        """End a live principal for cause (the operator revoked it): close its
+        connections, terminate its process group, and never restart it.
+
+        Returns True if a running process was signalled.
+        """
+        self._revoked.add(principal.key)
+        live = self.core.registry.end(principal)
+        if live is None or live.pid is None or live.pid not in self._pids:
+            return False
+        _signal_group(live.pid, signal.SIGTERM)
+        if self._nursery is not None:
+            self._nursery.start_soon(self._kill_after_grace, live.pid)
+        return True
+
+    async def _kill_after_grace(self, pid: int) -> None:
+        with trio.move_on_after(self.grace):
+            while pid in self._pids:
+                await trio.sleep(0.05)
+        if pid in self._pids:
+            _signal_group(pid, signal.SIGKILL)
 
     # -- one agent's life -------------------------------------------------------
 
@@ -184,7 +207,8 @@ class Supervisor:
                     AgentOutcome(principal.agent, principal.session, principal.parent, process.pid, code, live.started_at, events.now(), log_path)
                 )
         spec = live.spec
-        if spec.restart == "on-failure" and code != 0 and principal.parent is None and attempt < spec.max_restarts:
+        revoked = principal.key in self._revoked
+        if spec.restart == "on-failure" and code != 0 and principal.parent is None and attempt < spec.max_restarts and not revoked:
             await trio.sleep(RESTART_BACKOFF * (attempt + 1))
             await self._start(spec, parent=None, name=spec.name, attempt=attempt + 1)
 

@@ -63,6 +63,7 @@ class Team:
     slots: tuple[dict[str, Any], ...] = ()
     policy: dict[str, Any] = attrs.Factory(dict)
     source: Path | None = None
+    memory: dict[str, Any] = attrs.Factory(dict)
 
     def spec(self, name: str) -> AgentSpec | None:
         return next((a for a in self.agents if a.name == name), None)
@@ -121,7 +122,21 @@ def parse(raw: dict[str, Any], *, repo: Path, source: Path | None = None, check_
     policy = raw.get("policy", {})
     if not isinstance(policy, dict):
         raise TeamError(f"{where}: policy must be a table ([policy])")
-    return Team(agents=tuple(agents), slots=tuple(slots), policy=policy, source=source)
+    memory = raw.get("memory", {})
+    if not isinstance(memory, dict):
+        raise TeamError(f"{where}: memory must be a table ([memory])")
+    _check_memory_settings(policy, memory, where)
+    return Team(agents=tuple(agents), slots=tuple(slots), policy=policy, source=source, memory=memory)
+
+
+def _check_memory_settings(policy: dict[str, Any], memory: dict[str, Any], where: str) -> None:
+    # [policy] (the trust policy) and [memory] (the lifecycle) belong to memory.settings.
+    from memory.settings import MemorySettings
+
+    try:
+        MemorySettings.from_tables(policy, memory, where)
+    except ValueError as exc:
+        raise TeamError(str(exc)) from None
 
 
 def _parse_agent(entry: Any, where: str, repo: Path, check_commands: bool) -> AgentSpec:

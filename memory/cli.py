@@ -1,7 +1,366 @@
-"""Command-line commands of this package (filled in by its issue)."""
+"""``conclave memory ...``: the shared memory from a terminal or from inside an agent.
+
+Inside an agent's process tree these commands act as that agent (its
+ticket is in the environment); from a person's terminal they act as the
+operator.  With no broker running, operator commands open the store
+themselves.  Every command takes ``--json`` (one JSON document on stdout)
+and ``--repo`` / ``--state-dir``.
+"""
 
 from __future__ import annotations
 
+import sys
+from typing import Annotated, Any, Optional
+
 import typer
 
+from broker.clikit import JsonOpt, RepoOpt, StateOpt, Target, call, die, emit, say, table
+
 app = typer.Typer(no_args_is_help=True, add_completion=False)
+
+IdArg = Annotated[int, typer.Argument(help="The claim id.", min=1)]
+EvidenceOpt = Annotated[Optional[str], typer.Option("--evidence", help="What supports it (a test name, a log line).")]
+
+
+def _esc(value: Any) -> str:
+    from rich.markup import escape
+
+    return escape("" if value is None else str(value))
+
+
+def _short(text: str, width: int = 90) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "\u2026"
+
+
+def _witness_line(w: dict[str, Any]) -> str:
+    mark = "counted" if w["counted"] else f"not counted: {w['reason_not_counted']}"
+    how = "" if "blind" not in w else (" blind" if w["blind"] else " informed")
+    return f"{w['principal']} (domain {w['domain']}){how}, {mark}"
+
+
+def _print_claim(c: dict[str, Any]) -> None:
+    say(f"claim {c['id']} {_esc(c['badge'])}  {c['kind']}/{c['scope']}  edition {c['edition']}  by {_esc(c['author'])}  at {c['created_at']}")
+    say(f"  {_esc(c['text'])}")
+    if c.get("evidence"):
+        say(f"  evidence: {_esc(c['evidence'])}")
+    for w in c.get("corroborations", []):
+        say(f"  corroborated by {_esc(_witness_line(w))}")
+    for d in c.get("disputes", []):
+        say(f"  disputed by {_esc(_witness_line(d))}: {_esc(d['reason'])}")
+    for p in c.get("promotions", []):
+        say(f"  promoted by {_esc(p['by'])} at {p['at']}" + (f": {_esc(p['reason'])}" if p["reason"] else ""))
+    if c.get("superseded_by"):
+        say(f"  superseded by claim {c['superseded_by']}")
+    if c.get("retired"):
+        say(f"  retired by {_esc(c['retired']['by'])}: {_esc(c['retired']['reason'])}")
+    short = (c.get("standing") or {}).get("short_of_trust")
+    if short and c["tier"] in ("unverified", "disputed"):
+        say(f"  not trusted: {_esc(short)}")
+    if "counted" in c:
+        say(f"  this corroboration: {'counted' if c['counted'] else 'not counted (' + str(c['reason_not_counted']) + ')'}")
+    if c.get("twins"):
+        say("  twins (same words): " + ", ".join(f"claim {t['id']} {t['tier']}" for t in c["twins"]))
+
+
+def _claims_table(title: str, rows: list[dict[str, Any]], *, score: bool = False) -> None:
+    cols = ["id", "tier", "kind", *(["score"] if score else []), "author", "text"]
+    table(
+        title,
+        cols,
+        [
+            (r["id"], _esc(r["badge"]), r["kind"], *([r["score"]] if score else []), _esc(r["author"]), _esc(_short(r["text"])))
+            for r in rows
+        ],
+    )
+
+
+def _claim_op(json_out: bool, repo: Any, state_dir: Any, op: str, args: dict[str, Any]) -> None:
+    """Run an op that answers with one claim; print it (or its JSON).  None-valued args are left out."""
+    target = Target(json_out, repo, state_dir)
+    emit(target, call(target, op, {k: v for k, v in args.items() if v is not None}), _print_claim)
+
+
+# -- agent commands --------------------------------------------------------------------
+
+
+@app.command()
+def remember(
+    kind: Annotated[str, typer.Option("--kind", help="discovery, solution, pattern, workflow or failure.")],
+    text: Annotated[str, typer.Option("--text", help="The claim: one statement of fact about the repository.")],
+    scope: Annotated[str, typer.Option("--scope", help="repo (this repository) or general (true everywhere).")] = "repo",
+    evidence: EvidenceOpt = None,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Store a new claim as this agent; it starts unverified."""
+    _claim_op(json_out, repo, state_dir, "memory.remember", {"kind": kind, "text": text, "scope": scope, "evidence": evidence})
+
+
+@app.command()
+def corroborate(id: IdArg, evidence: EvidenceOpt = None, json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt = None) -> None:
+    """Vouch for claim ID; says whether this corroboration counted, and why not."""
+    _claim_op(json_out, repo, state_dir, "memory.corroborate", {"id": id, "evidence": evidence})
+
+
+@app.command()
+def dispute(
+    id: IdArg,
+    reason: Annotated[str, typer.Option("--reason", help="Why the claim is wrong.")],
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Refute claim ID; an independent dispute makes it disputed."""
+    _claim_op(json_out, repo, state_dir, "memory.dispute", {"id": id, "reason": reason})
+
+
+@app.command()
+def revise(
+    id: IdArg,
+    text: Annotated[str, typer.Option("--text", help="The corrected claim.")],
+    evidence: EvidenceOpt = None,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Write a new edition of claim ID (unverified, no witnesses); the old edition is kept."""
+    _claim_op(json_out, repo, state_dir, "memory.revise", {"id": id, "text": text, "evidence": evidence})
+
+
+@app.command()
+def recall(
+    query: Annotated[str, typer.Argument(help="Words to search for.")],
+    limit: Annotated[int, typer.Option("--limit", help="At most this many claims.")] = 10,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Search every live claim, each badged with its tier."""
+    target = Target(json_out, repo, state_dir)
+    rows = call(target, "memory.recall", {"query": query, "limit": limit})
+    emit(target, rows, lambda rs: _claims_table(f"recall: {query}", rs, score=True) if rs else say("no claim matches"))
+
+
+@app.command()
+def context(
+    query: Annotated[str, typer.Argument(help="What the agent is about to work on.")],
+    budget: Annotated[int, typer.Option("--budget", help="Token budget for the block.")] = 500,
+    include_unverified: Annotated[bool, typer.Option("--include-unverified", help="Also inject unverified and disputed claims (badged).")] = False,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """The reference block to inject for QUERY: trusted claims only unless told otherwise."""
+    target = Target(json_out, repo, state_dir)
+    result = call(target, "memory.context", {"query": query, "budget": budget, "include_unverified": include_unverified})
+    emit(target, result, lambda r: sys.stdout.write(r["block"] + "\n") if r["block"] else say("nothing to inject"))
+
+
+@app.command()
+def show(id: IdArg, json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt = None) -> None:
+    """Claim ID's biography: editions, witnesses, promotions, retirements, events."""
+    target = Target(json_out, repo, state_dir)
+
+    def human(c: dict[str, Any]) -> None:
+        _print_claim(c)
+        if len(c["editions"]) > 1:
+            table("editions", ["id", "edition", "tier", "author", "created", "superseded by"], [
+                (e["id"], e["edition"], e["tier"], _esc(e["author"]), e["created_at"], e["superseded_by"]) for e in c["editions"]
+            ])
+        table("history", ["seq", "at", "event", "actor", "claim", "detail"], [
+            (h["seq"], h["at"], h["kind"], _esc(h["actor"]), h["claim"], _esc(_short(_detail(h["detail"]), 70))) for h in c["history"]
+        ])
+
+    emit(target, call(target, "memory.show", {"id": id}), human)
+
+
+def _detail(detail: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in detail.items() if v not in (None, [], {}) and not k.endswith("sha256"))
+
+
+# -- operator commands --------------------------------------------------------------------
+
+
+@app.command("list")
+def list_claims(
+    tier: Annotated[Optional[str], typer.Option("--tier", help="Only this tier (unverified, trusted, disputed, superseded, retired).")] = None,
+    kind: Annotated[Optional[str], typer.Option("--kind", help="Only this kind.")] = None,
+    scope: Annotated[Optional[str], typer.Option("--scope", help="Only repo or general claims.")] = None,
+    agent: Annotated[Optional[str], typer.Option("--agent", help="Only claims authored by this agent (and its children).")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Include retired and superseded claims.")] = False,
+    limit: Annotated[int, typer.Option("--limit", help="At most this many (newest first).")] = 50,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Claims, newest first."""
+    target = Target(json_out, repo, state_dir)
+    args = {"tier": tier, "kind": kind, "scope": scope, "of_agent": agent, "include_retired": all_, "limit": limit}
+    rows = call(target, "memory.list", {k: v for k, v in args.items() if v is not None})
+    emit(target, rows, lambda rs: _claims_table("claims", rs) if rs else say("no claims"))
+
+
+@app.command()
+def trail(
+    agent: Annotated[str, typer.Option("--agent", help="The agent name (every session of it, and its children).")],
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Everything an agent authored, corroborated and disputed, in time order."""
+    target = Target(json_out, repo, state_dir)
+    rows = call(target, "memory.trail", {"of_agent": agent})
+
+    def human(rs: list[dict[str, Any]]) -> None:
+        def verdict(r: dict[str, Any]) -> str:
+            if r["counted"] is None:
+                return r["note"] or ""
+            return ("counted" if r["counted"] else f"not counted ({r['note']})") + ("" if r["blind"] is None else (", blind" if r["blind"] else ", informed"))
+
+        table(f"trail of {agent}", ["at", "principal", "action", "claim", "tier", "verdict", "text"], [
+            (r["at"], _esc(r["principal"]), r["action"], r["claim"], r["tier"], _esc(verdict(r)), _esc(_short(r["text"], 60))) for r in rs
+        ])
+
+    emit(target, rows, human)
+
+
+@app.command()
+def log(
+    kind: Annotated[Optional[str], typer.Option("--kind", help="Event kind: remember, corroborate, tier, revoke, ... (memory. optional).")] = None,
+    agent: Annotated[Optional[str], typer.Option("--agent", help="Only events by this agent.")] = None,
+    claim: Annotated[Optional[int], typer.Option("--claim", help="Only events about this claim.")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="ISO time (2026-01-31T12:00:00+00:00).")] = None,
+    until: Annotated[Optional[str], typer.Option("--until", help="ISO time.")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="Only the newest N.")] = None,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """The memory's event log, oldest first."""
+    target = Target(json_out, repo, state_dir)
+    args = {"kind": kind, "of_agent": agent, "claim": claim, "since": since, "until": until, "limit": limit}
+    rows = call(target, "memory.log", {k: v for k, v in args.items() if v is not None})
+    emit(target, rows, lambda rs: table("memory log", ["seq", "at", "event", "actor", "subject", "detail"], [
+        (r["seq"], r["at"], r["kind"], _esc(r["actor"]), _esc(r["subject"]), _esc(_short(_detail(r["detail"]), 70))) for r in rs
+    ]))
+
+
+@app.command()
+def promote(
+    id: IdArg,
+    reason: Annotated[Optional[str], typer.Option("--reason", help="Why (recorded).")] = None,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Make claim ID trusted by your decision (operator only; recorded)."""
+    _claim_op(json_out, repo, state_dir, "memory.promote", {"id": id, "reason": reason})
+
+
+@app.command()
+def retire(
+    id: IdArg,
+    reason: Annotated[str, typer.Option("--reason", help="Why (recorded on the tombstone).")],
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Retire claim ID (a tombstone; nothing is deleted)."""
+    _claim_op(json_out, repo, state_dir, "memory.retire", {"id": id, "reason": reason})
+
+
+@app.command()
+def unretire(
+    id: IdArg,
+    reason: Annotated[str, typer.Option("--reason", help="Why (recorded).")],
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Bring retired claim ID back; its standing is recomputed."""
+    _claim_op(json_out, repo, state_dir, "memory.unretire", {"id": id, "reason": reason})
+
+
+@app.command()
+def revoke(
+    principal: Annotated[str, typer.Argument(metavar="AGENT:SESSION", help="The principal to revoke (conclave agents lists them).")],
+    reason: Annotated[Optional[str], typer.Option("--reason", help="Why (recorded).")] = None,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Revoke a principal: its witnesses stop counting and the claims that needed them are demoted."""
+    target = Target(json_out, repo, state_dir)
+    result = call(target, "memory.revoke", {"target": principal, **({"reason": reason} if reason else {})})
+
+    def human(r: dict[str, Any]) -> None:
+        say(f"revoked {_esc(r['principal'])}" + (" and ended its process" if r["ended"] else "") + f"; {len(r['claims_recomputed'])} claim(s) recomputed")
+        for c in r["changes"]:
+            say(f"  claim {c['id']}: {c['from']} -> {c['to']}")
+
+    emit(target, result, human)
+
+
+@app.command()
+def verify(json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt = None) -> None:
+    """Check the event hash chain, every row against its event, and the search indexes; exit 1 on tampering."""
+    target = Target(json_out, repo, state_dir)
+    report = call(target, "memory.verify")
+
+    def human(r: dict[str, Any]) -> None:
+        if r["ok"]:
+            say(f"ok: {r['events']} events chained, every claim and witness matches its event, search indexes consistent")
+        for p in r["problems"]:
+            say(f"  {_esc(p['problem'])}")
+
+    emit(target, report, human)
+    if not report["ok"]:
+        first = report["problems"][0]["problem"]
+        where = f"first bad event: {report['first_bad_event']}; " if report["first_bad_event"] is not None else ""
+        die(f"verify: the database was changed behind the broker's back ({where}{first})")
+
+
+@app.command()
+def stats(json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt = None) -> None:
+    """Counts by tier and kind, witnesses, exposures, the policy in force."""
+    target = Target(json_out, repo, state_dir)
+
+    def human(s: dict[str, Any]) -> None:
+        say(f"claims: {s['claims']}  " + "  ".join(f"{k} {v}" for k, v in s["by_tier"].items()))
+        say("live by kind: " + "  ".join(f"{k} {v}" for k, v in s["live_by_kind"].items()))
+        c = s["corroborations"]
+        say(f"corroborations: {c['total']} ({c['counted']} counted, {c['blind']} blind)  disputes: {s['disputes']}  exposures: {s['exposures']}")
+        say(f"policy: quorum {s['policy']['quorum']}, require_blind {str(s['policy']['require_blind']).lower()}  last groom: {s['last_groom'] or 'never'}")
+        say(f"memory events: {s['events']}  database: {s['database_bytes'] / 1e6:.1f} MB")
+
+    emit(target, call(target, "memory.stats"), human)
+
+
+@app.command()
+def groom(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan; change nothing.")] = False,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """One lifecycle pass: decay, duplicates, caps.  Retires (tombstones), never deletes."""
+    target = Target(json_out, repo, state_dir)
+    result = call(target, "memory.groom", {"dry_run": dry_run}, timeout=None)
+
+    def human(r: dict[str, Any]) -> None:
+        counts = r["counts"] if r["dry_run"] else r
+        say(("plan (dry run): " if r["dry_run"] else "groomed: ") + f"{counts['live']} live claims, {counts['retire']} to retire"
+            + ("" if r["dry_run"] else f", {r['retired']} retired, {r['skipped']} skipped (changed since planned)"))
+        if r["retire"]:
+            table("retire", ["claim", "tier", "kind", "rule", "reason"], [
+                (s["claim"], s["tier"], s["kind"], s["rule"], _esc(s["reason"])) for s in r["retire"][:50]
+            ])
+        hidden = r["omitted"]["retire"] + max(0, len(r["retire"]) - 50)
+        if hidden:
+            say(f"  ... and {hidden} more (--json lists {len(r['retire'])}; conclave memory log --kind retire has every one)")
+        for pair in r["review"][:20]:
+            say(f"  review: claims {pair['claims'][0]} ({pair['tiers'][0]}) and {pair['claims'][1]} ({pair['tiers'][1]}) are near-duplicates ({pair['similarity']}); not merged across tiers")
+
+    emit(target, result, human)

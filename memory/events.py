@@ -150,10 +150,10 @@ def read(
     where, params = ["seq > ?"], [after_seq]
     if kind_prefix:
         where.append("(kind = ? OR kind LIKE ? ESCAPE '\\')")
-        params += [kind_prefix, _like_prefix(kind_prefix) + ".%"]
+        params += [kind_prefix, like_prefix(kind_prefix) + ".%"]
     if actor_agent:
         where.append("(actor = ? OR actor LIKE ? ESCAPE '\\')")
-        params += [actor_agent, _like_prefix(actor_agent) + ":%"]
+        params += [actor_agent, like_prefix(actor_agent) + ":%"]
     if subject:
         where.append("subject = ?")
         params.append(subject)
@@ -174,5 +174,6 @@ def read(
     ]
 
 
-def _like_prefix(text: str) -> str:
+def like_prefix(text: str) -> str:
+    """``text`` escaped for a LIKE pattern with ESCAPE '\\' (so ``_`` and ``%`` are literal)."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

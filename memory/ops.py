@@ -1,7 +1,377 @@
-"""Wire ops of this package (filled in by its issue)."""
+"""The memory's wire ops.
+
+The author of a claim and every witness are the connection's principal
+(``call.principal``); no argument class here has a field that could name
+one, and the router refuses requests that try.  Agent ops (``remember``,
+``corroborate``, ``dispute``, ``revise``) need an agent principal; the
+operator's (``promote``, ``retire``, ``unretire``, ``revoke``, ``verify``,
+``groom``, and the inspection ops ``list``, ``trail``, ``log``) are refused
+to anything inside an agent's process tree.  ``recall``, ``context`` and
+``show`` serve both, and log what they showed to whom.
+"""
 
 from __future__ import annotations
 
-from broker.router import OpTable
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+import trio
+
+from broker.errors import ConclaveError, ErrorCode
+from broker.router import Access, Call, OpTable
+from memory import authoring, claims, curation, events, exposures, inspection, prefilter, retrieval, revocation, settings, standing
+from memory.events import BROKER_ACTOR
+from memory.policy import PolicyError
+from memory.service import MemoryService
+
+if TYPE_CHECKING:
+    from broker.core import BrokerCore
 
 OPS = OpTable()
+SERVICE: Final = "memory"
+MAX_REASON: Final = 2000
+
+
+@attrs.frozen
+class RememberArgs:
+    kind: str
+    text: str
+    scope: str = "repo"
+    evidence: str | None = None
+
+
+@attrs.frozen
+class RecallArgs:
+    query: str
+    limit: int = 10
+
+
+@attrs.frozen
+class ContextArgs:
+    query: str
+    budget: int = 500
+    include_unverified: bool = False
+
+
+@attrs.frozen
+class CorroborateArgs:
+    id: int
+    evidence: str | None = None
+
+
+@attrs.frozen
+class DisputeArgs:
+    id: int
+    reason: str
+
+
+@attrs.frozen
+class ReviseArgs:
+    id: int
+    text: str
+    evidence: str | None = None
+
+
+@attrs.frozen
+class ClaimArgs:
+    id: int
+
+
+@attrs.frozen
+class ListArgs:
+    tier: str | None = None
+    kind: str | None = None
+    scope: str | None = None
+    of_agent: str | None = None
+    include_retired: bool = False
+    limit: int = 50
+
+
+@attrs.frozen
+class TrailArgs:
+    of_agent: str
+
+
+@attrs.frozen
+class LogArgs:
+    kind: str | None = None
+    of_agent: str | None = None
+    claim: int | None = None
+    since: str | None = None
+    until: str | None = None
+    limit: int | None = None
+
+
+@attrs.frozen
+class PromoteArgs:
+    id: int
+    reason: str | None = None
+
+
+@attrs.frozen
+class ReasonArgs:
+    id: int
+    reason: str
+
+
+@attrs.frozen
+class RevokeArgs:
+    target: str
+    reason: str | None = None
+
+
+@attrs.frozen
+class GroomArgs:
+    dry_run: bool = False
+
+
+@attrs.frozen
+class NoArgs:
+    pass
+
+
+def service(call: Call) -> MemoryService:
+    svc = call.core.extensions.get(SERVICE)
+    if svc is None:
+        raise ConclaveError(ErrorCode.UNAVAILABLE, "the memory service is not running")
+    return svc
+
+
+def _text(op: str, field: str, value: str, limit: int) -> str:
+    if not value.strip():
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"{op}: {field} is empty")
+    if len(value) > limit:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"{op}: {field} is {len(value)} characters; at most {limit}")
+    return value
+
+
+def _choice(op: str, field: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"{op}: {field} must be one of {', '.join(allowed)}, not {value!r}")
+    return value
+
+
+def _range(op: str, field: str, value: int, low: int, high: int) -> int:
+    if not low <= value <= high:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"{op}: {field} must be from {low} to {high}, not {value}")
+    return value
+
+
+async def _screen(call: Call, op: str, checks: list[tuple[str, prefilter.Rejection | None]]) -> None:
+    """Refuse the request if any field broke a prefilter rule; log the rule, never the text."""
+    for field, rejection in checks:
+        if rejection is None:
+            continue
+        await call.core.record("memory.rejected", actor=call.principal.key, subject=op, payload={"rule": rejection.rule, "field": field})
+        raise ConclaveError(ErrorCode.REJECTED, f"{op}: " + rejection.message(f"the {field}"))
+
+
+def _notes(evidence: str | None) -> list[tuple[str, prefilter.Rejection | None]]:
+    return [("evidence", prefilter.check_note(evidence))] if evidence is not None else []
+
+
+# -- agent ops ---------------------------------------------------------------------
+
+
+@OPS.op("memory.remember", RememberArgs, access=Access.AGENT)
+async def remember(call: Call, args: RememberArgs) -> dict[str, Any]:
+    """Store a new claim (unverified) as the calling agent."""
+    op = "memory.remember"
+    _choice(op, "kind", args.kind, claims.KINDS)
+    _choice(op, "scope", args.scope, claims.SCOPES)
+    _text(op, "text", args.text, claims.MAX_TEXT)
+    if args.evidence is not None:
+        _text(op, "evidence", args.evidence, claims.MAX_NOTE)
+    await _screen(call, op, [("text", prefilter.check_claim(args.text, args.scope)), *_notes(args.evidence)])
+    svc = service(call)
+    result = await call.core.store.call(
+        lambda conn: authoring.remember(conn, svc.policy, call.principal, kind=args.kind, scope=args.scope, text=args.text, evidence=args.evidence)
+    )
+    svc.note_new_claim()
+    return result
+
+
+@OPS.op("memory.revise", ReviseArgs, access=Access.AGENT)
+async def revise(call: Call, args: ReviseArgs) -> dict[str, Any]:
+    """Write a new edition of a claim (unverified, no witnesses); the old edition is kept."""
+    op = "memory.revise"
+    _text(op, "text", args.text, claims.MAX_TEXT)
+    if args.evidence is not None:
+        _text(op, "evidence", args.evidence, claims.MAX_NOTE)
+    svc = service(call)
+    scope = await call.core.store.call(lambda conn: claims.require(conn, args.id).scope)
+    await _screen(call, op, [("text", prefilter.check_claim(args.text, scope)), *_notes(args.evidence)])
+    result = await call.core.store.call(
+        lambda conn: authoring.revise(conn, svc.policy, call.principal, args.id, text=args.text, evidence=args.evidence)
+    )
+    svc.note_new_claim()
+    return result
+
+
+@OPS.op("memory.corroborate", CorroborateArgs, access=Access.AGENT)
+async def corroborate(call: Call, args: CorroborateArgs) -> dict[str, Any]:
+    """Vouch for a claim by id; the reply says whether it counted and why not."""
+    if args.evidence is not None:
+        _text("memory.corroborate", "evidence", args.evidence, claims.MAX_NOTE)
+    await _screen(call, "memory.corroborate", _notes(args.evidence))
+    svc = service(call)
+    return await call.core.store.call(lambda conn: authoring.corroborate(conn, svc.policy, call.principal, args.id, evidence=args.evidence))
+
+
+@OPS.op("memory.dispute", DisputeArgs, access=Access.AGENT)
+async def dispute(call: Call, args: DisputeArgs) -> dict[str, Any]:
+    """Refute a claim by id, with a reason."""
+    _text("memory.dispute", "reason", args.reason, MAX_REASON)
+    await _screen(call, "memory.dispute", [("reason", prefilter.check_note(args.reason))])
+    svc = service(call)
+    return await call.core.store.call(lambda conn: authoring.dispute(conn, svc.policy, call.principal, args.id, reason=args.reason))
+
+
+@OPS.op("memory.recall", RecallArgs)
+async def recall(call: Call, args: RecallArgs) -> list[dict[str, Any]]:
+    """Search every live claim (all tiers, badged); logged as exposures."""
+    _text("memory.recall", "query", args.query, claims.MAX_TEXT)
+    _range("memory.recall", "limit", args.limit, 1, retrieval.MAX_LIMIT)
+    svc = service(call)
+    return await call.core.store.call(lambda conn: retrieval.recall(conn, svc.policy, call.principal, args.query, limit=args.limit))
+
+
+@OPS.op("memory.context", ContextArgs)
+async def context(call: Call, args: ContextArgs) -> dict[str, Any]:
+    """The fenced reference block for a query: trusted claims by default, within a token budget."""
+    _text("memory.context", "query", args.query, claims.MAX_TEXT)
+    _range("memory.context", "budget", args.budget, 1, retrieval.MAX_BUDGET)
+    return await call.core.store.call(
+        lambda conn: retrieval.context(conn, call.principal, args.query, budget=args.budget, include_unverified=args.include_unverified)
+    )
+
+
+@OPS.op("memory.show", ClaimArgs)
+async def show(call: Call, args: ClaimArgs) -> dict[str, Any]:
+    """A claim's biography: editions, witnesses (blind or informed, counted or why not), promotions, events."""
+    svc = service(call)
+
+    def job(conn):  # type: ignore[no-untyped-def]
+        out = inspection.show(conn, svc.policy, args.id)
+        if not call.principal.is_operator:
+            exposures.record(conn, call.principal, [claims.require(conn, args.id)], "show", events.now())
+        return out
+
+    return await call.core.store.call(job)
+
+
+@OPS.op("memory.stats", NoArgs)
+async def stats(call: Call, _args: NoArgs) -> dict[str, Any]:
+    """Counts by tier and kind, witnesses, exposures, the policy in force."""
+    svc = service(call)
+    path = str(call.core.paths.database)
+    return await svc.read(lambda conn: inspection.stats(conn, svc.policy, path))
+
+
+# -- operator ops ------------------------------------------------------------------
+
+
+@OPS.op("memory.list", ListArgs, access=Access.OPERATOR)
+async def list_claims(call: Call, args: ListArgs) -> list[dict[str, Any]]:
+    """Claims, newest first, filtered by tier, kind, scope or author agent."""
+    if args.tier is not None:
+        _choice("memory.list", "tier", args.tier, ("unverified", "trusted", "disputed", "superseded", "retired"))
+    _range("memory.list", "limit", args.limit, 1, inspection.MAX_LIST)
+    svc = service(call)
+    return await svc.read(
+        lambda conn: inspection.listing(
+            conn, tier=args.tier, kind=args.kind, scope=args.scope, of_agent=args.of_agent, include_retired=args.include_retired, limit=args.limit
+        )
+    )
+
+
+@OPS.op("memory.trail", TrailArgs, access=Access.OPERATOR)
+async def trail(call: Call, args: TrailArgs) -> list[dict[str, Any]]:
+    """Everything an agent (its sessions and its children) authored, corroborated, disputed, in time order."""
+    return await service(call).read(lambda conn: inspection.trail(conn, args.of_agent))
+
+
+@OPS.op("memory.log", LogArgs, access=Access.OPERATOR)
+async def log(call: Call, args: LogArgs) -> list[dict[str, Any]]:
+    """Memory events, filtered by kind, agent, claim, time."""
+    return await service(call).read(
+        lambda conn: inspection.log(conn, kind=args.kind, of_agent=args.of_agent, claim=args.claim, since=args.since, until=args.until, limit=args.limit)
+    )
+
+
+@OPS.op("memory.promote", PromoteArgs, access=Access.OPERATOR)
+async def promote(call: Call, args: PromoteArgs) -> dict[str, Any]:
+    """Make a claim trusted by a person's decision (recorded, with the reason)."""
+    svc = service(call)
+    return await call.core.store.call(lambda conn: curation.promote(conn, svc.policy, call.principal, args.id, reason=args.reason))
+
+
+@OPS.op("memory.retire", ReasonArgs, access=Access.OPERATOR)
+async def retire(call: Call, args: ReasonArgs) -> dict[str, Any]:
+    """Tombstone a claim with a reason (never deleted)."""
+    _text("memory.retire", "reason", args.reason, MAX_REASON)
+    svc = service(call)
+    return await call.core.store.call(lambda conn: curation.retire_by_operator(conn, svc.policy, call.principal, args.id, reason=args.reason))
+
+
+@OPS.op("memory.unretire", ReasonArgs, access=Access.OPERATOR)
+async def unretire(call: Call, args: ReasonArgs) -> dict[str, Any]:
+    """Bring a retired claim back; its standing is recomputed."""
+    _text("memory.unretire", "reason", args.reason, MAX_REASON)
+    svc = service(call)
+    return await call.core.store.call(lambda conn: curation.unretire(conn, svc.policy, call.principal, args.id, reason=args.reason))
+
+
+@OPS.op("memory.revoke", RevokeArgs, access=Access.OPERATOR)
+async def revoke(call: Call, args: RevokeArgs) -> dict[str, Any]:
+    """Revoke AGENT:SESSION: its witnesses stop counting, claims that needed them are demoted, a live process is ended."""
+    revocation.parse_target(args.target)
+    svc = service(call)
+    result = await call.core.store.call(lambda conn: revocation.revoke(conn, svc.policy, call.principal, args.target, reason=args.reason))
+    live = call.core.registry.get(result["principal"])
+    ended = False
+    if live is not None:
+        if call.core.supervisor is not None:
+            ended = await call.core.supervisor.revoke(live.principal)
+        else:
+            ended = call.core.registry.end(live.principal) is not None
+    return {**result, "ended": ended}
+
+
+@OPS.op("memory.verify", NoArgs, access=Access.OPERATOR)
+async def verify(call: Call, _args: NoArgs) -> dict[str, Any]:
+    """Walk the hash chain, the rows against their events, and the search indexes."""
+    return await service(call).verify()
+
+
+@OPS.op("memory.groom", GroomArgs, access=Access.OPERATOR)
+async def groom(call: Call, args: GroomArgs) -> dict[str, Any]:
+    """One lifecycle pass (decay, duplicates, caps); retires, never deletes.  dry_run shows the plan."""
+    return await service(call).groom(actor=call.principal.key, dry_run=args.dry_run)
+
+
+# -- start ---------------------------------------------------------------------------
+
+
+async def start(core: BrokerCore, nursery: trio.Nursery) -> None:
+    """Settle the settings in force and start the automatic groom (in a running broker)."""
+    team = core.team
+    try:
+        wanted = settings.MemorySettings.from_tables(team.policy, team.memory) if team is not None else None
+    except PolicyError as exc:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, str(exc)) from None
+
+    def settle(conn):  # type: ignore[no-untyped-def]
+        if wanted is None:
+            return settings.recorded(conn) or settings.MemorySettings()
+        before = settings.record(conn, wanted, actor=BROKER_ACTOR)
+        # A store first opened by a broker has nothing to recompute; a changed trust policy does.
+        if (before.trust if before else settings.TrustPolicy()) != wanted.trust:
+            standing.restand_all(conn, wanted.trust, actor=BROKER_ACTOR, cause="the trust policy changed")
+        return wanted
+
+    effective = await core.store.call(settle)
+    svc = MemoryService(core, effective)
+    core.extensions[SERVICE] = svc
+    if core.live:
+        nursery.start_soon(svc.auto_groom)

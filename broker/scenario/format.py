@@ -36,7 +36,7 @@ CHECK_KEYS: Final = frozenset(
      "event", "subject", "count", "locks", "holder", "resources", "note", "inbox", "op", "args", "expect_result", "expect_error"}
 )
 AGENT_KEYS: Final = frozenset({"name", "may_spawn", "restart", "command", "env"})
-TOP_KEYS: Final = frozenset({"name", "description", "tier", "policy", "agents", "step", "check", "files", "slot", "expected_outcome"})
+TOP_KEYS: Final = frozenset({"name", "description", "tier", "policy", "memory", "agents", "step", "check", "files", "slot", "expected_outcome"})
 BINDING: Final = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)((?:\.[A-Za-z0-9_]+)*)\}")
 
 
@@ -81,6 +81,7 @@ class Scenario:
     tier: str
     agents: tuple[dict[str, Any], ...]
     policy: dict[str, Any]
+    memory: dict[str, Any]
     steps: tuple[Step, ...]
     checks: tuple[Check, ...]
     files: dict[str, str]
@@ -139,9 +140,9 @@ def load(path: Path, known_ops: frozenset[str]) -> Scenario:
     for n, entry in enumerate(raw.get("check", []), start=1):
         line = check_lines[n - 1] if n - 1 < len(check_lines) else 0
         checks.append(_check(entry, n, line, where, known_ops, names | spawned, bound))
-    policy = raw.get("policy", {})
-    if not isinstance(policy, dict):
-        raise ScenarioInvalid(f"{where}: policy must be a table")
+    policy, memory = raw.get("policy", {}), raw.get("memory", {})
+    if not isinstance(policy, dict) or not isinstance(memory, dict):
+        raise ScenarioInvalid(f"{where}: policy and memory must be tables")
     files = raw.get("files", {})
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
         raise ScenarioInvalid(f"{where}: files must be a table of path = text")
@@ -152,6 +153,7 @@ def load(path: Path, known_ops: frozenset[str]) -> Scenario:
         tier=raw["tier"],
         agents=tuple(agents),
         policy=policy,
+        memory=memory,
         steps=tuple(steps),
         checks=tuple(checks),
         files=files,

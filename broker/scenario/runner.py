@@ -18,13 +18,14 @@ import signal
 import sys
 import tempfile
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, final
 
 import attrs
 
 from agents.client import BlockingClient
-from agents.harness import Puppet, Run, puppet_command
+from agents.harness import Puppet, Run, puppet_command, toml_value
 from broker.errors import ConclaveError
 from broker.scenario.format import OPERATOR, Check, Scenario, Step, interpolate
 
@@ -88,11 +89,13 @@ class ScenarioRun:
 
     def __init__(self, scenario: Scenario, root: Path) -> None:
         self.scenario = scenario
-        policy = "".join(f"{k} = {json.dumps(v)}\n" for k, v in scenario.policy.items())
-        slots = ""
+        extra = ""
+        for table in ("policy", "memory"):
+            values = getattr(scenario, table)
+            if values:
+                extra += f"\n[{table}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in values.items())
         for slot in scenario.slots:
-            slots += "\n[[slot]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in slot.items())
-        extra = (f"\n[policy]\n{policy}" if policy else "") + slots
+            extra += "\n[[slot]]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in slot.items())
         self.run = Run(root, [dict(a) for a in scenario.agents], files=scenario.files or None, extra_toml=extra, grace=2.0)
         self.bindings: dict[str, Any] = {}
         self.tickets: dict[str, str] = {}
@@ -337,7 +340,7 @@ class ScenarioRun:
 
 def _lock_entries(result: Any) -> list[dict[str, Any]]:
     if isinstance(result, dict):
-        result = result.get("locks", [])
+        result = result.get("holdings", [])
     return [e for e in result if isinstance(e, dict)]
 
 
@@ -355,12 +358,30 @@ def run_scenario(scenario: Scenario, *, workdir: Path | None = None, keep: bool 
     started = time.monotonic()
     state = ScenarioRun(scenario, root)
     done = 0
+    # A background step runs on its own thread; its actor's next step (and the
+    # checks) first wait for it and judge it.  An agent does one thing at a time.
+    pending: dict[str, tuple[Future[Any], Step]] = {}
+    pool = ThreadPoolExecutor(max_workers=max(1, len(scenario.agents) * 2))
+
+    def settle(actor: str) -> None:
+        if actor in pending:
+            future, earlier = pending.pop(actor)
+            state.judge_step(earlier, future.result(timeout=120))
+
     try:
         state.start()
         for step in scenario.steps:
-            reply = state.act(step)
-            state.judge_step(step, reply)
+            settle(step.actor)
+            if step.action in ("exit", "kill", "restart"):
+                for name in [n for n in pending if n.startswith(step.actor + "/")]:
+                    settle(name)
+            if step.raw.get("background"):
+                pending[step.actor] = (pool.submit(state.act, step), step)
+            else:
+                state.judge_step(step, state.act(step))
             done += 1
+        for actor in list(pending):
+            settle(actor)
         for check in scenario.checks:
             state.judge_check(check)
         return Outcome(scenario.name, str(scenario.path), scenario.tier, PASSED, time.monotonic() - started, steps=done)
@@ -371,5 +392,6 @@ def run_scenario(scenario: Scenario, *, workdir: Path | None = None, keep: bool 
         return Outcome(scenario.name, str(scenario.path), scenario.tier, FAILED, time.monotonic() - started, where, "no fault", f"{type(exc).__name__}: {exc}", done)
     finally:
         state.run.close()
+        pool.shutdown(wait=False, cancel_futures=True)
         if not keep:
             shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,117 @@
+"""Build a memory corpus of N claims in a state directory, through the memory's own code.
+
+Claims are written with the same functions the broker's ops call
+(``memory.authoring``): every claim gets its row, its FTS entry and its
+hash-chained event; 10% are made trusted by two corroborations from
+independent domains, 2% disputed, and 2% are exact copies of an earlier
+claim by another author (groom's duplicates).  The principals are made up
+by the benchmark (no broker runs while loading); everything measured later
+goes through a real broker.
+
+Built stores are cached by size under the work directory, so the retrieval
+and groom benchmarks can share them.
+
+    python bench/memory_load.py --claims 100000 --workdir /tmp/conclave-bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from memory_corpus import ClaimText  # noqa: E402
+
+from broker.identity import Principal, Role  # noqa: E402
+from memory import authoring, claims, database  # noqa: E402
+from memory.policy import TrustPolicy  # noqa: E402
+
+TRUSTED_SHARE = 0.10
+DISPUTED_SHARE = 0.02
+DUPLICATE_SHARE = 0.02
+AUTHORS = 40
+WITNESSES = 40
+BATCH = 5000
+
+
+def bench_principal(agent: str, n: int) -> Principal:
+    return Principal(agent=agent, session=f"bench{n:06d}", role=Role.AGENT, domain=agent)
+
+
+def build(path: Path, count: int, *, seed: int = 3, progress: bool = True) -> dict[str, float]:
+    """Write ``count`` claims into a fresh database at ``path``; return load figures."""
+    policy = TrustPolicy()
+    rng = random.Random(seed)
+    source = ClaimText(seed)
+    authors = [bench_principal(f"author{i}", i) for i in range(AUTHORS)]
+    witnesses = [bench_principal(f"witness{i}", i) for i in range(WITNESSES)]
+    conn = database.open_store(path)
+    started = time.perf_counter()
+    written: list[str] = []
+    tiers = {"trusted": 0, "disputed": 0, "unverified": 0}
+    done = 0
+    while done < count:
+        with conn:
+            for _ in range(min(BATCH, count - done)):
+                kind, text = source.kind(), source.text()
+                if written and rng.random() < DUPLICATE_SHARE:
+                    text = rng.choice(written)
+                author = rng.choice(authors)
+                claim = claims.insert(conn, author, kind=kind, scope="repo", text=text, evidence=None)
+                written.append(text) if len(written) < 50_000 else None
+                roll = rng.random()
+                if roll < TRUSTED_SHARE:
+                    for w in rng.sample(witnesses, 2):
+                        authoring.corroborate(conn, policy, w, claim.id, evidence=None)
+                    tiers["trusted"] += 1
+                elif roll < TRUSTED_SHARE + DISPUTED_SHARE:
+                    authoring.dispute(conn, policy, rng.choice(witnesses), claim.id, reason="it no longer reproduces")
+                    tiers["disputed"] += 1
+                else:
+                    tiers["unverified"] += 1
+                done += 1
+        if progress and done % 50_000 < BATCH:
+            rate = done / (time.perf_counter() - started)
+            print(f"  loaded {done:,} claims ({rate:,.0f}/s)", file=sys.stderr, flush=True)
+    conn.pragma("wal_checkpoint", "TRUNCATE")
+    conn.close()
+    return {"claims": count, "seconds": time.perf_counter() - started, **tiers}
+
+
+def cached_store(workdir: Path, count: int) -> Path:
+    """The database file for ``count`` claims, built once per work directory."""
+    target = workdir / f"memory-{count}.db"
+    if not target.exists():
+        workdir.mkdir(parents=True, exist_ok=True)
+        partial = workdir / f"memory-{count}.partial.db"
+        for leftover in workdir.glob(f"memory-{count}.partial.db*"):
+            leftover.unlink()
+        print(f"building a {count:,}-claim store in {target}", file=sys.stderr, flush=True)
+        figures = build(partial, count)
+        print(f"  built in {figures['seconds']:.0f} s: {figures}", file=sys.stderr, flush=True)
+        partial.rename(target)
+    return target
+
+
+def install(store: Path, state: Path) -> None:
+    """Copy a cached database into a run's state directory (before the broker starts)."""
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    shutil.copyfile(store, state / "conclave.db")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--claims", type=int, required=True)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/conclave-bench"))
+    args = parser.parse_args()
+    print(cached_store(args.workdir, args.claims))
+
+
+if __name__ == "__main__":
+    main()

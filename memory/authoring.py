@@ -1,0 +1,122 @@
+"""What an agent may write: a new claim, a new edition, a corroboration, a dispute.
+
+Each function is one store-owner job.  The acting principal is always the
+connection's (the router passes it in); nothing here accepts a name for the
+author or a witness.  Text has already passed the prefilter (``memory.ops``
+runs it before the job, so rejected text never reaches the writer thread).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import apsw
+
+from broker.errors import ConclaveError, ErrorCode
+from memory import claims, events, exposures, standing
+from memory.claims import ClaimRow
+from memory.policy import TrustPolicy, Verdict
+
+if TYPE_CHECKING:
+    from broker.identity import Principal
+
+
+def remember(conn: apsw.Connection, policy: TrustPolicy, author: Principal, *, kind: str, scope: str, text: str, evidence: str | None) -> dict[str, Any]:
+    """A new claim, unverified.  Never merged into an existing one, even a word-for-word twin:
+    the reply names live twins so the agent can corroborate one by id instead."""
+    claim = claims.insert(conn, author, kind=kind, scope=scope, text=text, evidence=evidence)
+    out = standing.describe_new(policy, claim)
+    out["twins"] = [{"id": t.id, "tier": t.tier.value} for t in claims.twins(conn, claim.text_key, besides=claim.id)]
+    return out
+
+
+def revise(conn: apsw.Connection, policy: TrustPolicy, author: Principal, claim_id: int, *, text: str, evidence: str | None) -> dict[str, Any]:
+    """The next edition of a claim: unverified, no witnesses; the old edition is kept, superseded.
+
+    Only the author's trust domain may revise (an agent correcting what it,
+    an earlier session of it, or its family said).  Anyone else disputes
+    and remembers a corrected claim -- otherwise one agent could knock every
+    trusted claim out of ``context`` by "revising" it.
+
+    Raises:
+        ConclaveError: ``not_found``, ``conflict`` (superseded or retired),
+            ``forbidden`` (another trust domain's claim).
+    """
+    old = claims.require_live(conn, claim_id, "revise")
+    if old.author_domain != author.domain:
+        raise ConclaveError(
+            ErrorCode.FORBIDDEN,
+            f"claim {claim_id} belongs to trust domain {old.author_domain}; only its author's domain may revise it. "
+            "Dispute it (conclave memory dispute) and remember a corrected claim instead",
+        )
+    new = claims.insert(conn, author, kind=old.kind, scope=old.scope, text=text, evidence=evidence, revises=old)
+    out = standing.describe_new(policy, new)
+    out["revised"] = {"id": old.id, "tier": old.tier.value}
+    return out
+
+
+def corroborate(conn: apsw.Connection, policy: TrustPolicy, witness: Principal, claim_id: int, *, evidence: str | None) -> dict[str, Any]:
+    """Vouch for a claim, by id.  Always recorded; the reply says whether it counted and why not."""
+    claim = claims.require_live(conn, claim_id, "corroborate")
+    at = events.now()
+    # The author's domain wrote the claim: it has seen it, whatever the exposure log says.
+    blind = witness.domain != claim.author_domain and not exposures.seen_by_domain(conn, witness.domain, claim.lineage)
+    conn.execute(
+        "INSERT INTO corroborations(claim, principal, domain, at, evidence, blind, counted) VALUES (?,?,?,?,?,?,0)",
+        (claim.id, witness.key, witness.domain, at, evidence, int(blind)),
+    )
+    row = conn.last_insert_rowid()
+    verdict = _record_witness(conn, policy, witness, claim, "memory.corroborate", row, at, {"blind": blind}, evidence)
+    return _after(conn, policy, claim.id, verdict, blind=blind)
+
+
+def dispute(conn: apsw.Connection, policy: TrustPolicy, witness: Principal, claim_id: int, *, reason: str) -> dict[str, Any]:
+    """Refute a claim, by id.  An independent dispute makes it ``disputed``."""
+    claim = claims.require_live(conn, claim_id, "dispute")
+    at = events.now()
+    conn.execute(
+        "INSERT INTO disputes(claim, principal, domain, at, reason, counted) VALUES (?,?,?,?,?,0)",
+        (claim.id, witness.key, witness.domain, at, reason),
+    )
+    row = conn.last_insert_rowid()
+    verdict = _record_witness(conn, policy, witness, claim, "memory.dispute", row, at, {"reason_sha256": claims.digest(reason)}, None)
+    return _after(conn, policy, claim.id, verdict)
+
+
+def _record_witness(
+    conn: apsw.Connection,
+    policy: TrustPolicy,
+    witness: Principal,
+    claim: ClaimRow,
+    kind: str,
+    row: int,
+    at: str,
+    extra: dict[str, Any],
+    evidence: str | None,
+) -> Verdict:
+    """Judge the claim with the new row, log the event with this row's verdict, write the standing."""
+    judged = standing.evaluate(conn, policy, claim)
+    pool = judged.corroborations if kind == "memory.corroborate" else judged.disputes
+    verdict = next(v for v in pool if v.row == row)
+    payload = {
+        "row": row,
+        "domain": witness.domain,
+        "counted": verdict.counted,
+        "reason_not_counted": verdict.reason.value if verdict.reason else None,
+        **extra,
+    }
+    if evidence is not None:
+        payload["evidence_sha256"] = claims.digest(evidence)
+    events.append(conn, kind, actor=witness.key, subject=str(claim.id), payload=payload, at=at)
+    standing.apply(conn, claim, judged, actor=witness.key, cause=f"{kind.split('.')[1]} by {witness.key}")
+    claims.touch(conn, [claim.id], at)
+    return verdict
+
+
+def _after(conn: apsw.Connection, policy: TrustPolicy, claim_id: int, verdict: Verdict, **extra: Any) -> dict[str, Any]:
+    """The claim after the change, and what became of this witness."""
+    out = standing.describe(conn, policy, claims.require(conn, claim_id))
+    out["counted"] = verdict.counted
+    out["reason_not_counted"] = verdict.reason.value if verdict.reason else None
+    out.update(extra)
+    return out

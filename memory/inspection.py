@@ -1,0 +1,152 @@
+"""Reading the memory back: a claim's biography, an agent's trail, the log, lists, figures.
+
+``show`` is the one an agent may also use (it is then logged as an
+exposure, like ``recall``); the rest are the operator's.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Final
+
+import apsw
+
+from broker.errors import ConclaveError, ErrorCode
+from memory import claims, events, exposures, standing
+from memory.policy import Tier, TrustPolicy
+
+MAX_LIST: Final = 1000
+
+
+def show(conn: apsw.Connection, policy: TrustPolicy, claim_id: int) -> dict[str, Any]:
+    """The claim and its biography: every edition, witness, promotion, retirement, and each event."""
+    claim = claims.require(conn, claim_id)
+    editions = claims.editions(conn, claim.lineage)
+    subjects = [str(e.id) for e in editions]
+    history = []
+    for subject in subjects:
+        history += events.read(conn, subject=subject)
+    history.sort(key=lambda e: e.seq)
+    return {
+        **standing.describe(conn, policy, claim),
+        "editions": [
+            {"id": e.id, "edition": e.edition, "tier": e.tier.value, "author": e.author, "created_at": e.created_at, "superseded_by": e.superseded_by}
+            for e in editions
+        ],
+        "exposures": conn.execute("SELECT count(*) FROM exposures WHERE lineage = ?", (claim.lineage,)).fetchone()[0],
+        "history": [{"seq": e.seq, "at": e.at, "kind": e.kind, "actor": e.actor, "claim": int(e.subject), "detail": e.payload} for e in history],
+    }
+
+
+def _agent_clause(column: str) -> str:
+    # The agent itself (any session) and everything it spawned (NAME/child...).
+    return f"({column} LIKE ? ESCAPE '\\' OR {column} LIKE ? ESCAPE '\\')"
+
+
+def _agent_params(name: str) -> tuple[str, str]:
+    safe = events.like_prefix(name)
+    return (f"{safe}:%", f"{safe}/%")
+
+
+def trail(conn: apsw.Connection, of_agent: str) -> list[dict[str, Any]]:
+    """Everything an agent (every session, and its spawned children) authored, corroborated, disputed -- in time order."""
+    if not of_agent or ":" in of_agent:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, "trail takes an agent name (alice), not AGENT:SESSION")
+    params = _agent_params(of_agent)
+    rows: list[dict[str, Any]] = []
+    for cid, at, principal, edition, supersedes, tier, text in conn.execute(
+        f"SELECT id, created_at, author, edition, supersedes, tier, text FROM claims WHERE {_agent_clause('author')}", params
+    ):
+        rows.append(
+            {"at": at, "principal": principal, "action": "revised" if supersedes else "authored", "claim": cid, "tier": tier, "text": text, "counted": None, "blind": None, "note": f"edition {edition}" + (f" of claim {supersedes}" if supersedes else "")}
+        )
+    for cid, at, principal, blind, counted, why, tier, text in conn.execute(
+        f"SELECT c.claim, c.at, c.principal, c.blind, c.counted, c.reason_not_counted, k.tier, k.text "
+        f"FROM corroborations c JOIN claims k ON k.id = c.claim WHERE {_agent_clause('c.principal')}",
+        params,
+    ):
+        rows.append({"at": at, "principal": principal, "action": "corroborated", "claim": cid, "tier": tier, "text": text, "counted": bool(counted), "blind": bool(blind), "note": why})
+    for cid, at, principal, counted, why, reason, tier, text in conn.execute(
+        f"SELECT d.claim, d.at, d.principal, d.counted, d.reason_not_counted, d.reason, k.tier, k.text "
+        f"FROM disputes d JOIN claims k ON k.id = d.claim WHERE {_agent_clause('d.principal')}",
+        params,
+    ):
+        rows.append({"at": at, "principal": principal, "action": "disputed", "claim": cid, "tier": tier, "text": text, "counted": bool(counted), "blind": None, "note": why or reason})
+    rows.sort(key=lambda r: (r["at"], r["claim"]))
+    return rows
+
+
+def log(
+    conn: apsw.Connection,
+    *,
+    kind: str | None,
+    of_agent: str | None,
+    claim: int | None,
+    since: str | None,
+    until: str | None,
+    limit: int | None,
+) -> list[dict[str, Any]]:
+    """Memory events, oldest first, filtered by kind (``corroborate`` or ``memory.corroborate``), agent, claim, time."""
+    prefix = "memory" if not kind else (kind if kind.startswith("memory.") else f"memory.{kind}")
+    found = events.read(conn, kind_prefix=prefix, actor_agent=of_agent, subject=str(claim) if claim is not None else None, since=since, until=until, limit=limit)
+    return [{"seq": e.seq, "at": e.at, "kind": e.kind, "actor": e.actor, "subject": e.subject, "detail": e.payload} for e in found]
+
+
+def listing(
+    conn: apsw.Connection,
+    *,
+    tier: str | None,
+    kind: str | None,
+    scope: str | None,
+    of_agent: str | None,
+    include_retired: bool,
+    limit: int,
+) -> list[dict[str, Any]]:
+    where, params = [], []
+    if tier:
+        where.append("tier = ?")
+        params.append(Tier(tier).value)
+    elif not include_retired:
+        where.append("tier IN ('unverified', 'trusted', 'disputed')")
+    if kind:
+        where.append("kind = ?")
+        params.append(kind)
+    if scope:
+        where.append("scope = ?")
+        params.append(scope)
+    if of_agent:
+        where.append(_agent_clause("author"))
+        params += list(_agent_params(of_agent))
+    sql = "SELECT id FROM claims" + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY id DESC LIMIT ?"
+    ids = [r[0] for r in conn.execute(sql, (*params, min(limit, MAX_LIST)))]
+    rows = claims.load_many(conn, ids)
+    out = []
+    for i in ids:
+        c = rows[i]
+        counted = conn.execute("SELECT count(*) FROM corroborations WHERE claim = ? AND counted = 1", (i,)).fetchone()[0]
+        out.append({**claims.brief(c), "counted_corroborations": counted})
+    return out
+
+
+def stats(conn: apsw.Connection, policy: TrustPolicy, database: str | None) -> dict[str, Any]:
+    by_tier = dict(conn.execute("SELECT tier, count(*) FROM claims GROUP BY tier"))
+    by_kind = dict(conn.execute("SELECT kind, count(*) FROM claims WHERE tier IN ('unverified', 'trusted', 'disputed') GROUP BY kind"))
+    counted, total = conn.execute("SELECT coalesce(sum(counted), 0), count(*) FROM corroborations").fetchone()
+    blind = conn.execute("SELECT coalesce(sum(blind), 0) FROM corroborations").fetchone()[0]
+    disputes = conn.execute("SELECT count(*) FROM disputes").fetchone()[0]
+    last_groom = conn.execute("SELECT at, summary FROM groom_runs ORDER BY id DESC LIMIT 1").fetchone()
+    size = 0
+    if database:
+        size = sum(os.path.getsize(p) for p in (database, database + "-wal") if os.path.exists(p))
+    return {
+        "claims": sum(by_tier.values()),
+        "by_tier": {t.value: by_tier.get(t.value, 0) for t in Tier},
+        "live_by_kind": {k: by_kind.get(k, 0) for k in claims.KINDS},
+        "corroborations": {"total": total, "counted": counted, "blind": blind},
+        "disputes": disputes,
+        "exposures": exposures.count(conn),
+        "events": conn.execute("SELECT count(*) FROM events WHERE kind LIKE 'memory.%'").fetchone()[0],
+        "last_groom": last_groom[0] if last_groom else None,
+        "policy": policy.as_dict(),
+        "database_bytes": size,
+    }

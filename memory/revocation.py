@@ -1,0 +1,73 @@
+"""Revoking a principal, and the cascade through every claim it vouched for or disputed.
+
+The operator revokes ``AGENT:SESSION`` when that session is known bad (its
+model was injected, its output cannot be trusted).  The principal is marked
+revoked in ``principals``; from then on its corroborations and disputes do
+not count.  Every claim it touched is recomputed in the same transaction:
+a promotion that needed it falls back below quorum and is demoted, a claim
+it disputed may come back -- each change with a ``memory.tier`` event whose
+cause names the revocation.  Claims it *authored* keep their standing: they
+only ever rose on other domains' word (``memory trail`` lists them for
+review).
+
+Only that one principal is revoked: its restarts are new principals, and
+children it spawned are their own principals (revoke each, or see
+``memory trail --agent``).  Ending a live principal's process is the
+broker's part (``memory.ops``), after this job commits.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import apsw
+
+from broker.errors import ConclaveError, ErrorCode
+from broker.identity import OPERATOR_NAME, parse_principal_key
+from memory import claims, events, standing
+from memory.policy import TrustPolicy
+
+if TYPE_CHECKING:
+    from broker.identity import Principal
+
+
+def parse_target(target: str) -> tuple[str, str]:
+    """``AGENT:SESSION``; refuses the operator and malformed keys.
+
+    Raises:
+        ConclaveError: ``invalid_args`` or ``forbidden``.
+    """
+    try:
+        agent, session = parse_principal_key(target)
+    except ValueError as exc:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"revoke: {exc}") from None
+    if agent == OPERATOR_NAME:
+        raise ConclaveError(ErrorCode.FORBIDDEN, "the operator cannot be revoked; only agent principals can")
+    return agent, session
+
+
+def revoke(conn: apsw.Connection, policy: TrustPolicy, operator: Principal, target: str, *, reason: str | None) -> dict[str, Any]:
+    """Mark ``target`` revoked and recompute every claim it witnessed.
+
+    Raises:
+        ConclaveError: ``not_found`` (never issued here), ``conflict``
+            (already revoked), ``forbidden`` (the operator).
+    """
+    agent, session = parse_target(target)
+    key = f"{agent}:{session}"
+    row = conn.execute("SELECT revoked_at FROM principals WHERE agent = ? AND session = ?", (agent, session)).fetchone()
+    if row is None:
+        raise ConclaveError(ErrorCode.NOT_FOUND, f"no principal {key} was ever issued here; `conclave agents` lists them")
+    if row[0] is not None:
+        raise ConclaveError(ErrorCode.CONFLICT, f"{key} was already revoked at {row[0]}")
+    at = events.now()
+    conn.execute("UPDATE principals SET revoked_at = ?, revoked_reason = ? WHERE agent = ? AND session = ?", (at, reason, agent, session))
+    touched = [r[0] for r in conn.execute("SELECT claim FROM corroborations WHERE principal = ? UNION SELECT claim FROM disputes WHERE principal = ? ORDER BY 1", (key, key))]
+    events.append(conn, "memory.revoke", actor=operator.key, subject=key, payload={"reason": reason, "claims": touched}, at=at)
+    changes = []
+    for claim in claims.load_many(conn, touched).values():
+        # Superseded and retired editions keep their tier, but their witness verdicts are updated too.
+        after, _ = standing.restand(conn, policy, claim, actor=operator.key, cause=f"revoked {key}")
+        if after.tier is not claim.tier:
+            changes.append({"id": claim.id, "from": claim.tier.value, "to": after.tier.value})
+    return {"principal": key, "revoked_at": at, "reason": reason, "claims_recomputed": touched, "changes": changes}

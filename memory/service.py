@@ -1,0 +1,126 @@
+"""The memory inside one broker: the settings in force, groom runs, the automatic trigger.
+
+One :class:`MemoryService` lives in ``core.extensions["memory"]``, made by
+``memory.ops.start`` when the core opens -- in a running broker and in the
+in-process core an operator command opens when no broker runs.  Writes go
+through the store owner; long reads (groom's plan, verify's walk) use a
+read connection of their own in a worker thread, so they never hold the
+writer while they think.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Callable, Final, TypeVar, final
+
+import apsw
+import trio
+
+from memory import database, groom, verify
+from memory.events import BROKER_ACTOR
+from memory.policy import TrustPolicy
+from memory.settings import MemorySettings
+
+if TYPE_CHECKING:
+    from broker.core import BrokerCore
+
+T = TypeVar("T")
+#: Retirements and review pairs listed in a groom reply (the counts cover them all;
+#: ``memory log --kind retire`` has every one).  Keeps a 100k-claim plan under the wire's line limit.
+REPORTED_STEPS: Final = 500
+#: The automatic trigger looks at its counters at most this often (seconds).
+MAX_CHECK_INTERVAL: Final = 30.0
+
+
+@final
+class MemoryService:
+    """Settings, grooming and verification for one store.
+
+    The automatic groom runs only when *both* ``groom_after_claims`` new
+    claims and ``groom_after_seconds`` since the last run have accumulated:
+    a busy minute does not trigger a sweep, and neither does a quiet month
+    with three new claims.  Counters are kept here (``remember`` bumps them)
+    so the check costs nothing per write.
+    """
+
+    def __init__(self, core: BrokerCore, settings: MemorySettings) -> None:
+        self.core = core
+        self.settings = settings
+        self._grooming = trio.Lock()
+        self._new_claims = 0
+        self._since: datetime | None = None
+        self.groom_runs = 0
+
+    @property
+    def policy(self) -> TrustPolicy:
+        return self.settings.trust
+
+    async def read(self, fn: Callable[[apsw.Connection], T]) -> T:
+        """Run ``fn`` on a fresh read-only connection in a worker thread (WAL: it sees committed data)."""
+
+        def run() -> T:
+            conn = database.connect(self.core.paths.database, readonly=True)
+            try:
+                with conn:
+                    return fn(conn)
+            finally:
+                conn.close()
+
+        return await trio.to_thread.run_sync(run)
+
+    # -- groom -------------------------------------------------------------------
+
+    async def groom(self, *, actor: str, dry_run: bool) -> dict[str, Any]:
+        """Plan on a read connection; apply in chunks through the store owner, re-checking each step."""
+        async with self._grooming:
+            plan = await self.read(lambda conn: groom.plan(conn, self.settings.groom))
+            if dry_run:
+                return {"dry_run": True, **plan.as_dict(listed=REPORTED_STEPS)}
+            run = f"groom@{plan.at}"
+            retired = skipped = 0
+            for chunk in groom.chunks(plan.retire):
+                done, left = await self.core.store.call(lambda conn, c=chunk: groom.apply_chunk(conn, c, actor=actor, run=run))
+                retired += done
+                skipped += left
+            summary = await self.core.store.call(
+                lambda conn: groom.finish(conn, plan, actor=actor, run=run, retired=retired, skipped=skipped)
+            )
+            self.groom_runs += 1
+            await self._reset_counters()
+            listed = plan.as_dict(listed=REPORTED_STEPS)
+            return {"dry_run": False, **summary, **{k: listed[k] for k in ("retire", "review", "omitted")}}
+
+    def note_new_claim(self) -> None:
+        self._new_claims += 1
+        if self._since is None:
+            self._since = datetime.now(timezone.utc)
+
+    async def _reset_counters(self) -> None:
+        state = await self.read(groom.state)
+        self._new_claims = state.new_claims
+        since = state.last_at or state.first_new_at
+        self._since = datetime.fromisoformat(since) if since else None
+
+    async def auto_groom(self) -> None:
+        """The background trigger (only in a running broker)."""
+        policy = self.settings.groom
+        interval = min(max(policy.after_seconds / 4, 0.2), MAX_CHECK_INTERVAL)
+        await self._reset_counters()
+        while True:
+            await trio.sleep(interval)
+            if self._new_claims < policy.after_claims or self._since is None:
+                continue
+            if (datetime.now(timezone.utc) - self._since).total_seconds() < policy.after_seconds:
+                continue
+            state = await self.read(groom.state)
+            if state.due(policy, datetime.now(timezone.utc)):
+                await self.groom(actor=BROKER_ACTOR, dry_run=False)
+            else:
+                await self._reset_counters()
+
+    # -- verify ------------------------------------------------------------------
+
+    async def verify(self) -> dict[str, Any]:
+        walked, problems = await self.read(lambda conn: verify.check_records(conn, self.policy))
+        problems += await self.core.store.call(verify.check_indexes)
+        return verify.report(walked, problems)

@@ -1,0 +1,72 @@
+"""The memory's settings: the trust policy and the lifecycle, and where they live.
+
+One source: the team file.  ``[policy]`` holds the trust policy (``quorum``,
+``require_blind``); ``[memory]`` holds the lifecycle (groom thresholds,
+decay, caps).  When a broker starts it records the settings in force in the
+database (``memory_settings``, with a ``memory.policy`` event when they
+change, and every claim's standing recomputed under the new rule).  An
+operator command run with no broker reads them back from there, so it
+applies the rule of the last run instead of silently falling back to
+defaults.  With neither a team file nor a recorded run, the defaults apply.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, final
+
+import apsw
+import attrs
+
+from memory import events
+from memory.groom import GroomPolicy
+from memory.policy import PolicyError, TrustPolicy
+
+__all__ = ["MemorySettings", "TrustPolicy", "GroomPolicy", "recorded", "record"]
+
+
+@final
+@attrs.frozen
+class MemorySettings:
+    trust: TrustPolicy = TrustPolicy()
+    groom: GroomPolicy = GroomPolicy()
+
+    @classmethod
+    def from_tables(cls, policy: Mapping[str, Any] | None, memory: Mapping[str, Any] | None, where: str = "team") -> MemorySettings:
+        """Read the team file's ``[policy]`` and ``[memory]`` tables.
+
+        Raises:
+            PolicyError: naming the table and key that are wrong.
+        """
+        return cls(
+            trust=TrustPolicy.from_table(policy or {}, f"{where}: [policy]"),
+            groom=GroomPolicy.from_table(memory or {}, f"{where}: [memory]"),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"policy": self.trust.as_dict(), "memory": self.groom.as_dict()}
+
+
+def recorded(conn: apsw.Connection) -> MemorySettings | None:
+    """The settings the last broker recorded, or None if none ever ran here."""
+    row = conn.execute("SELECT value FROM memory_settings WHERE key = 'settings'").fetchone()
+    if row is None:
+        return None
+    stored = json.loads(row[0])
+    try:
+        return MemorySettings.from_tables(stored.get("policy"), stored.get("memory"), "recorded settings")
+    except PolicyError:
+        return None
+
+
+def record(conn: apsw.Connection, settings: MemorySettings, *, actor: str) -> MemorySettings | None:
+    """Store ``settings`` as the ones in force (with an event when they changed); return the previous ones."""
+    before = recorded(conn)
+    if before == settings:
+        return before
+    value = events.canonical(settings.as_dict())
+    conn.execute(
+        "INSERT INTO memory_settings(key, value) VALUES ('settings', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", (value,)
+    )
+    events.append(conn, "memory.policy", actor=actor, payload={"before": before.as_dict() if before else None, "after": settings.as_dict()})
+    return before

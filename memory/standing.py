@@ -1,0 +1,164 @@
+"""A claim's standing in the database: feed the trust policy its rows, write back its verdict.
+
+:func:`evaluate` reads a claim's corroborations, disputes, promotions and
+which witnesses were revoked, and asks :func:`memory.policy.judge`.
+:func:`apply` writes the verdict on every witness row, the tier on the claim
+(moving it between search indexes) and, when the tier changed, a
+``memory.tier`` event naming the cause -- all in the caller's transaction.
+Every path that can change a tier (a corroboration, a dispute, a promotion,
+a retirement, a revocation, a new policy) goes through these two.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import apsw
+
+from memory import claims, events
+from memory.claims import ClaimRow
+from memory.policy import Standing, TrustPolicy, Witness, judge, shortfall
+
+
+def revoked_among(conn: apsw.Connection, keys: Iterable[str]) -> set[str]:
+    """Which of these principal keys the operator has revoked."""
+    out = set()
+    for key in set(keys):
+        agent, _, session = key.rpartition(":")
+        row = conn.execute("SELECT revoked_at FROM principals WHERE agent = ? AND session = ?", (agent, session)).fetchone()
+        if row and row[0]:
+            out.add(key)
+    return out
+
+
+def _witnesses(conn: apsw.Connection, table: str, claim_id: int) -> list[tuple[Any, ...]]:
+    blind = "blind" if table == "corroborations" else "0"
+    return list(conn.execute(f"SELECT id, principal, domain, at, {blind} FROM {table} WHERE claim = ? ORDER BY id", (claim_id,)))
+
+
+def evaluate(conn: apsw.Connection, policy: TrustPolicy, claim: ClaimRow) -> Standing:
+    corroborations = _witnesses(conn, "corroborations", claim.id)
+    disputes = _witnesses(conn, "disputes", claim.id)
+    revoked = revoked_among(conn, [r[1] for r in corroborations + disputes])
+    promoted = conn.execute("SELECT max(at) FROM promotions WHERE claim = ?", (claim.id,)).fetchone()[0]
+
+    def as_witness(r: tuple[Any, ...]) -> Witness:
+        return Witness(row=r[0], principal=r[1], domain=r[2], at=r[3], blind=bool(r[4]), revoked=r[1] in revoked)
+
+    return judge(
+        policy,
+        author_domain=claim.author_domain,
+        corroborations=[as_witness(r) for r in corroborations],
+        disputes=[as_witness(r) for r in disputes],
+        promoted_at=promoted,
+        retired=claim.retired_at is not None,
+        superseded=claim.superseded_by is not None,
+    )
+
+
+def apply(conn: apsw.Connection, claim: ClaimRow, standing: Standing, *, actor: str, cause: str) -> ClaimRow:
+    """Write the standing: witness verdicts, the tier, and a ``memory.tier`` event if it moved."""
+    for table, verdicts in (("corroborations", standing.corroborations), ("disputes", standing.disputes)):
+        conn.executemany(
+            f"UPDATE {table} SET counted = ?, reason_not_counted = ? WHERE id = ? AND (counted != ? OR reason_not_counted IS NOT ?)",
+            [
+                (int(v.counted), v.reason.value if v.reason else None, v.row, int(v.counted), v.reason.value if v.reason else None)
+                for v in verdicts
+            ],
+        )
+    if standing.tier is claim.tier:
+        return claim
+    updated = claims.set_tier(conn, claim, standing.tier)
+    events.append(
+        conn,
+        "memory.tier",
+        actor=actor,
+        subject=str(claim.id),
+        payload={
+            "from": claim.tier.value,
+            "to": standing.tier.value,
+            "cause": cause,
+            "counted_domains": list(standing.counted_domains),
+        },
+    )
+    return updated
+
+
+def restand(conn: apsw.Connection, policy: TrustPolicy, claim: ClaimRow, *, actor: str, cause: str) -> tuple[ClaimRow, Standing]:
+    standing = evaluate(conn, policy, claim)
+    return apply(conn, claim, standing, actor=actor, cause=cause), standing
+
+
+def restand_all(conn: apsw.Connection, policy: TrustPolicy, *, actor: str, cause: str) -> list[dict[str, Any]]:
+    """Recompute every claim that has witnesses or promotions (after a policy change)."""
+    ids = [
+        r[0]
+        for r in conn.execute(
+            "SELECT claim FROM corroborations UNION SELECT claim FROM disputes UNION SELECT claim FROM promotions ORDER BY 1"
+        )
+    ]
+    changes = []
+    for claim in claims.load_many(conn, ids).values():
+        after, _ = restand(conn, policy, claim, actor=actor, cause=cause)
+        if after.tier is not claim.tier:
+            changes.append({"id": claim.id, "from": claim.tier.value, "to": after.tier.value})
+    return changes
+
+
+def describe(conn: apsw.Connection, policy: TrustPolicy, claim: ClaimRow) -> dict[str, Any]:
+    """A claim in ``--json``: its fields, every witness with its verdict, and what it lacks."""
+    return describe_many(conn, policy, [claim])[0]
+
+
+def describe_many(conn: apsw.Connection, policy: TrustPolicy, rows: list[ClaimRow]) -> list[dict[str, Any]]:
+    """:func:`describe` for several claims, in a few queries.  Reads the stored verdicts
+    (:func:`apply` keeps them current), so it never re-judges."""
+    return _describe(conn, policy, rows)
+
+
+def describe_new(policy: TrustPolicy, claim: ClaimRow) -> dict[str, Any]:
+    """:func:`describe` for an edition written in this job: it has no witnesses yet."""
+    return _describe(None, policy, [claim])[0]
+
+
+def _describe(conn: apsw.Connection | None, policy: TrustPolicy, rows: list[ClaimRow]) -> list[dict[str, Any]]:
+    # With no connection there is nothing to read: a claim written in this very job has no witnesses.
+    ids = [c.id for c in rows]
+    marks = ",".join("?" * len(ids))
+    corroborations: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
+    disputes: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
+    promotions: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
+    for r in () if conn is None else conn.execute(
+        f"SELECT claim, id, principal, domain, at, blind, evidence, counted, reason_not_counted FROM corroborations WHERE claim IN ({marks}) ORDER BY id",
+        ids,
+    ):
+        corroborations[r[0]].append(
+            {"id": r[1], "principal": r[2], "domain": r[3], "at": r[4], "blind": bool(r[5]), "evidence": r[6], "counted": bool(r[7]), "reason_not_counted": r[8]}
+        )
+    for r in () if conn is None else conn.execute(
+        f"SELECT claim, id, principal, domain, at, reason, counted, reason_not_counted FROM disputes WHERE claim IN ({marks}) ORDER BY id", ids
+    ):
+        disputes[r[0]].append({"id": r[1], "principal": r[2], "domain": r[3], "at": r[4], "reason": r[5], "counted": bool(r[6]), "reason_not_counted": r[7]})
+    for r in () if conn is None else conn.execute(f"SELECT claim, at, by, reason FROM promotions WHERE claim IN ({marks}) ORDER BY id", ids):
+        promotions[r[0]].append({"at": r[1], "by": r[2], "reason": r[3]})
+    out = []
+    for claim in rows:
+        counted = [c for c in corroborations[claim.id] if c["counted"]]
+        domains = list(dict.fromkeys(c["domain"] for c in counted))
+        has_blind = any(c["blind"] for c in counted)
+        out.append(
+            {
+                **claims.brief(claim),
+                "corroborations": corroborations[claim.id],
+                "disputes": disputes[claim.id],
+                "promotions": promotions[claim.id],
+                "standing": {
+                    "quorum": policy.quorum,
+                    "require_blind": policy.require_blind,
+                    "counted_domains": domains,
+                    "has_blind_witness": has_blind,
+                    "short_of_trust": shortfall(policy, claim.tier, len(domains), has_blind),
+                },
+            }
+        )
+    return out

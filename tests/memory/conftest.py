@@ -1,0 +1,30 @@
+"""Fixtures for the memory tests: a store opened directly in tmp_path for pure
+logic (ranking, prefilter, groom plans)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import apsw
+import pytest
+
+from memory import database
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[apsw.Connection]:
+    conn = database.open_store(tmp_path / "memory.db")
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def job(store: apsw.Connection) -> Callable[..., Any]:
+    """Run ``fn(conn, *args)`` in one transaction, as the store owner would."""
+
+    def run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        with store:
+            return fn(store, *args, **kwargs)
+
+    return run

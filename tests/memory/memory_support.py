@@ -1,0 +1,54 @@
+"""Helpers shared by the memory tests (imported by name; tests/memory is on sys.path)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any, Callable
+
+import apsw
+
+from broker.identity import Principal, Role
+from memory import authoring, database, events
+from memory.policy import TrustPolicy
+
+#: The default policy, for store-level tests.
+POLICY = TrustPolicy()
+
+_sessions = itertools.count(1)
+
+
+def principal(agent: str, domain: str | None = None) -> Principal:
+    """A principal the *test* makes up, for store-level tests that bypass the broker."""
+    return Principal(agent=agent, session=f"t{next(_sessions):04d}", role=Role.AGENT, domain=domain or agent.split("/")[0])
+
+
+def read_db(state: Path) -> apsw.Connection:
+    return database.connect(state / "conclave.db", readonly=True)
+
+
+def memory_events(state: Path, *, subject: str | None = None, kind: str = "memory") -> list[events.Event]:
+    conn = read_db(state)
+    try:
+        return events.read(conn, kind_prefix=kind, subject=subject)
+    finally:
+        conn.close()
+
+
+def witnesses(claim: dict[str, Any]) -> list[tuple[str, bool, str | None]]:
+    """(principal, counted, reason_not_counted) for each corroboration of a claim."""
+    return [(c["principal"], c["counted"], c["reason_not_counted"]) for c in claim["corroborations"]]
+
+
+FACT = "The {} tests are flaky on arm64 CI because two workers share one temp directory."
+
+
+def remember(job: Callable[..., Any], who: str, text: str, kind: str = "discovery") -> int:
+    """Store-level remember as a made-up principal ``who``; returns the claim id."""
+    return job(authoring.remember, POLICY, principal(who), kind=kind, scope="repo", text=text, evidence=None)["id"]
+
+
+def trust(job: Callable[..., Any], claim: int, *domains: str) -> None:
+    """Corroborate from each of ``domains`` (two independent ones make it trusted)."""
+    for domain in domains or ("bob", "carol"):
+        job(authoring.corroborate, POLICY, principal(domain), claim, evidence=None)

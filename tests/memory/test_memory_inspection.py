@@ -1,0 +1,95 @@
+"""What the operator reads back: a claim's biography, an agent's trail, the log, lists and figures."""
+
+from __future__ import annotations
+
+import json
+from typing import Iterator
+
+import pytest
+from memory_support import FACT
+
+from agents.harness import Run
+
+
+@pytest.fixture(scope="module")
+def story(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, dict[str, int]]]:
+    team = [{"name": "alice", "may_spawn": 1}, {"name": "bob"}, {"name": "carol"}]
+    with Run(tmp_path_factory.mktemp("inspect"), team) as run:
+        alice, bob, carol = run.puppet("alice"), run.puppet("bob"), run.puppet("carol")
+        claim = alice.call("memory.remember", kind="discovery", text=FACT.format("session"), evidence="seen in CI run 4411")["id"]
+        carol.call("memory.recall", query="session tests flaky")
+        bob.call("memory.corroborate", id=claim, evidence="reproduced locally")
+        carol.call("memory.corroborate", id=claim)
+        edition = alice.call("memory.revise", id=claim, text="The session tests are flaky on arm64 CI because the fixture reuses a fixed port.")["id"]
+        kid = run.spawn_puppet("alice", "helper")
+        other = kid.call("memory.remember", kind="failure", text="The session fixture leaks one socket per test.")["id"]
+        bob.call("memory.dispute", id=other, reason="the leak was fixed last week")
+        run.op("memory.retire", id=other, reason="fixed upstream")
+        yield run, {"claim": claim, "edition": edition, "other": other}
+
+
+def test_show_tells_a_claims_whole_biography(story: tuple[Run, dict[str, int]]) -> None:
+    run, ids = story
+    bio = run.op("memory.show", id=ids["edition"])
+    assert [e["id"] for e in bio["editions"]] == [ids["claim"], ids["edition"]]
+    first = run.op("memory.show", id=ids["claim"])
+    assert [(c["principal"].split(":")[0], c["blind"], c["counted"]) for c in first["corroborations"]] == [("bob", True, True), ("carol", False, True)]
+    assert first["corroborations"][0]["evidence"] == "reproduced locally"
+    kinds = [h["kind"] for h in first["history"]]
+    assert kinds == ["memory.remember", "memory.corroborate", "memory.corroborate", "memory.tier", "memory.revise"]
+    retired = run.op("memory.show", id=ids["other"])
+    assert retired["tier"] == "retired" and retired["retired"]["reason"] == "fixed upstream"
+    assert retired["disputes"][0]["reason"] == "the leak was fixed last week"
+    assert [h["kind"] for h in retired["history"]][-3:] == ["memory.dispute", "memory.tier", "memory.retire"]
+    human = run.cli("memory", "show", str(ids["claim"]))
+    assert human.returncode == 0 and "blind, counted" in human.stdout and "informed, counted" in human.stdout
+
+
+def test_trail_lists_what_an_agent_and_its_children_did_in_time_order(story: tuple[Run, dict[str, int]]) -> None:
+    run, ids = story
+    trail = run.op("memory.trail", of_agent="alice")
+    assert [(r["action"], r["claim"]) for r in trail] == [("authored", ids["claim"]), ("revised", ids["edition"]), ("authored", ids["other"])]
+    assert trail[-1]["principal"].startswith("alice/helper:")
+    bob = run.op("memory.trail", of_agent="bob")
+    assert [(r["action"], r["claim"], r["counted"]) for r in bob] == [("corroborated", ids["claim"], True), ("disputed", ids["other"], True)]
+    # Control: an agent that did nothing has an empty trail; AGENT:SESSION is not a name.
+    assert run.op("memory.trail", of_agent="dave") == []
+    cli = run.cli("memory", "trail", "--agent", "bob", "--json")
+    assert cli.returncode == 0 and len(json.loads(cli.stdout)) == 2
+
+
+def test_log_filters_by_kind_agent_claim_and_time(story: tuple[Run, dict[str, int]]) -> None:
+    run, ids = story
+    everything = run.op("memory.log")
+    assert {e["kind"] for e in everything} >= {"memory.remember", "memory.corroborate", "memory.revise", "memory.dispute", "memory.retire", "memory.tier"}
+    assert [e["actor"].split(":")[0] for e in run.op("memory.log", kind="corroborate")] == ["bob", "carol"]
+    assert all(e["actor"].startswith("bob:") for e in run.op("memory.log", of_agent="bob"))
+    assert [e["kind"] for e in run.op("memory.log", claim=ids["other"])] == ["memory.remember", "memory.dispute", "memory.tier", "memory.retire"]
+    middle = everything[len(everything) // 2]["at"]
+    assert all(e["at"] >= middle for e in run.op("memory.log", since=middle))
+    assert all(e["at"] <= middle for e in run.op("memory.log", until=middle))
+    assert len(run.op("memory.log", limit=2)) == 2
+
+
+def test_list_and_stats(story: tuple[Run, dict[str, int]]) -> None:
+    run, ids = story
+    live = run.op("memory.list")
+    assert [c["id"] for c in live] == [ids["edition"]]
+    assert {c["id"] for c in run.op("memory.list", include_retired=True)} == set(ids.values())
+    assert [c["id"] for c in run.op("memory.list", tier="superseded")] == [ids["claim"]]
+    assert [c["id"] for c in run.op("memory.list", of_agent="alice", include_retired=True, kind="failure")] == [ids["other"]]
+    stats = run.op("memory.stats")
+    assert stats["by_tier"] == {"unverified": 1, "trusted": 0, "disputed": 0, "superseded": 1, "retired": 1}
+    assert stats["corroborations"] == {"total": 2, "counted": 2, "blind": 1} and stats["policy"]["quorum"] == 2
+
+
+def test_retire_and_unretire_keep_the_row_and_recompute_the_standing(start_run) -> None:  # type: ignore[no-untyped-def]
+    run: Run = start_run([{"name": "alice"}, {"name": "bob"}, {"name": "carol"}])
+    claim = run.puppet("alice").call("memory.remember", kind="pattern", text="The cache keys include the tenant id.")["id"]
+    run.puppet("bob").call("memory.corroborate", id=claim)
+    run.puppet("carol").call("memory.corroborate", id=claim)
+    run.op("memory.retire", id=claim, reason="cache removed")
+    assert run.puppet("bob").call("memory.recall", query="cache keys tenant") == []
+    back = run.op("memory.unretire", id=claim, reason="cache is back")
+    assert back["tier"] == "trusted" and back["retired"] is None
+    assert [c["id"] for c in run.puppet("bob").call("memory.recall", query="cache keys tenant")] == [claim]

@@ -1,0 +1,261 @@
+"""Who may make a claim trusted: attacks on the witness count, through a real broker.
+
+Every agent here is a real process the broker spawned; every author and
+witness is the principal of the connection the request came on.  One run
+serves the module (the tests use disjoint claims); attacks that restart or
+revoke an agent start their own run.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Iterator
+
+import pytest
+from memory_support import FACT, memory_events, witnesses
+
+from agents.harness import Run
+from broker.errors import ConclaveError
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    team = [
+        {"name": "alice", "may_spawn": 4},
+        {"name": "bob", "may_spawn": 4},
+        {"name": "carol"},
+        {"name": "dave"},
+        {"name": "erin"},
+    ]
+    with Run(tmp_path_factory.mktemp("witnesses"), team) as r:
+        yield r
+
+
+def remember(run: Run, who: str, text: str, kind: str = "discovery") -> int:
+    return run.puppet(who).call("memory.remember", kind=kind, text=text)["id"]
+
+
+def test_request_naming_its_own_witness_is_refused(run: Run) -> None:
+    """CLIO's hole: the model passed source_agent/source_session and named its own witnesses."""
+    claim = remember(run, "alice", FACT.format("ledger"))
+    bob = run.puppet("bob")
+    # The attack: bob's request says the witness is carol (or names an author, or a session).
+    for field, value in (("witness", "carol:1"), ("source_agent", "carol"), ("source_session", "s2"), ("principal", "carol:1")):
+        request = {"id": 1, "op": "memory.corroborate", "args": {"id": claim, field: value}}
+        reply = bob.raw(json.dumps(request) + "\n")
+        assert reply["ok"] is False and reply["error"]["code"] == "identity_field", reply
+    reply = bob.raw(json.dumps({"id": 2, "op": "memory.remember", "args": {"kind": "discovery", "text": FACT.format("x"), "author": "carol:1"}}) + "\n")
+    assert reply["error"]["code"] == "identity_field"
+    assert run.op("memory.show", id=claim)["corroborations"] == []
+    # Control: the same request without the field is recorded -- as bob, the connection's principal.
+    after = bob.call("memory.corroborate", id=claim)
+    assert witnesses(after) == [(bob.key, True, None)]
+
+
+def test_spawned_child_cannot_vouch_for_its_parent(run: Run) -> None:
+    """A child alice spawned corroborates alice's claim: one trust domain, so it does not count."""
+    claim = remember(run, "alice", FACT.format("raft"))
+    kid = run.spawn_puppet("alice", "kid1")
+    result = kid.call("memory.corroborate", id=claim)
+    assert (result["counted"], result["reason_not_counted"], result["tier"]) == (False, "author_domain", "unverified")
+    assert witnesses(result) == [(kid.key, False, "author_domain")]
+    # Control: two independent agents on the same claim make it trusted.
+    run.puppet("carol").call("memory.corroborate", id=claim)
+    final = run.puppet("dave").call("memory.corroborate", id=claim)
+    assert final["tier"] == "trusted" and sorted(final["standing"]["counted_domains"]) == ["carol", "dave"]
+
+
+def test_parent_cannot_vouch_for_its_child(run: Run) -> None:
+    """alice's child authors; alice corroborates her own child's claim."""
+    kid = run.spawn_puppet("alice", "kid2")
+    claim = kid.call("memory.remember", kind="solution", text=FACT.format("billing"))["id"]
+    result = run.puppet("alice").call("memory.corroborate", id=claim)
+    assert (result["counted"], result["reason_not_counted"]) == (False, "author_domain")
+    # Control: bob is another domain and counts.
+    assert run.puppet("bob").call("memory.corroborate", id=claim)["counted"] is True
+
+
+def test_siblings_spawned_by_one_agent_cannot_author_and_vouch(run: Run) -> None:
+    """The sybil attack: bob spawns three children; one authors, the other two vouch."""
+    s1, s2, s3 = (run.spawn_puppet("bob", f"sib{i}") for i in (1, 2, 3))
+    claim = s1.call("memory.remember", kind="pattern", text=FACT.format("planner"))["id"]
+    s2.call("memory.corroborate", id=claim)
+    result = s3.call("memory.corroborate", id=claim)
+    assert result["tier"] == "unverified"
+    assert witnesses(result) == [(s2.key, False, "author_domain"), (s3.key, False, "author_domain")]
+    # Control: two agents outside bob's domain promote it.
+    run.puppet("carol").call("memory.corroborate", id=claim)
+    assert run.puppet("erin").call("memory.corroborate", id=claim)["tier"] == "trusted"
+
+
+def test_same_agent_twice_counts_once(run: Run) -> None:
+    """carol corroborates the same claim twice, the second time on a fresh connection."""
+    claim = remember(run, "alice", FACT.format("indexer"))
+    carol = run.puppet("carol")
+    carol.call("memory.corroborate", id=claim)
+    second = carol.call("memory.corroborate", id=claim, fresh=True)
+    assert (second["counted"], second["reason_not_counted"], second["tier"]) == (False, "domain_already_counted", "unverified")
+    assert len(second["corroborations"]) == 2  # recorded all the same
+    # Control: a second domain completes the quorum.
+    assert run.puppet("dave").call("memory.corroborate", id=claim)["tier"] == "trusted"
+
+
+def test_substring_confusion_corroboration_lands_only_on_the_id_given(run: Run) -> None:
+    """CLIO found the target by substring; two claims share most of their words here."""
+    short = remember(run, "alice", "The gateway retry budget is three attempts.")
+    longer = remember(run, "alice", "The gateway retry budget is three attempts on arm64 CI.")
+    bob = run.puppet("bob")
+    bob.call("memory.corroborate", id=longer)
+    assert len(run.op("memory.show", id=longer)["corroborations"]) == 1
+    assert run.op("memory.show", id=short)["corroborations"] == []
+    # Text is not a target: an id must be a number.
+    with pytest.raises(ConclaveError) as refused:
+        bob.call("memory.corroborate", id="The gateway retry budget")
+    assert refused.value.code.value == "invalid_args"
+    # Control: corroborating the short one lands on the short one.
+    bob.call("memory.corroborate", id=short)
+    assert len(run.op("memory.show", id=short)["corroborations"]) == 1
+    assert len(run.op("memory.show", id=longer)["corroborations"]) == 1
+
+
+def test_rewriting_a_trusted_claim_starts_an_unverified_edition(run: Run) -> None:
+    """CLIO's update kept 'trusted' on new text.  Here the new edition starts from nothing."""
+    claim = remember(run, "alice", FACT.format("scheduler"))
+    run.puppet("bob").call("memory.corroborate", id=claim)
+    assert run.puppet("carol").call("memory.corroborate", id=claim)["tier"] == "trusted"
+    alice = run.puppet("alice")
+    edition = alice.call("memory.revise", id=claim, text="The scheduler tests are flaky on arm64 CI because DNS lookups time out.")
+    assert edition["tier"] == "unverified" and edition["corroborations"] == [] and edition["supersedes"] == claim
+    old = run.op("memory.show", id=claim)
+    assert old["tier"] == "superseded" and old["superseded_by"] == edition["id"]
+    assert old["text"] == FACT.format("scheduler") and len(old["corroborations"]) == 2  # kept for audit
+    assert [e["id"] for e in old["editions"]] == [claim, edition["id"]]
+    assert "memory.revise" in [e.kind for e in memory_events(run.state, subject=str(edition["id"]))]
+    # Neither edition is pushed as trusted: the old one is not live, the new one is unverified.
+    block = run.puppet("dave").call("memory.context", query="scheduler tests flaky arm64")["block"]
+    assert f"#{claim} " not in block and f"#{edition['id']} " not in block
+    # Another domain may not rewrite alice's claim, and the old edition cannot be vouched for.
+    with pytest.raises(ConclaveError) as forbidden:
+        run.puppet("dave").call("memory.revise", id=edition["id"], text="The scheduler tests pass everywhere.")
+    assert forbidden.value.code.value == "forbidden"
+    with pytest.raises(ConclaveError) as stale:
+        run.puppet("dave").call("memory.corroborate", id=claim)
+    assert stale.value.code.value == "conflict" and str(edition["id"]) in stale.value.message
+    # Control: the new edition earns trust the same way the first did.
+    run.puppet("bob").call("memory.corroborate", id=edition["id"])
+    assert run.puppet("erin").call("memory.corroborate", id=edition["id"])["tier"] == "trusted"
+
+
+def test_corroboration_after_reading_is_informed_and_a_rediscovery_is_blind(run: Run) -> None:
+    claim = remember(run, "alice", FACT.format("exporter"))
+    carol = run.puppet("carol")
+    assert claim in [c["id"] for c in carol.call("memory.recall", query="exporter tests flaky")]
+    assert carol.call("memory.corroborate", id=claim)["blind"] is False
+    # Control: dave was never shown the claim.
+    assert run.puppet("dave").call("memory.corroborate", id=claim)["blind"] is True
+    rows = {w["principal"]: w["blind"] for w in run.op("memory.show", id=claim)["corroborations"]}
+    assert rows == {carol.key: False, run.puppet("dave").key: True}
+
+
+def test_a_child_reading_makes_its_parent_informed(run: Run) -> None:
+    """Laundering: bob's child reads the claim, then bob 'rediscovers' it.  Informed-ness is per domain."""
+    claim = remember(run, "alice", FACT.format("compactor"))
+    kid = run.spawn_puppet("bob", "reader")
+    kid.call("memory.context", query="compactor tests flaky", include_unverified=True)
+    assert run.puppet("bob").call("memory.corroborate", id=claim)["blind"] is False
+    # Control: erin's domain never saw it.
+    assert run.puppet("erin").call("memory.corroborate", id=claim)["blind"] is True
+
+
+def test_agents_cannot_promote_retire_or_revoke(run: Run) -> None:
+    """Operator ops are refused by process ancestry, over the wire and from the CLI in the agent's tree."""
+    claim = remember(run, "alice", FACT.format("notifier"))
+    alice = run.puppet("alice")
+    for op, args in (("memory.promote", {"id": claim}), ("memory.retire", {"id": claim, "reason": "x"}), ("memory.revoke", {"target": "bob:1"}), ("memory.groom", {})):
+        reply = alice.try_call(op, **args)
+        assert reply["error"]["code"] == "forbidden", (op, reply)
+    cli = alice.conclave("memory", "promote", str(claim), "--json")
+    assert cli.returncode == 1 and "operator" in cli.stderr
+    assert run.op("memory.show", id=claim)["tier"] == "unverified"
+    # Control: the operator's own terminal may.
+    done = run.cli("memory", "promote", str(claim), "--reason", "checked by hand", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["tier"] == "trusted"
+
+
+def test_restarted_author_cannot_corroborate(start_run) -> None:  # type: ignore[no-untyped-def]
+    """carol authors, crashes, is restarted with a new session, and vouches for her own claim."""
+    run = start_run([{"name": "carol", "restart": "on-failure"}, {"name": "bob"}])
+    carol = run.puppet("carol")
+    first_session = carol.key
+    claim = carol.call("memory.remember", kind="failure", text=FACT.format("uploader"))["id"]
+    carol.exit(1)
+    # Wait for the broker to restart carol under a new session before reconnecting to her puppet.
+    run.wait_until(
+        lambda: any(a["agent"] == "carol" and a["principal"] != first_session for a in run.op("agents", live_only=True)),
+        timeout=20,
+        what="carol's restart",
+    )
+    reborn = run.puppet("carol", fresh=True)
+    assert reborn.key != first_session and reborn.identity["domain"] == "carol"
+    result = reborn.call("memory.corroborate", id=claim)
+    assert (result["counted"], result["reason_not_counted"]) == (False, "author_domain")
+    # Control: bob is independent.
+    assert run.puppet("bob").call("memory.corroborate", id=claim)["counted"] is True
+
+
+def test_informed_only_quorum_under_require_blind_is_refused(start_run) -> None:  # type: ignore[no-untyped-def]
+    """With require_blind, witnesses who all read the claim first cannot promote it, however many."""
+    run = start_run(
+        [{"name": "alice"}, {"name": "bob"}, {"name": "carol"}, {"name": "dave"}],
+        extra_toml="\n[policy]\nquorum = 3\nrequire_blind = true\n",
+    )
+    claim = run.puppet("alice").call("memory.remember", kind="discovery", text=FACT.format("resolver"))["id"]
+    for who in ("bob", "carol"):
+        run.puppet(who).call("memory.recall", query="resolver tests flaky")
+    run.puppet("bob").call("memory.corroborate", id=claim)
+    result = run.puppet("carol").call("memory.corroborate", id=claim)
+    assert result["tier"] == "unverified" and result["standing"]["quorum"] == 3
+    assert [w["blind"] for w in result["corroborations"]] == [False, False]
+    # A third informed domain reaches the quorum of 3, and is still refused.
+    run.puppet("dave").call("memory.recall", query="resolver")
+    third = run.puppet("dave").call("memory.corroborate", id=claim)
+    assert third["tier"] == "unverified" and "blind" in third["standing"]["short_of_trust"]
+    # Control: the same claim with one blind witness among the counted ones is trusted.
+    claim2 = run.puppet("alice").call("memory.remember", kind="discovery", text=FACT.format("linker"))["id"]
+    run.puppet("bob").call("memory.recall", query="linker tests flaky")
+    run.puppet("bob").call("memory.corroborate", id=claim2)
+    run.puppet("carol").call("memory.corroborate", id=claim2)
+    assert run.puppet("dave").call("memory.corroborate", id=claim2)["tier"] == "trusted"
+
+
+def test_revoke_cascades_a_demotion(start_run) -> None:  # type: ignore[no-untyped-def]
+    """bob's session turns out to be compromised; what it vouched for must not stay trusted on its word."""
+    run = start_run([{"name": "alice"}, {"name": "bob", "restart": "on-failure"}, {"name": "carol"}, {"name": "dave"}])
+    bob = run.puppet("bob")
+    needs_bob = run.puppet("alice").call("memory.remember", kind="discovery", text=FACT.format("vm"))["id"]
+    without_bob = run.puppet("alice").call("memory.remember", kind="discovery", text=FACT.format("gc"))["id"]
+    bob.call("memory.corroborate", id=needs_bob)
+    assert run.puppet("carol").call("memory.corroborate", id=needs_bob)["tier"] == "trusted"
+    run.puppet("carol").call("memory.corroborate", id=without_bob)
+    assert run.puppet("dave").call("memory.corroborate", id=without_bob)["tier"] == "trusted"
+
+    result = run.op("memory.revoke", target=bob.key, reason="prompt-injected")
+    assert result["changes"] == [{"id": needs_bob, "from": "trusted", "to": "unverified"}] and result["ended"] is True
+    demoted = run.op("memory.show", id=needs_bob)
+    assert demoted["tier"] == "unverified"
+    assert (bob.key, False, "revoked") in witnesses(demoted)
+    tier_events = [e for e in memory_events(run.state, subject=str(needs_bob), kind="memory.tier")]
+    assert tier_events[-1].payload["cause"] == f"revoked {bob.key}" and tier_events[-1].payload["to"] == "unverified"
+    # Control: a claim that never needed bob stays trusted.
+    assert run.op("memory.show", id=without_bob)["tier"] == "trusted"
+    # bob's live process was ended and, although restart = on-failure, not restarted.
+    run.wait_until(lambda: not [a for a in run.op("agents", live_only=True) if a["agent"] == "bob"], timeout=15, what="bob to end")
+    assert [a["revoked_at"] is not None for a in run.op("agents") if a["agent"] == "bob"] == [True]
+    # Clear errors for the operator, for an unknown principal, and for a second revoke.
+    for target, code in (("operator:uid0", "forbidden"), ("nobody:123", "not_found"), (bob.key, "conflict"), ("no-colon", "invalid_args")):
+        with pytest.raises(ConclaveError) as refused:
+            run.op("memory.revoke", target=target)
+        assert refused.value.code.value == code, target
+    cli = run.cli("memory", "revoke", "ghost:1")
+    assert cli.returncode == 1 and "ghost:1" in cli.stderr
