@@ -76,6 +76,19 @@ def trail(conn: apsw.Connection, of_agent: str) -> list[dict[str, Any]]:
     return rows
 
 
+#: Event families other packages write; `memory log --kind lock` shows who held what when.
+EVENT_FAMILIES = frozenset({"memory", "lock", "msg", "status", "agent", "broker", "auth", "wire", "mail"})
+
+
+def _kind_prefix(kind: str | None) -> str | None:
+    """``None`` reads every event; ``lock`` or ``lock.grant`` as given; ``corroborate`` means ``memory.corroborate``."""
+    if not kind:
+        return None
+    if "." in kind or kind in EVENT_FAMILIES:
+        return kind
+    return f"memory.{kind}"
+
+
 def log(
     conn: apsw.Connection,
     *,
@@ -86,8 +99,9 @@ def log(
     until: str | None,
     limit: int | None,
 ) -> list[dict[str, Any]]:
-    """Memory events, oldest first, filtered by kind (``corroborate`` or ``memory.corroborate``), agent, claim, time."""
-    prefix = "memory" if not kind else (kind if kind.startswith("memory.") else f"memory.{kind}")
+    """Events, oldest first, filtered by kind (a family like ``lock``, a kind like ``lock.grant``, or a memory verb like ``corroborate``), agent, claim, time."""
+    # A claim id is only a claim's subject in memory events (message ids are numbers too).
+    prefix = _kind_prefix(kind) or ("memory" if claim is not None else None)
     found = events.read(conn, kind_prefix=prefix, actor_agent=of_agent, subject=str(claim) if claim is not None else None, since=since, until=until, limit=limit)
     return [{"seq": e.seq, "at": e.at, "kind": e.kind, "actor": e.actor, "subject": e.subject, "detail": e.payload} for e in found]
 

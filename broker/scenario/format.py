@@ -21,7 +21,7 @@ TIERS: Final = ("T1", "T2", "T3")
 OPERATOR: Final = "operator"
 #: Step actions other than a plain op (``op = "..."``).
 ACTIONS: Final = frozenset(
-    {"spawn", "exit", "kill", "restart", "steal-ticket", "drop-ticket", "replay-ticket", "raw", "sh", "cli", "edit-db", "sleep", "wait-exit"}
+    {"spawn", "exit", "kill", "restart", "steal-ticket", "drop-ticket", "replay-ticket", "raw", "sh", "cli", "edit-db", "sleep", "wait-exit", "sync"}
 )
 #: Actions that present a ticket (or none) and attempt ``op`` with it.
 TICKET_ACTIONS: Final = frozenset({"steal-ticket", "drop-ticket", "replay-ticket"})

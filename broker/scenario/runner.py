@@ -195,6 +195,8 @@ class ScenarioRun:
             finally:
                 conn.close()
             return {"ok": True, "result": {}}
+        if action == "sync":
+            return {"ok": True, "result": {}}
         if action == "sleep":
             time.sleep(float(raw.get("seconds", 0.5)))
             return {"ok": True, "result": {}}
@@ -372,6 +374,9 @@ def run_scenario(scenario: Scenario, *, workdir: Path | None = None, keep: bool 
         state.start()
         for step in scenario.steps:
             settle(step.actor)
+            if step.action == "sync":
+                for name in list(pending):
+                    settle(name)
             if step.action in ("exit", "kill", "restart"):
                 for name in [n for n in pending if n.startswith(step.actor + "/")]:
                     settle(name)
