@@ -65,6 +65,7 @@ class BrokerCore:
         self.supervisor: Supervisor | None = None
         self._ended: list[EndedListener] = []
         self._closed: list[ConnectionListener] = []
+        self._settlers: list[Callable[[], Awaitable[None]]] = []
         self._connection_ids = itertools.count(1)
         self.started_at = events.now()
 
@@ -75,6 +76,15 @@ class BrokerCore:
 
     def on_connection_closed(self, listener: ConnectionListener) -> None:
         self._closed.append(listener)
+
+    def on_settle_events(self, settler: Callable[[], Awaitable[None]]) -> None:
+        """Register a write-behind queue of events (the lock journal) to flush before the log is read."""
+        self._settlers.append(settler)
+
+    async def settle_events(self) -> None:
+        """Return once every event decided so far is in the event log (readers call this first)."""
+        for settler in self._settlers:
+            await settler()
 
     async def principal_ended(self, principal: Principal) -> None:
         for listener in self._ended:

@@ -246,6 +246,7 @@ async def start(core: Any, nursery: trio.Nursery) -> None:
             table.close_connection(connection, principal.key)
 
     core.on_principal_ended(principal_ended)
+    core.on_settle_events(table.journal.flush)
     core.on_connection_closed(connection_closed)
     if core.live:
         await nursery.start(_keep_guard, core, table)

@@ -293,7 +293,8 @@ async def trail(call: Call, args: TrailArgs) -> list[dict[str, Any]]:
 
 @OPS.op("memory.log", LogArgs, access=Access.OPERATOR)
 async def log(call: Call, args: LogArgs) -> list[dict[str, Any]]:
-    """Memory events, filtered by kind, agent, claim, time."""
+    """Events (every family), filtered by kind, agent, claim, time."""
+    await call.core.settle_events()
     return await service(call).read(
         lambda conn: inspection.log(conn, kind=args.kind, of_agent=args.of_agent, claim=args.claim, since=args.since, until=args.until, limit=args.limit)
     )

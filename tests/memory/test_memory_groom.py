@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 import apsw
-from memory_support import FACT, memory_events, remember, trust
+from tests.memory.memory_support import FACT, memory_events, remember, trust
 
 from agents.harness import Run
 from memory import groom

@@ -6,7 +6,7 @@ import json
 from typing import Iterator
 
 import pytest
-from memory_support import FACT
+from tests.memory.memory_support import FACT
 
 from agents.harness import Run
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from memory_support import memory_events
+from tests.memory.memory_support import memory_events
 
 from agents.harness import Run
 from memory import prefilter

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from memory_support import FACT, POLICY, principal, read_db, remember, trust
+from tests.memory.memory_support import FACT, POLICY, principal, read_db, remember, trust
 
 from agents.harness import Run
 from memory import authoring, retrieval

@@ -11,7 +11,7 @@ from typing import Callable, Iterator
 
 import apsw
 import pytest
-from memory_support import FACT
+from tests.memory.memory_support import FACT
 
 from agents.harness import Run
 from memory import database

@@ -12,7 +12,7 @@ import json
 from typing import Iterator
 
 import pytest
-from memory_support import FACT, memory_events, witnesses
+from tests.memory.memory_support import FACT, memory_events, witnesses
 
 from agents.harness import Run
 from broker.errors import ConclaveError
