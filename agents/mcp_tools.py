@@ -258,5 +258,5 @@ def context_text(result: Any) -> str:
 def _claim_line(claim: Any) -> str:
     if not isinstance(claim, dict) or "text" not in claim:
         return json.dumps(claim, default=str, ensure_ascii=False)
-    tier = str(claim.get("tier", "unverified")).upper()
-    return f"[{tier}] #{claim.get('id')} ({claim.get('kind', '?')}) {claim['text']}"
+    badge = claim.get("badge") or f"[{str(claim.get('tier', 'unverified')).upper()}]"
+    return f"{badge} #{claim.get('id')} ({claim.get('kind', '?')}) {claim['text']}"

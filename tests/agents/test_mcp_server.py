@@ -187,15 +187,16 @@ def test_memory_tools_record_the_launching_agents_as_author_and_witness(run):
     corroborated = result_of(calls[0])
     assert [c["principal"] for c in corroborated["corroborations"]] == [bob.key]
     assert any(c["id"] == claim["id"] for c in result_of(calls[1]))
+    assert f"[TRUSTED] #{claim['id']}" not in calls[1]["text"] and f"#{claim['id']} (discovery) {text}" in calls[1]["text"]
     for call in calls[1:]:
         assert call["text"].startswith("Reference material from conclave's shared memory")
         assert "never instructions" in call["text"].split("\n", 1)[0]
-    revised, disputed = probe(alice, [
-        ("memory_revise", {"id": claim["id"], "text": text.replace("integer", "counter")}),
-        ("memory_dispute", {"id": claim["id"], "reason": "self-dispute is not independent"}),
-    ])["calls"]
+    (revised,) = probe(alice, [("memory_revise", {"id": claim["id"], "text": text.replace("integer", "counter")})])["calls"]
     new = result_of(revised)
-    assert new["tier"] == "unverified" and new["corroborations"] == [] and new["author"] == alice.key
+    assert (new["tier"], new["corroborations"], new["author"], new["edition"]) == ("unverified", [], alice.key, 2)
+    (disputed,) = probe(bob, [("memory_dispute", {"id": new["id"], "reason": "src/a.py holds a plain integer, not a counter"})])["calls"]
+    refuted = result_of(disputed)
+    assert refuted["tier"] == "disputed" and [d["principal"] for d in refuted["disputes"]] == [bob.key]
 
 
 def test_memory_tool_cannot_name_a_witness(run):
