@@ -48,7 +48,7 @@ SCRIPTS: dict[str, str] = {
         import json, sys
         for m in json.load(sys.stdin):
             if m["body"].startswith("claim "):
-                print(m["body"].split()[1]); break
+                print(m["body"].split()[1].rstrip(":")); break
         '
         """,
     "alice.sh": f"""\
@@ -69,7 +69,7 @@ SCRIPTS: dict[str, str] = {
         conclave memory corroborate "$1" --json | python -c '
         import json, sys
         c = json.load(sys.stdin)
-        print("alice/echo: corroborated; counted =", c.get("counted"), "-", c.get("reason") or "")
+        print("alice/echo: corroborated; counted =", c.get("counted"), "-", c.get("reason_not_counted") or "")
         '
         """,
     "bob.sh": """\
