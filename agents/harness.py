@@ -122,10 +122,10 @@ class Puppet:
 class Run:
     """A ``conclave run`` process on a scratch repository, with puppet agents.
 
-    ``agents`` are team entries (dicts); an entry without ``command`` becomes
-    a puppet.  ``reuse=True`` keeps the repository and state directory of an
-    earlier run under the same ``root``.  Use as a context manager; leaving
-    it stops the broker.
+    ``agents`` are team entries (dicts); an entry without ``command`` or
+    ``preset`` becomes a puppet.  ``reuse=True`` keeps the repository and
+    state directory of an earlier run under the same ``root``.  Use as a
+    context manager; leaving it stops the broker.
     """
 
     def __init__(
@@ -148,7 +148,8 @@ class Run:
         lines = []
         for agent in agents:
             entry = dict(agent)
-            entry.setdefault("command", puppet_command(self.control))
+            if "preset" not in entry:  # a preset entry names its own binary
+                entry.setdefault("command", puppet_command(self.control))
             lines.append("[[agent]]")
             lines += [f"{k} = {toml_value(v)}" for k, v in entry.items()]
             lines.append("")

@@ -150,11 +150,16 @@ class Supervisor:
         log_path = self.core.paths.logs / f"{name.replace('/', '__')}-{principal.session}.log"
         env = self._environment(spec, ticket.secret)
         cwd = self.core.paths.repo / (spec.cwd or ".")
+        command = list(spec.command)
+        if spec.preset is not None and parent is None:
+            from agents.presets import prepare  # runs `conclave agent-launch` as the agent, which execs its binary
+
+            command = prepare(spec, self.core.paths, principal)
         started = events.now()
         log_file = open(log_path, "ab")
         try:
             process = await trio.lowlevel.open_process(
-                list(spec.command),
+                command,
                 cwd=str(cwd),
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -163,11 +168,11 @@ class Supervisor:
                 start_new_session=True,
             )
         except OSError as exc:
-            log_file.write(f"conclave: could not start {list(spec.command)}: {exc}\n".encode())
+            log_file.write(f"conclave: could not start {command}: {exc}\n".encode())
             log_file.close()
             self.core.registry.end(principal)
-            error = f"could not start {spec.command[0]!r}: {exc.strerror or exc}"
-            await self._persist_start(live, None, started, attempt)
+            error = f"could not start {command[0]!r}: {exc.strerror or exc}"
+            await self._persist_start(live, None, started, attempt, command)
             await self._persist_end(principal, None, SPAWN_FAILED, error)
             self.outcomes.append(
                 AgentOutcome(principal.agent, principal.session, principal.parent, None, SPAWN_FAILED, started, events.now(), str(log_path), error)
@@ -178,7 +183,7 @@ class Supervisor:
                 log_file.close()
         self._pids.add(process.pid)
         self.core.registry.started(principal, process.pid, started)
-        await self._persist_start(live, process.pid, started, attempt)
+        await self._persist_start(live, process.pid, started, attempt, command)
         self._nursery.start_soon(self._watch, live, process, attempt, str(log_path))
         return principal
 
@@ -235,9 +240,9 @@ class Supervisor:
 
     # -- the database copy --------------------------------------------------------
 
-    async def _persist_start(self, live: LiveAgent, pid: int | None, started: str, attempt: int) -> None:
+    async def _persist_start(self, live: LiveAgent, pid: int | None, started: str, attempt: int, argv: list[str]) -> None:
         p = live.principal
-        command = json.dumps(list(live.spec.command))
+        command = json.dumps(argv)
 
         def write(conn):  # type: ignore[no-untyped-def]
             conn.execute(
@@ -249,7 +254,7 @@ class Supervisor:
                 "agent.spawn",
                 actor=p.parent or events.BROKER_ACTOR,
                 subject=p.key,
-                payload={"pid": pid, "domain": p.domain, "command": list(live.spec.command), "attempt": attempt},
+                payload={"pid": pid, "domain": p.domain, "command": argv, "attempt": attempt},
             )
 
         await self.core.store.call(write)

@@ -188,7 +188,11 @@ def _parse_agent(entry: Any, where: str, repo: Path, check_commands: bool) -> Ag
         preset=entry.get("preset"),
         prompt=entry.get("prompt"),
     )
-    if check_commands and spec.command:
+    if spec.preset is not None:
+        from agents.presets import check_preset  # a preset knows its binary and what it needs
+
+        check_preset(spec, repo / (cwd or "."), where, check_commands=check_commands)
+    elif check_commands and spec.command:
         check_command(spec.command, repo / (cwd or "."), where)
     return spec
 

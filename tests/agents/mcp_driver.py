@@ -1,0 +1,147 @@
+"""Scripts the agent tests run *inside* an agent's process tree.
+
+``python mcp_driver.py probe PLAN_JSON``
+    Start ``conclave mcp`` with the MCP SDK's own stdio client -- the way an
+    agent does, passing on its CONCLAVE_* variables -- list the tools, make
+    the calls in the plan, print one JSON document.
+
+``python mcp_driver.py fake claude|codex|aider ARGS...``
+    A stand-in for a coding agent: no model, no network.  It reads the
+    command line and configuration the preset generated, starts the MCP
+    server exactly as that configuration says (with the SDK client's
+    scrubbed environment, as real agents do), calls whoami and
+    memory_context, runs the lock hook from the generated settings, and
+    writes what happened to ``$FAKE_AGENT_REPORT``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+
+async def session(command: str, args: list[str], env: dict[str, str], calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=command, args=args, env=env)
+    out: dict[str, Any] = {"calls": []}
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as s:
+            init = await s.initialize()
+            out["instructions"] = init.instructions
+            listed = await s.list_tools()
+            out["tools"] = [{"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in listed.tools]
+            names = {t.name for t in listed.tools}
+            for name, arguments in calls:
+                if name.endswith("?"):  # optional: only when the server offers it
+                    name = name[:-1]
+                    if name not in names:
+                        continue
+                result = await s.call_tool(name, arguments)
+                text = "".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+                out["calls"].append({"name": name, "args": arguments, "is_error": result.is_error, "text": text, "structured": result.structured_content})
+    return out
+
+
+def conclave_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith("CONCLAVE_")}
+
+
+def probe(plan: dict[str, Any]) -> dict[str, Any]:
+    args = ["-m", "broker.cli", "mcp", *plan.get("server_args", [])]
+    calls = [(c[0], c[1]) for c in plan.get("calls", [])]
+    return anyio.run(session, sys.executable, args, conclave_env(), calls, backend="trio")
+
+
+# -- the fake agents ------------------------------------------------------------------
+
+
+def wait_at_gate() -> None:
+    """With FAKE_AGENT_GATE set and the file absent: wait for it, then fail (the broker restarts us)."""
+    import time
+
+    gate = os.environ.get("FAKE_AGENT_GATE")
+    if not gate or Path(gate).exists():
+        return
+    deadline = time.monotonic() + 120
+    while not Path(gate).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sys.exit(3)
+
+
+def fake(kind: str, argv: list[str]) -> dict[str, Any]:
+    wait_at_gate()
+    report: dict[str, Any] = {"kind": kind, "argv": argv, "env_has_ticket": bool(os.environ.get("CONCLAVE_TICKET"))}
+    if kind == "claude":
+        prompt = argv[argv.index("-p") + 1]
+        settings = json.loads(Path(argv[argv.index("--settings") + 1]).read_text())
+        config = json.loads(Path(argv[argv.index("--mcp-config") + 1]).read_text())
+        server = config["mcpServers"]["conclave"]
+        report["settings"] = settings
+    elif kind == "codex":
+        assert argv[0] == "exec", argv
+        overrides = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "-c")
+        server = {
+            "command": tomllib.loads("v = " + overrides["mcp_servers.conclave.command"])["v"],
+            "args": tomllib.loads("v = " + overrides["mcp_servers.conclave.args"])["v"],
+            "env": {},
+        }
+        prompt = argv[-1]
+    else:
+        prompt = Path(argv[argv.index("--message-file") + 1]).read_text()
+        whoami = subprocess.run([sys.executable, "-m", "broker.cli", "whoami", "--json"], capture_output=True, text=True)
+        report.update(prompt=prompt, whoami=json.loads(whoami.stdout))
+        return report
+    report["prompt"] = prompt
+    report["server"] = server
+    owned = f"src/owned_by_{kind}.py"  # one path per fake: they run at once
+    calls = [("whoami", {}), ("memory_context?", {"query": "parser"}), ("lock_acquire?", {"resources": [owned]})]
+    report["mcp"] = anyio.run(session, server["command"], server["args"], server.get("env") or {}, calls, backend="trio")
+    if kind == "claude":
+        report["hook"] = run_hooks(settings, owned)
+    return report
+
+
+def run_hooks(settings: dict[str, Any], owned: str) -> dict[str, Any]:
+    """Run the PreToolUse hook the settings install, as Claude Code would, on a few edits."""
+    (entry,) = settings["hooks"]["PreToolUse"]
+    command = entry["hooks"][0]["command"]
+    repo = os.environ["CONCLAVE_REPO"]
+    scrubbed = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+    results = {}
+    for label, path in (("unlocked", "src/free.py"), ("locked", owned)):
+        event = {
+            "session_id": "fake-session",
+            "transcript_path": "/dev/null",
+            "cwd": repo,
+            "hook_event_name": "PreToolUse",
+            "tool_name": "Edit",
+            "tool_input": {"file_path": f"{repo}/{path}", "old_string": "a", "new_string": "b"},
+        }
+        done = subprocess.run(command, shell=True, input=json.dumps(event), capture_output=True, text=True, env=scrubbed, timeout=60)
+        results[label] = {"returncode": done.returncode, "stderr": done.stderr}
+    results["matcher"] = entry["matcher"]
+    return results
+
+
+def main() -> int:
+    mode = sys.argv[1]
+    if mode == "probe":
+        print(json.dumps(probe(json.loads(sys.argv[2]))))
+        return 0
+    if mode == "fake":
+        report = fake(sys.argv[2], sys.argv[3:])
+        Path(os.environ["FAKE_AGENT_REPORT"]).write_text(json.dumps(report))
+        return 0
+    raise SystemExit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
