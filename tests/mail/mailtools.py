@@ -47,11 +47,6 @@ def word() -> str:
     return "w" + uuid.uuid4().hex[:12]
 
 
-def has_op(run: Run, name: str) -> bool:
-    return any(o["op"] == name for o in run.op("ops"))
-
-
-
 def board_row(run: Run, agent: str) -> dict[str, Any]:
     """The operator's board row for a live agent."""
     return next(r for r in run.op("status.board")["agents"] if r["agent"] == agent)

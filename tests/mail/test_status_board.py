@@ -14,7 +14,7 @@ from typing import Iterator
 import pytest
 
 from agents.harness import Run
-from mailtools import board_row, has_op, query, start_module_run, word
+from mailtools import board_row, query, start_module_run, word
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +68,6 @@ def test_status_board_matches_reality(run: Run) -> None:
 def test_status_board_shows_the_locks_each_agent_holds(run: Run) -> None:
     """alice takes a lock on README.md: the board shows it on alice's row
     and on no one else's; after she releases it, on no row."""
-    if not has_op(run, "lock.acquire"):
-        pytest.skip("no lock table in this build (lock.acquire is not an op); the lead runs this after merging locks")
     alice = run.puppet("alice")
     taken = alice.conclave("lock", "acquire", "README.md", "--json")
     assert taken.returncode == 0, taken.stderr
@@ -81,14 +79,6 @@ def test_status_board_shows_the_locks_each_agent_holds(run: Run) -> None:
     released = alice.conclave("lock", "release", "README.md", "--json")
     assert released.returncode == 0, released.stderr
     assert all(r["locks"] == [] for r in run.op("status.board")["agents"])
-
-
-def test_status_board_without_a_lock_table_shows_no_locks(run: Run) -> None:
-    if has_op(run, "lock.acquire"):
-        pytest.skip("a lock table runs in this build; the locks column is tested against it above")
-    board = run.op("status.board")
-    assert board["locks_tracked"] is False and all(r["locks"] == [] for r in board["agents"])
-    assert "no lock table" in run.cli("status").stdout
 
 
 def test_status_watch_refreshes(run: Run) -> None:
