@@ -6,7 +6,8 @@ not pay for trio, cattrs and apsw it never uses.
 
 from __future__ import annotations
 
-from typing import Any
+from broker._lazy import lazy_getattr
+
 
 _EXPORTS = {
     "ConclaveError": "broker.errors",
@@ -26,10 +27,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'broker' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

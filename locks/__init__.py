@@ -17,8 +17,9 @@ command does not need it.
 
 from __future__ import annotations
 
+from broker._lazy import lazy_getattr
+
 import importlib
-from typing import Any
 
 _EXPORTS = {
     "LockTable": "locks.table",
@@ -36,9 +37,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'locks' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

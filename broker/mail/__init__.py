@@ -16,7 +16,8 @@ stays cheap to start.
 
 from __future__ import annotations
 
-from typing import Any
+from broker._lazy import lazy_getattr
+
 
 _EXPORTS = {
     "Message": "broker.mail.message",
@@ -32,10 +33,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'broker.mail' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
