@@ -168,9 +168,25 @@ def stop(json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt = 
 @app.command()
 def ops(json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt = None) -> None:
     """List every wire op with its access and arguments (for people writing clients)."""
+    from broker.clikit import connect
+
     target = Target(json_out, repo, state_dir)
-    rows = call(target, "ops")
+    client = connect(target)
+    if client is None:
+        rows = _static_ops()  # no broker: the ops this installation defines
+    else:
+        with client:
+            rows = client.call("ops")
     emit(target, rows, lambda rs: table("ops", ["op", "access", "args", "summary"], [(r["op"], r["access"], ", ".join(r["args"]), r["summary"]) for r in rs]))
+
+
+def _static_ops() -> list[dict[str, Any]]:
+    import importlib
+
+    from broker.core import PLUGINS
+    from broker.router import describe_ops
+
+    return describe_ops(spec for module in PLUGINS for spec in importlib.import_module(module).OPS.ops.values())
 
 
 @app.command()

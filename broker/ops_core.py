@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 
 from broker.errors import ConclaveError, ErrorCode
-from broker.router import Access, Call, OpTable
+from broker.router import Access, Call, OpTable, describe_ops
 from broker.server import whoami as whoami_of
 
 OPS = OpTable()
@@ -45,10 +45,7 @@ async def ping(call: Call, _args: NoArgs) -> dict[str, Any]:
 @OPS.op("ops", NoArgs)
 async def list_ops(call: Call, _args: NoArgs) -> list[dict[str, Any]]:
     """Every op, its access and its arguments."""
-    return [
-        {"op": s.name, "access": s.access.value, "args": [f.name for f in attrs.fields(s.args)], "summary": s.summary}
-        for s in sorted(call.core.ops.values(), key=lambda s: s.name)
-    ]
+    return describe_ops(call.core.ops.values())
 
 
 @OPS.op("agents", AgentsArgs)

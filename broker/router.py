@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar, final
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar, final
 
 import attrs
 
@@ -82,6 +82,14 @@ class OpTable:
             return fn
 
         return register
+
+
+def describe_ops(specs: Iterable[OpSpec]) -> list[dict[str, Any]]:
+    """Each op's name, access, argument names and summary (what `conclave ops` prints)."""
+    return [
+        {"op": s.name, "access": s.access.value, "args": [f.name for f in attrs.fields(s.args)], "summary": s.summary}
+        for s in sorted(specs, key=lambda s: s.name)
+    ]
 
 
 async def dispatch(core: BrokerCore, call: Call, op: str, raw_args: dict[str, Any]) -> Any:

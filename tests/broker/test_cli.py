@@ -61,3 +61,13 @@ def test_stop_ends_the_run_as_the_operator(start_run):
     assert out.returncode == 0 and json.loads(out.stdout) == {"stopping": True}
     summary = run.wait_exit()
     assert summary["stopped_by"] == "operator"
+
+
+def test_ops_lists_every_op_with_or_without_a_broker(start_run, tmp_path):
+    offline = conclave("ops", "--json", "--state-dir", str(tmp_path / "none"), "--repo", str(tmp_path))
+    assert offline.returncode == 0, offline.stderr
+    names = {o["op"] for o in json.loads(offline.stdout)}
+    assert {"whoami", "memory.remember", "lock.acquire", "msg.send"} <= names
+    # Control: a running broker answers the same list.
+    run = start_run([{"name": "alice"}])
+    assert {o["op"] for o in json.loads(run.cli("ops", "--json").stdout)} == names
