@@ -64,12 +64,18 @@ def probe(plan: dict[str, Any]) -> dict[str, Any]:
 
 
 def wait_at_gate() -> None:
-    """With FAKE_AGENT_GATE set and the file absent: wait for it, then fail (the broker restarts us)."""
+    """With FAKE_AGENT_GATE set, the first launch waits for the gate file, then fails
+    (the broker restarts us); later launches go on.  The first launch always fails,
+    so the launch that reports was prepared after the test opened the gate."""
     import time
 
     gate = os.environ.get("FAKE_AGENT_GATE")
-    if not gate or Path(gate).exists():
+    if not gate:
         return
+    seen = Path(gate + ".first-launch")
+    if seen.exists():
+        return
+    seen.write_text("")
     deadline = time.monotonic() + 120
     while not Path(gate).exists() and time.monotonic() < deadline:
         time.sleep(0.05)
