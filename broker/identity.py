@@ -21,6 +21,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import signal
 import socket
 import struct
 from typing import Final, final
@@ -107,19 +108,67 @@ def new_session_id() -> str:
     return secrets.token_hex(6)
 
 
+#: Linux 6.5+: a pidfd for the process that connected (not in Python 3.11's socket module).
+SO_PEERPIDFD: Final = getattr(socket, "SO_PEERPIDFD", 77)
+
+
 @final
 @attrs.frozen
 class PeerCredentials:
+    """Who connected, as the kernel saw it at connect time.
+
+    ``pidfd`` (where the kernel offers one) pins that very process, and
+    ``started`` (its start time in clock ticks) is the fallback: together they
+    let :meth:`still_there` tell the process that connected from a later one
+    that reused its pid.
+    """
+
     pid: int
     uid: int
     gid: int
+    pidfd: int | None = None
+    started: int | None = None
+
+    def still_there(self) -> bool:
+        """Is the process that connected still alive (and not replaced by a pid reuse)?"""
+        if self.pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self.pidfd, 0)
+            except ProcessLookupError:
+                return False
+            except OSError:
+                pass  # no pidfd support after all: fall back to the start time
+            else:
+                return True
+        return self.started is not None and process_start_time(self.pid) == self.started
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            try:
+                os.close(self.pidfd)
+            except OSError:
+                pass
 
 
 def peer_credentials(sock: socket.socket) -> PeerCredentials:
-    """Read the connecting process's pid/uid/gid from the kernel (SO_PEERCRED)."""
+    """Read the connecting process's pid/uid/gid from the kernel (SO_PEERCRED), and pin it."""
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, uid, gid = struct.unpack("3i", raw)
-    return PeerCredentials(pid=pid, uid=uid, gid=gid)
+    try:
+        pidfd: int | None = sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
+    except OSError:
+        pidfd = None
+    return PeerCredentials(pid=pid, uid=uid, gid=gid, pidfd=pidfd, started=process_start_time(pid))
+
+
+def process_start_time(pid: int) -> int | None:
+    """Field 22 of ``/proc/<pid>/stat`` (start time since boot), or None if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return int(stat[stat.rindex(b")") + 2 :].split()[19])
 
 
 def parent_pid(pid: int) -> int | None:
@@ -135,16 +184,30 @@ def parent_pid(pid: int) -> int | None:
 
 
 def ancestry(pid: int) -> list[int]:
-    """``pid`` and its ancestors, nearest first, up to init."""
+    """``pid`` and its ancestors, nearest first, as far as ``/proc`` shows them."""
+    return lineage(pid) or [pid]
+
+
+def lineage(pid: int) -> list[int] | None:
+    """``pid`` and every ancestor up to the root, nearest first.
+
+    None when the chain cannot be read all the way (the process, or an
+    ancestor, exited meanwhile): a caller deciding who may act must then
+    refuse, never guess -- a gone process would otherwise look like one that
+    descends from nobody, which is what the operator looks like.
+    """
     chain = [pid]
     seen = {pid}
-    current: int | None = pid
-    while current is not None and current > 1:
-        current = parent_pid(current)
-        if current is None or current in seen:
+    current = pid
+    while current > 1:
+        parent = parent_pid(current)
+        if parent is None:
+            return None
+        if parent == 0 or parent in seen:
             break
-        chain.append(current)
-        seen.add(current)
+        chain.append(parent)
+        seen.add(parent)
+        current = parent
     return chain
 
 

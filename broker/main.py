@@ -73,7 +73,9 @@ async def run_broker(
 ) -> RunSummary:
     """Run a broker for ``team`` until every agent exits or it is stopped."""
     with broker_lock(paths):
-        make_child_subreaper()
+        if not make_child_subreaper():
+            # Without it an agent's orphan would be adopted by init and pass for the operator.
+            raise BrokerAlreadyRunning("could not become a child subreaper (prctl PR_SET_CHILD_SUBREAPER); refusing to run")
         socket_path = paths_mod.choose_socket_path(paths)
         stopped_by: list[str] = []
         async with open_core(paths, team=team, live=True) as core:

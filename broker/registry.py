@@ -22,6 +22,7 @@ from broker.identity import (
     Role,
     Ticket,
     ancestry,
+    lineage,
     digests_match,
     new_session_id,
     ticket_digest,
@@ -163,7 +164,17 @@ class PrincipalRegistry:
         """
         if peer.uid != self.uid:
             self._refuse("wrong_uid", peer, f"uid {peer.uid} is not the broker's uid {self.uid}")
-        chain = ancestry(peer.pid)
+        chain = lineage(peer.pid)
+        # Fail closed: a process that connected and exited (or whose ancestry
+        # cannot be read) would otherwise look like one descending from no agent.
+        if chain is None or not peer.still_there():
+            self._refuse(
+                "peer_gone",
+                peer,
+                f"the process that opened this connection (pid {peer.pid}) is gone or its ancestry cannot be read; "
+                "connect from the process that will use the connection",
+            )
+            raise AssertionError("unreachable")
         if secret is None:
             owner = self.agent_owning(peer.pid)
             if owner is not None:

@@ -136,6 +136,12 @@ class Connection:
             pass
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            self.peer.close()
+
+    async def _run(self) -> None:
         principal = await self._authenticate()
         if principal is None:
             return

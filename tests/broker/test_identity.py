@@ -175,3 +175,36 @@ def test_principal_requires_both_halves():
     with pytest.raises(ValueError, match="no default"):
         Principal(agent="", session="abc", role=Role.AGENT, domain="x")
     assert Principal(agent="a", session="s", role=Role.AGENT, domain="a").key == "a:s"
+
+
+def test_a_connection_whose_opener_exited_is_not_the_operator(start_run, tmp_path):
+    # The attack: a child connects (the kernel records the child's pid), exits and is
+    # reaped; the parent, still inside alice's tree, then says hello without a ticket,
+    # hoping the broker finds no ancestry for the dead pid and takes it for the operator.
+    run = start_run([{"name": "alice"}])
+    script = tmp_path / "fork_connect.py"
+    script.write_text(textwrap.dedent(
+        f"""
+        import json, os, socket, sys
+        sys.path[:0] = {sys.path!r}
+        results = {{}}
+        for label, exits_first in (("attack", True), ("control", False)):
+            s = socket.socket(socket.AF_UNIX)
+            if exits_first:
+                pid = os.fork()
+                if pid == 0:
+                    s.connect(os.environ["CONCLAVE_SOCKET"])
+                    os._exit(0)
+                os.waitpid(pid, 0)
+            else:
+                s.connect(os.environ["CONCLAVE_SOCKET"])
+            s.sendall(b'{{"id": 1, "op": "hello", "args": {{}}}}\\n')
+            reply = json.loads(s.makefile("rb").readline())
+            results[label] = reply["result"]["role"] if reply["ok"] else reply["error"]["code"]
+        print(json.dumps(results))
+        """
+    ))
+    out = run.puppet("alice").sh(sys.executable, str(script))
+    assert json.loads(out.stdout) == {"attack": "auth_failed", "control": "auth_failed"}
+    # Control: the same hello from the test process (descending from no agent) is the operator.
+    assert run.op("whoami")["role"] == "operator"
