@@ -83,7 +83,8 @@ def pre_tool_use(event: Any, *, repo: Path, state: Path, agent: str, ask: Ask) -
             "edits stay blocked until it can",
             where,
         )
-    missing = [m for m in report.get("missing", []) if m.get("resource") != GIT_RESOURCE]
+    # An edit needs no git lock; a repository file that happens to be named `git` still does.
+    missing = [m for m in report.get("missing", []) if not (m.get("kind") == "named" and m.get("resource") == GIT_RESOURCE)]
     if not missing:
         return Verdict(True, path=where)
     return Verdict(False, _reason(agent, tool, where, missing[0]), where)

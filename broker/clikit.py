@@ -108,6 +108,14 @@ def call_local(target: Target, op: str, args: dict[str, Any]) -> Any:
         die(f"no conclave state at {paths.state} (run `conclave run --team TEAM.toml` first, or pass --state-dir)", EXIT_NO_BROKER)
 
     from broker.errors import ConclaveError
+    from broker.paths import BrokerAlreadyRunning, agent_ancestor, state_lock
+
+    # Only a person may open the store directly: never a process in an agent's
+    # tree (even one that dropped its ticket), and never while a broker holds
+    # the state -- its socket may only have been hidden.
+    agent = agent_ancestor(os.getpid())
+    if agent is not None:
+        die(f"this process runs inside an agent's process tree (pid {agent}); agents act only through the broker", EXIT_REFUSED)
 
     async def run() -> Any:
         async with open_core(paths, team=None, live=False) as core:
@@ -118,7 +126,11 @@ def call_local(target: Target, op: str, args: dict[str, Any]) -> Any:
             except ConclaveError as exc:
                 return exc
 
-    result = trio.run(run)
+    try:
+        with state_lock(paths, record_pid=False):
+            result = trio.run(run)
+    except BrokerAlreadyRunning as exc:
+        die(f"{exc}, but its socket ({paths.socket()}) does not answer; refusing to open the store behind it", EXIT_NO_BROKER)
     if isinstance(result, ConclaveError):
         raise result
     return _jsonable(result)

@@ -8,13 +8,11 @@ operator's ``broker.stop``.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import signal
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, final
+from typing import Callable, ContextManager, final
 
 import attrs
 import trio
@@ -22,17 +20,13 @@ import trio
 from broker import paths as paths_mod
 from broker.core import BrokerCore, open_core
 from broker.identity import make_child_subreaper, parent_pid
-from broker.paths import StatePaths
+from broker.paths import BrokerAlreadyRunning, StatePaths
 from broker.server import bind, serve
 from broker.supervisor import AgentOutcome, Supervisor
 from broker.team import Team
 from memory import events
 
 log = logging.getLogger("conclave.broker")
-
-
-class BrokerAlreadyRunning(RuntimeError):
-    pass
 
 
 @final
@@ -44,24 +38,9 @@ class RunSummary:
     stopped_by: str | None  # "SIGINT", "SIGTERM", "operator", or None when the team finished
 
 
-@contextmanager
-def broker_lock(paths: StatePaths) -> Iterator[None]:
+def broker_lock(paths: StatePaths) -> ContextManager[None]:
     """Hold ``broker.pid`` locked for the run: one broker per state directory."""
-    paths.ensure()
-    fd = os.open(paths.pidfile, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            other = os.pread(fd, 32, 0).decode().strip() or "?"
-            raise BrokerAlreadyRunning(
-                f"a broker (pid {other}) is already running for {paths.state}; stop it first or use another --state-dir"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield
-    finally:
-        os.close(fd)
+    return paths_mod.state_lock(paths, record_pid=True)
 
 
 async def run_broker(

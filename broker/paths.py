@@ -13,11 +13,13 @@ directory is too deep, the socket is bound in a short private directory under
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Final, final
+from typing import Final, Iterator, final
 
 import attrs
 
@@ -68,6 +70,50 @@ class StatePaths:
         self.state.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.logs.mkdir(exist_ok=True, mode=0o700)
         _exclude_from_git(self.repo, self.state)
+
+
+class BrokerAlreadyRunning(RuntimeError):
+    """Another broker (or an operator command with no broker) holds the state directory."""
+
+
+@contextmanager
+def state_lock(paths: StatePaths, *, record_pid: bool) -> Iterator[None]:
+    """Hold ``broker.pid`` locked: one broker -- or one operator command opening the
+    store itself -- per state directory.  ``record_pid`` writes our pid (the broker)."""
+    paths.ensure()
+    fd = os.open(paths.pidfile, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.pread(fd, 32, 0).decode().strip() or "?"
+            raise BrokerAlreadyRunning(
+                f"a broker (pid {other}) is already running for {paths.state}; stop it first or use another --state-dir"
+            ) from None
+        if record_pid:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def agent_ancestor(pid: int) -> int | None:
+    """The nearest ancestor of ``pid`` (itself included) that a broker started as an agent.
+
+    Read from each process's *initial* environment in ``/proc``, which a shell
+    that unsets ``CONCLAVE_TICKET`` cannot rewrite.
+    """
+    from broker.identity import ancestry
+
+    for ancestor in ancestry(pid):
+        try:
+            environ = Path(f"/proc/{ancestor}/environ").read_bytes()
+        except OSError:
+            continue
+        if environ.startswith(ENV_TICKET.encode() + b"=") or b"\0" + ENV_TICKET.encode() + b"=" in environ:
+            return ancestor
+    return None
 
 
 def resolve(repo: str | os.PathLike[str] | None = None, state_dir: str | os.PathLike[str] | None = None) -> StatePaths:

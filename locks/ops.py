@@ -203,7 +203,7 @@ async def check_commit(call: Call, args: CheckArgs) -> dict[str, Any]:
         try:
             staged.append((text, table.normalizer.path(text)))
         except ResourceError as exc:
-            unlockable.append({"resource": text, "why": str(exc), "held_by": []})
+            unlockable.append({"resource": text, "kind": "path", "why": str(exc), "held_by": []})
     report = table.check_commit(call.principal, staged)
     if unlockable and not report["operator"]:
         report = {**report, "allowed": False, "missing": report["missing"] + unlockable}

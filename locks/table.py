@@ -709,13 +709,13 @@ class LockTable:
         if git is None or git.mode is not Mode.EXCLUSIVE:
             holders = sorted({h.holder for h in self._by_key.get(GIT, [])})
             why = "held shared; a commit needs it exclusive" if git is not None else "not held by you"
-            missing.append({"resource": GIT, "why": why, "held_by": holders})
+            missing.append({"resource": GIT, "kind": "named", "why": why, "held_by": holders})
         exclusive = [h for h in mine.values() if h.mode is Mode.EXCLUSIVE and h.resource.is_filesystem]
         for raw, path in staged:
             if any(covers(h.resource, path) for h in exclusive):
                 continue
             holders = sorted({h.holder for h in self._candidates(path) if h.holder != principal.key and overlaps(path, h.resource)})
-            missing.append({"resource": raw, "why": "no exclusive lock of yours covers it", "held_by": holders})
+            missing.append({"resource": raw, "kind": "path", "why": "no exclusive lock of yours covers it", "held_by": holders})
         allowed = not missing
         self.journal.add(
             "lock.commit_allowed" if allowed else "lock.commit_refused",

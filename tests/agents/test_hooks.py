@@ -149,3 +149,17 @@ def test_glob_lock_covers_new_files_below_it(run):
         blocked(hook(alice, edit_event(run.repo, "src/new.py", tool="Write")))
     finally:
         alice.call("lock.release", resources=["docs/**"])
+
+
+def test_a_repository_file_named_git_still_needs_its_lock(run):
+    # The attack: edit a file whose path is literally `git`, hoping the hook mistakes
+    # it for the named git lock (which an edit does not need) and waves it through.
+    alice = run.puppet("alice")
+    reason = blocked(hook(alice, edit_event(run.repo, "git", tool="Write")))
+    assert "git" in reason
+    # Control: once alice locks the file, the same edit passes.
+    alice.call("lock.acquire", resources=["./git"])  # a path, not the named git lock
+    try:
+        allowed(hook(alice, edit_event(run.repo, "git", tool="Write")))
+    finally:
+        alice.call("lock.release", resources=["./git"])

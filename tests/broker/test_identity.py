@@ -208,3 +208,26 @@ def test_a_connection_whose_opener_exited_is_not_the_operator(start_run, tmp_pat
     assert json.loads(out.stdout) == {"attack": "auth_failed", "control": "auth_failed"}
     # Control: the same hello from the test process (descending from no agent) is the operator.
     assert run.op("whoami")["role"] == "operator"
+
+
+def test_hiding_the_broker_socket_does_not_open_the_store_to_an_agent(start_run):
+    # The attack: alice points <state>/socket-path at nothing, drops her ticket, and runs an
+    # operator command, hoping the CLI concludes "no broker" and opens the store as the operator.
+    run = start_run([{"name": "alice"}, {"name": "bob"}])
+    alice = run.puppet("alice")
+    claim = alice.call("memory.remember", kind="discovery", text="The linker needs the gold flag on arm64 builds.")
+    pointer = run.state / "socket-path"
+    real = pointer.read_text()
+    promote = ["memory", "promote", str(claim["id"]), "--json", "--state-dir", str(run.state), "--repo", str(run.repo)]
+    try:
+        pointer.write_text("/nonexistent/broker.sock")
+        attack = alice.sh("env", "-u", "CONCLAVE_TICKET", "-u", "CONCLAVE_SOCKET", sys.executable, "-m", "broker.cli", *promote)
+        assert attack.returncode != 0 and "inside an agent's process tree" in attack.stderr
+        # Even the real operator's command refuses to open the store behind a live broker.
+        hidden = run.cli(*promote[:3], "--json")
+        assert hidden.returncode == 3 and "does not answer" in hidden.stderr
+    finally:
+        pointer.write_text(real)
+    assert run.op("memory.show", id=claim["id"])["tier"] == "unverified"
+    # Control: through the real socket the operator may promote.
+    assert json.loads(run.cli(*promote[:3], "--json").stdout)["tier"] == "trusted"
