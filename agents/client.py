@@ -17,6 +17,7 @@ import itertools
 import json
 import os
 import socket
+import struct
 from pathlib import Path
 from typing import Any, Final, final
 
@@ -52,6 +53,42 @@ def agent_credentials(environ: dict[str, str] | None = None) -> tuple[Path, str]
     return Path(sock), ticket
 
 
+def check_is_my_broker(sock: socket.socket, socket_path: Path) -> None:
+    """Refuse to talk to a socket that is not served by one of this process's ancestors.
+
+    Every agent process descends from the broker that spawned it (children are
+    the broker's children too, and orphans are re-parented to it), so a server
+    that is not an ancestor is an impostor -- someone who replaced the socket
+    file -- and gets neither the ticket nor the agent's requests.
+
+    Raises:
+        ConclaveError: ``auth_failed`` naming the serving pid.
+    """
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    server_pid = struct.unpack("3i", raw)[0]
+    if server_pid not in _ancestors(os.getpid()):
+        raise ConclaveError(
+            ErrorCode.AUTH_FAILED,
+            f"{socket_path} is served by pid {server_pid}, which is not the broker that started this agent; not connecting",
+        )
+
+
+def _ancestors(pid: int) -> set[int]:
+    """The strict ancestors of ``pid`` (standard library only: this module must stay cheap)."""
+    found: set[int] = set()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            break
+        pid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        if pid in found or pid == 0:
+            break
+        found.add(pid)
+    return found
+
+
 def _check_reply(reply: dict[str, Any]) -> Any:
     if reply.get("ok"):
         return reply.get("result")
@@ -70,7 +107,9 @@ class BlockingClient:
     Build it with :meth:`for_agent` (ticket required) or :meth:`for_operator`.
     """
 
-    def __init__(self, socket_path: Path, *, ticket: str | None, operator: bool = False, timeout: float | None = None) -> None:
+    def __init__(
+        self, socket_path: Path, *, ticket: str | None, operator: bool = False, timeout: float | None = None, verify_broker: bool = False
+    ) -> None:
         if ticket is None and not operator:
             raise NoIdentityError("a client needs a ticket; use BlockingClient.for_operator() for the operator")
         if ticket is not None and not ticket:
@@ -83,6 +122,12 @@ class BlockingClient:
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             self._sock.close()
             raise BrokerUnavailable(f"no broker is listening on {socket_path}") from exc
+        if verify_broker:
+            try:
+                check_is_my_broker(self._sock, Path(socket_path))
+            except ConclaveError:
+                self._sock.close()
+                raise
         self._file = self._sock.makefile("rb")
         args = {"ticket": ticket} if ticket is not None else {}
         self.identity: dict[str, Any] = self._roundtrip("hello", args)
@@ -90,7 +135,7 @@ class BlockingClient:
     @classmethod
     def for_agent(cls, environ: dict[str, str] | None = None, *, timeout: float | None = None) -> BlockingClient:
         socket_path, ticket = agent_credentials(environ)
-        return cls(socket_path, ticket=ticket, timeout=timeout)
+        return cls(socket_path, ticket=ticket, timeout=timeout, verify_broker=True)
 
     @classmethod
     def for_operator(cls, socket_path: Path, *, timeout: float | None = None) -> BlockingClient:
@@ -145,7 +190,7 @@ class TrioClient:
         self.identity: dict[str, Any] = {}
 
     @classmethod
-    async def connect(cls, socket_path: Path, *, ticket: str | None, operator: bool = False) -> TrioClient:
+    async def connect(cls, socket_path: Path, *, ticket: str | None, operator: bool = False, verify_broker: bool = False) -> TrioClient:
         import trio
 
         if ticket is None and not operator:
@@ -154,6 +199,12 @@ class TrioClient:
             stream = await trio.open_unix_socket(str(socket_path))
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             raise BrokerUnavailable(f"no broker is listening on {socket_path}") from exc
+        if verify_broker:
+            try:
+                check_is_my_broker(stream.socket, Path(socket_path))  # type: ignore[arg-type]
+            except ConclaveError:
+                await stream.aclose()
+                raise
         client = cls(stream)
         client.identity = await client.call("hello", {"ticket": ticket} if ticket is not None else {})
         return client
@@ -161,7 +212,7 @@ class TrioClient:
     @classmethod
     async def connect_agent(cls, environ: dict[str, str] | None = None) -> TrioClient:
         socket_path, ticket = agent_credentials(environ)
-        return await cls.connect(socket_path, ticket=ticket)
+        return await cls.connect(socket_path, ticket=ticket, verify_broker=True)
 
     async def call(self, op: str, args: dict[str, Any] | None = None) -> Any:
         rid = next(self._ids)
