@@ -171,13 +171,17 @@ def _names_in(value: Any) -> set[str]:
     return set()
 
 
-def _step(entry: Any, n: int, line: int, where: str, known_ops: frozenset[str], actors: set[str], bound: set[str]) -> Step:
-    at = f"{where}:{line}: step {n}"
+def _table_with_keys(entry: Any, at: str, allowed: frozenset[str]) -> None:
     if not isinstance(entry, dict):
         raise ScenarioInvalid(f"{at}: must be a table")
-    unknown = set(entry) - STEP_KEYS
+    unknown = set(entry) - allowed
     if unknown:
-        raise ScenarioInvalid(f"{at}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(STEP_KEYS))}")
+        raise ScenarioInvalid(f"{at}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(allowed))}")
+
+
+def _step(entry: Any, n: int, line: int, where: str, known_ops: frozenset[str], actors: set[str], bound: set[str]) -> Step:
+    at = f"{where}:{line}: step {n}"
+    _table_with_keys(entry, at, STEP_KEYS)
     actor = entry.get("actor", OPERATOR)
     if actor != OPERATOR and actor not in actors:
         raise ScenarioInvalid(f"{at}: actor {actor!r} is not an agent of this scenario (nor a child spawned earlier)")
@@ -204,11 +208,7 @@ def _step(entry: Any, n: int, line: int, where: str, known_ops: frozenset[str], 
 
 def _check(entry: Any, n: int, line: int, where: str, known_ops: frozenset[str], actors: set[str], bound: set[str]) -> Check:
     at = f"{where}:{line}: check {n}"
-    if not isinstance(entry, dict):
-        raise ScenarioInvalid(f"{at}: must be a table")
-    unknown = set(entry) - CHECK_KEYS
-    if unknown:
-        raise ScenarioInvalid(f"{at}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(CHECK_KEYS))}")
+    _table_with_keys(entry, at, CHECK_KEYS)
     kinds = [k for k in ("claim", "context", "recall", "verify", "event", "locks", "inbox", "op") if k in entry]
     if len(kinds) != 1:
         raise ScenarioInvalid(f"{at}: a check is about exactly one of claim, context, recall, verify, event, locks, inbox, op")
