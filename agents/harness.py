@@ -177,13 +177,6 @@ class Run:
             self._wait_for_control(name, deadline)
         return self
 
-    def wait_socket(self, deadline: float) -> None:
-        while not (self.state / "socket-path").exists():
-            self._check_alive()
-            if time.monotonic() > deadline:
-                raise TimeoutError("the broker did not open its socket")
-            time.sleep(0.02)
-
     def _check_alive(self) -> None:
         if self.process is not None and self.process.poll() is not None:
             out, err = self.process.communicate()

@@ -9,7 +9,7 @@ the supervisor through the store owner.
 
 from __future__ import annotations
 
-from typing import Callable, final
+from typing import Callable, NoReturn, final
 
 import attrs
 import trio
@@ -174,7 +174,6 @@ class PrincipalRegistry:
                 f"the process that opened this connection (pid {peer.pid}) is gone or its ancestry cannot be read; "
                 "connect from the process that will use the connection",
             )
-            raise AssertionError("unreachable")
         if secret is None:
             owner = self.agent_owning(peer.pid)
             if owner is not None:
@@ -220,7 +219,7 @@ class PrincipalRegistry:
         if live is not None:
             live.connections.discard(scope)
 
-    def _refuse(self, reason: str, peer: PeerCredentials, message: str) -> None:
+    def _refuse(self, reason: str, peer: PeerCredentials, message: str) -> NoReturn:
         if self.on_refusal is not None:
             self.on_refusal(reason, peer, message)
         raise ConclaveError(ErrorCode.AUTH_FAILED, message)
