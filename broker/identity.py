@@ -17,6 +17,7 @@ cannot pass for the operator).
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import hmac
 import os
@@ -60,7 +61,7 @@ class Principal:
         if not self.agent or not self.session:
             raise ValueError("a principal needs both an agent name and a session id; there is no default")
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
         return f"{self.agent}:{self.session}"
 

@@ -112,7 +112,7 @@ def decode_line(line: bytes) -> Request:
         ConclaveError: ``bad_json`` or ``bad_request``, naming what was wrong.
     """
     try:
-        raw = json.loads(line)
+        raw = _DECODE(line.decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConclaveError(ErrorCode.BAD_JSON, f"the request is not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
@@ -181,7 +181,7 @@ def _describe(exc: ClassValidationError) -> str:
 
 
 def encode(payload: dict[str, Any]) -> bytes:
-    return json.dumps(payload, separators=(",", ":"), default=_default).encode() + b"\n"
+    return _ENCODE(payload).encode() + b"\n"
 
 
 def ok(rid: int | str | None, result: Any) -> bytes:
@@ -206,3 +206,8 @@ def _default(value: Any) -> Any:
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+# Built once: json.dumps/loads with options build a new coder on every call.
+_ENCODE: Final = json.JSONEncoder(separators=(",", ":"), default=_default).encode
+_DECODE: Final = json.JSONDecoder().decode

@@ -32,6 +32,7 @@ GATHER: Final = 0.02
 FLUSH_TIMEOUT: Final = 10.0
 
 Job = Callable[[apsw.Connection], None]
+Entry = events.Pending | Job
 
 
 @final
@@ -40,7 +41,7 @@ class Journal:
 
     def __init__(self, store: StoreOwner) -> None:
         self._store = store
-        self._pending: list[Job] = []
+        self._pending: list[Entry] = []
         self._arrived = trio.Event()
         self._queued = 0
         self._written = 0
@@ -49,16 +50,15 @@ class Journal:
 
     def add(self, kind: str, *, actor: str, subject: str | None = None, payload: dict[str, Any] | None = None, at: str | None = None) -> None:
         """Queue one event; ``at`` defaults to now (pass the decision's own timestamp)."""
-        at = at or events.now()
-        self._push(lambda conn: events.append(conn, kind, actor=actor, subject=subject, payload=payload, at=at))
+        self._push(events.Pending(kind, actor, subject, payload, at or events.now()))
 
     def also(self, job: Job) -> None:
         """Run ``job(conn)`` in the next batch, in order with the events."""
         self._push(job)
 
-    def _push(self, job: Job) -> None:
+    def _push(self, entry: Entry) -> None:
         self._queued += 1
-        self._pending.append(job)
+        self._pending.append(entry)
         self._arrived.set()
 
     @property
@@ -75,7 +75,7 @@ class Journal:
             if not self._pending:
                 self._arrived = trio.Event()
             try:
-                await self._store.call(lambda conn: [j(conn) for j in batch])
+                await self._store.call(lambda conn: _write(conn, batch))
             except Exception:  # the history is lost, not the broker
                 log.exception("could not write %d lock event(s)", len(batch))
             self._written += len(batch)
@@ -91,3 +91,18 @@ class Journal:
         with trio.move_on_after(FLUSH_TIMEOUT):
             while self._written < target:
                 await self._progress.wait()
+
+
+def _write(conn: apsw.Connection, batch: list[Entry]) -> None:
+    """Write a batch in order: each run of events in one statement, jobs between them."""
+    run: list[events.Pending] = []
+    for entry in batch:
+        if isinstance(entry, events.Pending):
+            run.append(entry)
+            continue
+        if run:
+            events.append_many(conn, run)
+            run = []
+        entry(conn)
+    if run:
+        events.append_many(conn, run)

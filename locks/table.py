@@ -72,10 +72,10 @@ class Holding:
     connection: int | None
     expires_at: float | None = None  # trio clock
     expires_iso: str | None = None
-    holder: str = attrs.field(init=False)  # owner.key, formatted once
 
-    def __attrs_post_init__(self) -> None:
-        self.holder = self.owner.key
+    @property
+    def holder(self) -> str:
+        return self.owner.key
 
     def as_grant(self) -> dict[str, Any]:
         """What the holder is told: the resource, its mode, its token and times."""
@@ -102,10 +102,10 @@ class Request:
     ttl: float | None
     scope: Scope
     connection: int | None
-    holder: str = attrs.field(init=False)  # owner.key, formatted once
 
-    def __attrs_post_init__(self) -> None:
-        object.__setattr__(self, "holder", self.owner.key)
+    @property
+    def holder(self) -> str:
+        return self.owner.key
 
     @property
     def keys(self) -> list[str]:
@@ -428,7 +428,7 @@ class LockTable:
         owner = request.holder
         shared = request.mode is Mode.SHARED
         out: list[Blocker] = []
-        ahead = [w for w in ahead if w.request.holder != owner]
+        ahead = [w for w in ahead if w.request.holder != owner] if ahead else ()
         now: float | None = None
         for r in request.resources:
             if r.kind is Kind.SLOT:
@@ -466,6 +466,8 @@ class LockTable:
             return self._by_key.get(r.key, ())
         if r.kind is Kind.GLOB:
             return [h for hs in self._literal.values() for h in hs] + list(self._globs)
+        if not r.aliases and not self._globs:
+            return self._literal.get(r.key, ())
         same = [h for p in r.patterns for h in self._literal.get(p, ())]
         return same + list(self._globs) if self._globs else same
 
@@ -512,12 +514,13 @@ class LockTable:
 
     def _grant(self, request: Request, *, waited: float | None) -> list[Holding]:
         since = events.now()
-        clock = trio.current_time()
-        expires_at = clock + request.ttl if request.ttl else None
+        expires_at = trio.current_time() + request.ttl if request.ttl else None
         expires_iso = _iso_after(request.ttl) if request.ttl else None
         granted: list[Holding] = []
+        units = 0
         for r in request.resources:
             slot = r.kind is Kind.SLOT
+            units += slot
             h = Holding(
                 resource=r,
                 mode=Mode.UNIT if slot else request.mode,
@@ -535,12 +538,13 @@ class LockTable:
             if expires_at is not None:
                 self._expiring.add(h)
             if slot:
-                self._slots[r.slot_name].last_grant = clock
+                self._slots[r.slot_name].last_grant = trio.current_time()
             granted.append(h)
         self._counts["granted"] += 1
+        keys = request.keys
         payload: dict[str, Any] = {
-            "resources": request.keys,
-            "mode": Mode.UNIT.value if all(h.mode is Mode.UNIT for h in granted) else request.mode.value,
+            "resources": keys,
+            "mode": Mode.UNIT.value if units == len(granted) else request.mode.value,
             "tokens": [h.token for h in granted],
             "scope": request.scope.value,
         }
@@ -548,7 +552,7 @@ class LockTable:
             payload["waited"] = round(waited, 6)
         if request.ttl:
             payload["ttl"] = request.ttl
-        self.journal.add("lock.grant", actor=request.holder, subject=_subject(request.keys), payload=payload, at=since)
+        self.journal.add("lock.grant", actor=request.holder, subject=_subject(keys), payload=payload, at=since)
         if expires_at is not None:
             self._wake()
         return granted
@@ -572,7 +576,7 @@ class LockTable:
             w.granted = self._grant(w.request, waited=now - w.clock)
             w.event.set()
 
-    def _release(self, holdings: Sequence[Holding], *, actor: str, reason: str, kind: str = "lock.release", extra: dict[str, Any] | None = None) -> None:
+    def _release(self, holdings: Sequence[Holding], *, actor: str, reason: str, kind: str = "lock.release") -> None:
         by_owner: dict[str, list[Holding]] = {}
         for h in holdings:
             same = self._by_key.get(h.resource.key, [])
@@ -590,8 +594,9 @@ class LockTable:
             by_owner.setdefault(h.holder, []).append(h)
         for owner, hs in by_owner.items():
             self._counts["released"] += 1
-            payload = {"holder": owner, "resources": [h.resource.key for h in hs], "tokens": [h.token for h in hs], "reason": reason}
-            self.journal.add(kind, actor=actor, subject=_subject(payload["resources"]), payload={**payload, **(extra or {})})
+            keys = [h.resource.key for h in hs]
+            payload = {"holder": owner, "resources": keys, "tokens": [h.token for h in hs], "reason": reason}
+            self.journal.add(kind, actor=actor, subject=_subject(keys), payload=payload)
         self._grant_waiting()
 
     def _held_by(self, owner: Principal, resources: Sequence[Resource], verb: str) -> list[Holding]:

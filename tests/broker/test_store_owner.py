@@ -94,3 +94,45 @@ def test_migrations_are_idempotent(tmp_path):
     assert migrate(conn) == version
     assert conn.pragma("user_version") == version
     assert version >= 2
+
+
+def test_a_batch_of_events_chains_exactly_like_events_appended_one_at_a_time(tmp_path):
+    pending = [
+        events.Pending(
+            "test.n",
+            f"tester:{n % 3}",
+            None if n % 2 else f"subject {n}",
+            {"n": n, "é": [n, "ü", None]} if n % 4 else None,
+            f"2026-11-29T00:00:{n:02d}.000000+00:00",
+        )
+        for n in range(1, 40)
+    ]
+    first = dict(actor="tester:1", at="2026-11-29T00:00:00.000000+00:00")
+    one, many = open_store(tmp_path / "one"), open_store(tmp_path / "many")
+    with one:
+        events.append(one, "test.first", **first)
+        for p in pending:
+            events.append(one, p.kind, actor=p.actor, subject=p.subject, payload=p.payload, at=p.at)
+        events.append(one, "test.last", **first)
+    with many:
+        events.append(many, "test.first", **first)
+        assert events.append_many(many, pending) == 1 + len(pending)
+        events.append(many, "test.last", **first)  # the chain goes on after a batch
+    rows = "SELECT seq, at, kind, actor, subject, payload, prev_hash, hash FROM events ORDER BY seq"
+    written = many.execute(rows).fetchall()
+    assert written == one.execute(rows).fetchall()
+    assert len(written) == len(pending) + 2
+    assert events.verify_chain(many).ok
+    assert [e.payload for e in events.read(many, kind_prefix="test.n")] == [p.payload or {} for p in pending]
+
+
+def test_a_batch_with_an_event_without_actor_writes_nothing(tmp_path):
+    conn = open_store(tmp_path / "db")
+    good = events.Pending("test.n", "tester:1", None, None, events.now())
+    with pytest.raises(ValueError, match="no default actor"):
+        with conn:
+            events.append_many(conn, [good, good._replace(actor="")])
+    assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 0
+    with conn:  # control: the same batch with its actor is written
+        events.append_many(conn, [good, good])
+    assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 2

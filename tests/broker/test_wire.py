@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 
 import pytest
@@ -123,3 +124,31 @@ def test_bad_requests_write_nothing_to_the_database(run):
     # Control: a refusal that must be logged does write exactly one event.
     assert run.puppet("alice").raw('{"id": 3, "op": "whoami", "args": {"author": "bob"}}\n')["ok"] is False
     assert count_rows(run) == (before[0] + 1, before[1])
+
+
+def test_a_client_that_pipelines_without_reading_starves_nobody_and_loses_nothing(run):
+    """Replies back up in the socket (the broker falls back to waiting for room);
+    meanwhile other clients are served, and every reply arrives once, in order."""
+    n = 20_000
+    flood = raw_socket(run)
+    flood.settimeout(60)
+    exchange(flood, b'{"id": 0, "op": "hello", "args": {}}\n')
+    requests = b"".join(b'{"id": %d, "op": "ping", "args": {}}\n' % i for i in range(1, n + 1))
+    sender = threading.Thread(target=flood.sendall, args=(requests,))
+    sender.start()
+    time.sleep(0.5)  # let the unread replies fill the socket
+    started = time.monotonic()
+    for _ in range(20):
+        assert run.op("whoami")["role"] == "operator"
+        assert run.puppet("alice").call("ping") == {}
+    assert time.monotonic() - started < 10
+    replies = b""
+    while replies.count(b"\n") < n:
+        chunk = flood.recv(1 << 20)
+        assert chunk, "the broker closed the pipelining connection"
+        replies += chunk
+    sender.join(timeout=30)
+    decoded = [json.loads(line) for line in replies.splitlines()]
+    assert [r["id"] for r in decoded] == list(range(1, n + 1))
+    assert all(r["ok"] for r in decoded)
+    flood.close()
