@@ -31,6 +31,7 @@ from typing import Final, final
 import attrs
 
 from locks import globs
+from locks.beneath import open_beneath
 
 GIT: Final = "git"
 SLOT_SCHEME: Final = "slot"
@@ -105,9 +106,11 @@ def covers(held: Resource, path: Resource) -> bool:
 class Normalizer:
     """Turns user text into :class:`Resource` values for one repository."""
 
-    def __init__(self, repo: os.PathLike[str] | str) -> None:
+    def __init__(self, repo: os.PathLike[str] | str, *, fast: bool = True) -> None:
         self.repo = os.path.abspath(os.fspath(repo))
         self.real_repo = os.path.realpath(self.repo)
+        # One system call per look where the kernel has openat2; else the four-call way.
+        self._beneath = open_beneath(self.real_repo) if fast else None
 
     def resource(self, text: str) -> Resource:
         """Parse a lock request's resource.
@@ -210,6 +213,23 @@ class Normalizer:
 
     def _probe(self, relative: str) -> tuple[str, bool]:
         """The real path of ``repo/relative`` and whether it is a directory.
+
+        A missing rest of the path is kept as written.  With ``openat2``
+        (:mod:`locks.beneath`) a path with no symlink on the way is answered
+        in one look; a symlink anywhere goes the slow, careful way
+        (``os.path.realpath``), so a link to a place outside that does not
+        exist yet is still caught.
+        """
+        if self._beneath is None:
+            return self._probe_by_hand(relative)
+        try:
+            is_dir = self._beneath.is_directory(relative)
+        except OSError:  # NotPlain (a symlink on the way), permissions, ...
+            return self._slow_probe(relative)
+        return (f"{self.real_repo}/{relative}" if relative else self.real_repo), is_dir
+
+    def _probe_by_hand(self, relative: str) -> tuple[str, bool]:
+        """:meth:`_probe` without ``openat2``.
 
         The kernel resolves the parent directory (one ``O_PATH`` open, read
         back through ``/proc/self/fd``) and the last name is looked at without

@@ -7,12 +7,20 @@ the broker-level tests in this package drive the same code through the wire.
 from __future__ import annotations
 
 import os
+import platform
 from pathlib import Path
 
 import pytest
 
 from locks import globs
+from locks.beneath import NotPlain, open_beneath
 from locks.resources import Kind, Normalizer, ResourceError, covers, overlaps
+
+
+@pytest.fixture(params=[True, False], ids=["openat2", "by-hand"])
+def fast(request: pytest.FixtureRequest) -> bool:
+    """Both ways of asking the kernel where a path is (see locks.beneath)."""
+    return request.param
 
 
 @pytest.fixture
@@ -46,13 +54,13 @@ def repo(tmp_path: Path) -> Path:
         ("slot://llm-api", "slot://llm-api", Kind.SLOT),
     ],
 )
-def test_resources_are_normalized(repo: Path, text: str, key: str, kind: Kind) -> None:
-    r = Normalizer(repo).resource(text)
+def test_resources_are_normalized(repo: Path, fast: bool, text: str, key: str, kind: Kind) -> None:
+    r = Normalizer(repo, fast=fast).resource(text)
     assert (r.key, r.kind) == (key, kind)
 
 
-def test_absolute_path_inside_the_repo_becomes_relative(repo: Path) -> None:
-    assert Normalizer(repo).resource(str(repo / "src" / "a.py")).key == "src/a.py"
+def test_absolute_path_inside_the_repo_becomes_relative(repo: Path, fast: bool) -> None:
+    assert Normalizer(repo, fast=fast).resource(str(repo / "src" / "a.py")).key == "src/a.py"
 
 
 @pytest.mark.parametrize(
@@ -74,13 +82,13 @@ def test_absolute_path_inside_the_repo_becomes_relative(repo: Path) -> None:
         ("a\x01b", "control character"),
     ],
 )
-def test_bad_resources_are_refused_with_the_reason(repo: Path, text: str, why: str) -> None:
+def test_bad_resources_are_refused_with_the_reason(repo: Path, fast: bool, text: str, why: str) -> None:
     with pytest.raises(ResourceError, match=why.replace("[", r"\[").replace("(", r"\(")):
-        Normalizer(repo).resource(text)
+        Normalizer(repo, fast=fast).resource(text)
 
 
-def test_a_symlink_inside_the_repo_conflicts_with_its_target(repo: Path) -> None:
-    n = Normalizer(repo)
+def test_a_symlink_inside_the_repo_conflicts_with_its_target(repo: Path, fast: bool) -> None:
+    n = Normalizer(repo, fast=fast)
     link, target = n.resource("alias.py"), n.resource("real.py")
     assert link.aliases == ("real.py",)
     assert overlaps(link, target) and overlaps(target, link)
@@ -158,3 +166,47 @@ def test_a_staged_path_is_covered_only_by_a_matching_lock(repo: Path) -> None:
     odd = n.path("data/[1].txt")
     assert covers(n.resource("data/"), odd)
     assert not overlaps(odd, n.resource("data/1.txt"))
+
+
+def _kernel_has_openat2() -> bool:
+    major, minor = (int(x) for x in platform.release().split(".")[:2])
+    return (major, minor) >= (5, 6)
+
+
+@pytest.mark.skipif(not _kernel_has_openat2(), reason="openat2 needs Linux 5.6")
+def test_the_one_call_look_refuses_every_symlink_on_the_way(repo: Path) -> None:
+    beneath = open_beneath(str(repo))
+    assert beneath is not None  # this kernel has openat2: the fast path is the one tested above
+    # Controls: plain names are answered.
+    assert beneath.is_directory("") and beneath.is_directory("src") and beneath.is_directory("src/sub")
+    assert not beneath.is_directory("src/a.py") and not beneath.is_directory("src/missing.py")
+    assert not beneath.is_directory("real.py/x") and not beneath.is_directory("missing/x")
+    # Any symlink, on the way or as the last name, inside or out: the slow way.
+    for through_a_link in ("escape", "escape/file", "passwd", "alias.py", "code", "code/a.py", "code/sub"):
+        with pytest.raises(NotPlain):
+            beneath.is_directory(through_a_link)
+
+
+def test_both_ways_of_looking_agree_on_every_shape_of_path(repo: Path, tmp_path: Path) -> None:
+    os.symlink(tmp_path / "outside" / "not-yet", repo / "dangling")  # leads out, to nothing yet
+    (repo / "src" / "sub" / "deep.txt").write_text("d\n")
+    texts = [
+        "src/a.py", "src", "src/", "src/sub/deep.txt", "src/sub/missing/x", "missing/a/b", "real.py/x",
+        "alias.py", "code/a.py", "code/sub/deep.txt", "code/**", "escape/x", "passwd", "dangling",
+        "dangling/x", "src/**/*.py", "**/*.txt", "*.py", str(repo / "src" / "a.py"),
+    ]  # fmt: skip
+    fast, by_hand = Normalizer(repo, fast=True), Normalizer(repo, fast=False)
+
+    def outcome(n: Normalizer, text: str, literal: bool) -> object:
+        try:
+            return n.path(text) if literal else n.resource(text)
+        except ResourceError as exc:
+            return f"refused: {exc}"
+
+    refused = 0
+    for text in texts:
+        for literal in (False, True):
+            a, b = outcome(fast, text, literal), outcome(by_hand, text, literal)
+            assert a == b, (text, literal)
+            refused += isinstance(a, str)
+    assert 0 < refused < len(texts)  # both kinds of answer were compared
