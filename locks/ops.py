@@ -109,8 +109,10 @@ def _held(table: LockTable, call: Call, texts: list[str]) -> list[Resource]:
     mine = table.held_by(call.principal.key)
     out = []
     for text in texts:
-        key = table.normalizer.lexical(text)
-        held = mine.get(key) if key is not None else None
+        held = mine.get(text)  # most often the very key it was granted under
+        if held is None:
+            key = table.normalizer.lexical(text)
+            held = mine.get(key) if key is not None else None
         out.append(held.resource if held is not None else _resources(table, [text])[0])
     return out
 
@@ -138,6 +140,8 @@ async def _acquire(call: Call, texts: list[str], *, shared: bool, wait: float | 
         scope=Scope(scope),
         connection=call.connection,
     )
+    if wait is None:  # fail fast: no wait, so no trip through the scheduler
+        return _grants(table.acquire_nowait(request))
     return _grants(await table.acquire(request, wait=wait, peer_gone=call.peer_gone))
 
 

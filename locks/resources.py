@@ -37,6 +37,8 @@ GIT: Final = "git"
 SLOT_SCHEME: Final = "slot"
 MAX_LENGTH: Final = 1024
 MAX_SEGMENTS: Final = 64
+#: Most plain-path parses a normalizer keeps (see Normalizer.resource).
+MAX_PLAIN: Final = 4096
 SCHEME: Final = re.compile(r"^([a-z][a-z0-9+.-]{0,31})://(.*)$", re.DOTALL)
 NAMED_REST: Final = re.compile(r"^[^\s\x00-\x1f\x7f]{1,256}$")
 CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
@@ -111,6 +113,9 @@ class Normalizer:
         self.real_repo = os.path.realpath(self.repo)
         # One system call per look where the kernel has openat2; else the four-call way.
         self._beneath = open_beneath(self.real_repo) if fast else None
+        # Texts already found to be plain paths (canonical spelling, no symlink, not a
+        # directory): their parse is kept, never the filesystem's answer -- that is asked again.
+        self._plain: dict[str, Resource] = {}
 
     def resource(self, text: str) -> Resource:
         """Parse a lock request's resource.
@@ -131,7 +136,23 @@ class Normalizer:
         named = SCHEME.match(raw)
         if named:
             return _named(raw, named.group(1), named.group(2))
-        return self._filesystem(raw, literal=False)
+        plain = self._plain.get(raw)
+        if plain is not None and self._still_plain(raw):
+            return plain
+        resource = self._filesystem(raw, literal=False)
+        if resource.key == raw and resource.kind is Kind.PATH and not resource.aliases and self._beneath is not None:
+            if len(self._plain) >= MAX_PLAIN:
+                self._plain.clear()
+            self._plain[raw] = resource
+        return resource
+
+    def _still_plain(self, relative: str) -> bool:
+        """Whether a path once found plain still crosses no symlink and is not a directory."""
+        assert self._beneath is not None
+        try:
+            return not self._beneath.is_directory(relative)
+        except OSError:
+            return False
 
     def lexical(self, text: str) -> str | None:
         """The key ``text`` names, from its spelling alone (no filesystem look-up).

@@ -210,3 +210,27 @@ def test_both_ways_of_looking_agree_on_every_shape_of_path(repo: Path, tmp_path:
             assert a == b, (text, literal)
             refused += isinstance(a, str)
     assert 0 < refused < len(texts)  # both kinds of answer were compared
+
+
+def test_a_path_seen_before_is_looked_at_again_every_time(repo: Path, tmp_path: Path, fast: bool) -> None:
+    """The normalizer keeps the parse of plain paths, never the filesystem's answer."""
+    n = Normalizer(repo, fast=fast)
+    (repo / "x").mkdir()
+    (repo / "x" / "a.txt").write_text("a\n")
+    (repo / "f.txt").write_text("f\n")
+    for _ in range(2):  # the second round is answered from what was kept
+        assert n.resource("x/a.txt") == n.resource("x/a.txt") and n.resource("x/a.txt").kind is Kind.PATH
+        assert (n.resource("later").key, n.resource("later").kind) == ("later", Kind.PATH)
+        assert n.resource("f.txt").aliases == ()
+    # The directory becomes a symlink that leads out: refused now.
+    (repo / "x").rename(tmp_path / "moved")
+    os.symlink(tmp_path / "moved", repo / "x")
+    with pytest.raises(ResourceError, match="symlink"):
+        n.resource("x/a.txt")
+    # What was missing is now a directory: everything under it.
+    (repo / "later").mkdir()
+    assert (n.resource("later").key, n.resource("later").kind) == ("later/**", Kind.GLOB)
+    # A file replaced by a link inside the repository: both names now.
+    (repo / "f.txt").unlink()
+    os.symlink("real.py", repo / "f.txt")
+    assert n.resource("f.txt").aliases == ("real.py",)
