@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 import json
 import typing
-from typing import Any, Final, TypeVar, final
+from typing import Any, Callable, Final, TypeVar, final
 
 import attrs
 import cattrs
@@ -92,15 +92,20 @@ _strict(float, int, float)
 _strict(bool, bool)
 
 
-def _strict_list(value: Any, kind: Any) -> list[Any]:
+def _strict_list(kind: Any) -> Callable[[Any, Any], list[Any]]:
     # cattrs would turn the string "a.txt" into ["a", ".", "t", "x", "t"]; a list must be a JSON array.
-    if not isinstance(value, list):
-        raise TypeError(f"expected a list (a JSON array), got {type(value).__name__}")
     (item,) = typing.get_args(kind) or (Any,)
-    return [converter.structure(v, item) for v in value]
+    structure_item = converter.get_structure_hook(item)
+
+    def hook(value: Any, _type: Any) -> list[Any]:
+        if not isinstance(value, list):
+            raise TypeError(f"expected a list (a JSON array), got {type(value).__name__}")
+        return [structure_item(v, item) for v in value]
+
+    return hook
 
 
-converter.register_structure_hook_func(lambda kind: typing.get_origin(kind) is list, _strict_list)
+converter.register_structure_hook_factory(lambda kind: typing.get_origin(kind) is list, _strict_list)
 
 T = TypeVar("T")
 
@@ -144,6 +149,8 @@ def request_id_of(line: bytes) -> int | str | None:
 
 
 def identity_fields_in(args: dict[str, Any]) -> list[str]:
+    if IDENTITY_FIELDS.isdisjoint(args):
+        return []
     return sorted(k for k in args if k in IDENTITY_FIELDS)
 
 

@@ -79,7 +79,8 @@ class Holding:
 
     def as_grant(self) -> dict[str, Any]:
         """What the holder is told: the resource, its mode, its token and times."""
-        return {"resource": self.resource.key, "mode": self.mode.value, "token": self.token, "since": self.since, "expires_at": self.expires_iso}
+        # _value_ is the member's plain attribute (.value goes through a descriptor); this is every grant's reply.
+        return {"resource": self.resource.key, "mode": self.mode._value_, "token": self.token, "since": self.since, "expires_at": self.expires_iso}
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -514,27 +515,22 @@ class LockTable:
 
     def _grant(self, request: Request, *, waited: float | None) -> list[Holding]:
         since = events.now()
-        expires_at = trio.current_time() + request.ttl if request.ttl else None
-        expires_iso = _iso_after(request.ttl) if request.ttl else None
+        ttl, owner, holder = request.ttl, request.owner, request.holder
+        expires_at = trio.current_time() + ttl if ttl else None
+        expires_iso = _iso_after(ttl) if ttl else None
+        mine = self._by_owner.get(holder)
+        if mine is None:
+            mine = self._by_owner[holder] = {}
         granted: list[Holding] = []
         units = 0
         for r in request.resources:
             slot = r.kind is Kind.SLOT
             units += slot
-            h = Holding(
-                resource=r,
-                mode=Mode.UNIT if slot else request.mode,
-                owner=request.owner,
-                token=self.fencing.issue(self.journal),
-                since=since,
-                scope=request.scope,
-                connection=request.connection,
-                expires_at=expires_at,
-                expires_iso=expires_iso,
-            )
+            h = Holding(r, Mode.UNIT if slot else request.mode, owner, self.fencing.issue(self.journal), since,
+                        request.scope, request.connection, expires_at, expires_iso)  # fmt: skip
             self._by_key.setdefault(r.key, []).append(h)
             self._index(h, add=True)
-            self._by_owner.setdefault(request.holder, {})[r.key] = h
+            mine[r.key] = h
             if expires_at is not None:
                 self._expiring.add(h)
             if slot:
@@ -544,15 +540,15 @@ class LockTable:
         keys = request.keys
         payload: dict[str, Any] = {
             "resources": keys,
-            "mode": Mode.UNIT.value if units == len(granted) else request.mode.value,
+            "mode": Mode.UNIT._value_ if units == len(granted) else request.mode._value_,
             "tokens": [h.token for h in granted],
-            "scope": request.scope.value,
+            "scope": request.scope._value_,
         }
         if waited is not None:
             payload["waited"] = round(waited, 6)
         if request.ttl:
             payload["ttl"] = request.ttl
-        self.journal.add("lock.grant", actor=request.holder, subject=_subject(keys), payload=payload, at=since)
+        self.journal.add("lock.grant", actor=holder, subject=_subject(keys), payload=payload, at=since)
         if expires_at is not None:
             self._wake()
         return granted
