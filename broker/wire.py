@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import json
+import types
 import typing
 from typing import Any, Callable, Final, TypeVar, final
 
@@ -168,6 +169,13 @@ def structure_args(op: str, args: dict[str, Any], cls: type[T]) -> T:
             f"{op}: refused field(s) {', '.join(named)}: identity comes from the connection, "
             "never from a request; remove them",
         )
+    fast = _FAST.get(cls, _UNBUILT)
+    if fast is _UNBUILT:
+        fast = _FAST[cls] = _fast_structure(cls)
+    if fast is not None:
+        done = fast(args)
+        if done is not None:
+            return done
     try:
         return converter.structure(args, cls)
     except ForbiddenExtraKeysError as exc:
@@ -180,6 +188,74 @@ def structure_args(op: str, args: dict[str, Any], cls: type[T]) -> T:
         raise ConclaveError(ErrorCode.INVALID_ARGS, f"{op}: {_describe(exc)}") from None
     except (ValueError, TypeError) as exc:
         raise ConclaveError(ErrorCode.INVALID_ARGS, f"{op}: {exc}") from None
+
+
+# -- the fast path -------------------------------------------------------------
+#
+# cattrs builds each op's arguments through generic machinery that collects
+# detailed errors -- a few microseconds on every request, the hot lock ops
+# included.  For arguments that are exactly what the converter would take
+# unchanged (a str where a str is declared, a list of str, a literal, None for
+# an optional), the class is built directly.  Anything else -- a missing or
+# unknown field, a wrong type, a value a validator refuses -- returns None and
+# goes to the converter, which stays the one definition of what is accepted
+# and says what was wrong.  tests/broker/test_wire.py checks the two agree.
+
+_UNBUILT: Final = object()
+_FAST: dict[type, Callable[[dict[str, Any]], Any] | None] = {}
+#: Exact JSON types each declared scalar accepts (a bool is never an int here).
+_SCALARS: Final[dict[Any, tuple[type, ...]]] = {str: (str,), int: (int,), bool: (bool,), float: (int, float)}
+
+
+def _exact(kind: Any) -> Callable[[Any], bool] | None:
+    """A check passing exactly the values the converter keeps as they are, or None."""
+    if kind in _SCALARS:
+        accepted = _SCALARS[kind]
+        return lambda v: type(v) in accepted
+    origin, parts = typing.get_origin(kind), typing.get_args(kind)
+    if origin is list and len(parts) == 1 and parts[0] in (str, int):
+        item = parts[0]
+        return lambda v: type(v) is list and all(type(x) is item for x in v)
+    if origin is typing.Literal and all(type(p) is str for p in parts):
+        allowed = frozenset(parts)
+        return lambda v: type(v) is str and v in allowed
+    if origin in (typing.Union, types.UnionType) and len(parts) == 2 and type(None) in parts:
+        inner = _exact(parts[0] if parts[1] is type(None) else parts[1])
+        return None if inner is None else (lambda v: v is None or inner(v))
+    return None
+
+
+def _fast_structure(cls: type[T]) -> Callable[[dict[str, Any]], T | None] | None:
+    """The fast path for ``cls``, or None when one of its fields is not a plain type."""
+    hints = typing.get_type_hints(cls)
+    checks: dict[str, Callable[[Any], bool]] = {}
+    floats: set[str] = set()
+    required: set[str] = set()
+    for f in attrs.fields(cls):
+        check = _exact(hints[f.name])
+        if check is None or not f.init or f.alias != f.name:
+            return None
+        checks[f.name] = check
+        if hints[f.name] in (float, float | None):
+            floats.add(f.name)  # the converter turns an int into a float
+        if f.default is attrs.NOTHING:
+            required.add(f.name)
+
+    def structure(args: dict[str, Any]) -> T | None:
+        for name, value in args.items():
+            check = checks.get(name)
+            if check is None or not check(value):
+                return None
+        if not required.issubset(args):
+            return None
+        if floats:
+            args = {k: float(v) if k in floats and v is not None else v for k, v in args.items()}
+        try:
+            return cls(**args)
+        except Exception:  # a validator's refusal: the converter words it
+            return None
+
+    return structure
 
 
 def _describe(exc: ClassValidationError) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import attrs
 import trio
@@ -31,6 +31,7 @@ from memory import events
 log = logging.getLogger("conclave.locks")
 OPS = OpTable()
 MAX_LOG: int = 10_000
+SCOPES: Final = {s.value: s for s in Scope}
 
 
 @attrs.frozen
@@ -137,7 +138,7 @@ async def _acquire(call: Call, texts: list[str], *, shared: bool, wait: float | 
         _resources(table, texts),
         mode=Mode.SHARED if shared else Mode.EXCLUSIVE,
         ttl=ttl,
-        scope=Scope(scope),
+        scope=SCOPES[scope],
         connection=call.connection,
     )
     if wait is None:  # fail fast: no wait, so no trip through the scheduler

@@ -474,6 +474,16 @@ class LockTable:
 
     def _index(self, h: Holding, add: bool) -> None:
         r = h.resource
+        if r.kind is Kind.PATH and not r.aliases:  # the common case, by itself
+            if add:
+                self._literal.setdefault(r.key, []).append(h)
+                return
+            same = self._literal.get(r.key)
+            if same is not None and h in same:
+                same.remove(h)
+                if not same:
+                    del self._literal[r.key]
+            return
         if r.kind is Kind.GLOB:
             (self._globs.add if add else self._globs.discard)(h)
         elif r.kind is Kind.PATH:

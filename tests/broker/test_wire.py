@@ -152,3 +152,45 @@ def test_a_client_that_pipelines_without_reading_starves_nobody_and_loses_nothin
     assert [r["id"] for r in decoded] == list(range(1, n + 1))
     assert all(r["ok"] for r in decoded)
     flood.close()
+
+
+def test_the_fast_path_builds_exactly_what_the_converter_builds_and_nothing_else():
+    """Every op's arguments: random requests of right and wrong shapes through both ways."""
+    import importlib
+    import math
+    import random
+
+    import attrs as attrs_mod
+
+    from broker import wire
+    from broker.core import PLUGINS
+
+    pool = [
+        "a.txt", "", "agent", "connection", "x" * 3, 0, 1, -5, 2**40, 0.5, math.inf, math.nan, True, False, None,
+        [], ["a", "b"], ["a", 1], [1, 2], [True], {}, {"k": "v"}, ["a", None],
+    ]  # fmt: skip
+    rng = random.Random(20261129)
+    classes = {spec.args for name in PLUGINS for spec in importlib.import_module(name).OPS.ops.values()}
+    fast_taken = 0
+    for cls in sorted(classes, key=lambda c: c.__name__):
+        names = [f.name for f in attrs_mod.fields(cls)]
+        for _ in range(300):
+            args = {n: rng.choice(pool) for n in names if rng.random() < 0.7}
+            if rng.random() < 0.1:
+                args["unexpected"] = rng.choice(pool)
+            fast = wire._FAST.get(cls) or wire._fast_structure(cls)
+            quick = fast(dict(args)) if fast is not None else None
+            try:
+                slow = wire.converter.structure(dict(args), cls)
+            except Exception:
+                assert quick is None, (cls.__name__, args)
+                continue
+            if quick is not None:
+                fast_taken += 1
+                same = attrs_mod.asdict(quick) == attrs_mod.asdict(slow) or repr(quick) == repr(slow)  # NaN != NaN
+                assert same and type(quick) is type(slow), (cls.__name__, args, quick, slow)
+    assert fast_taken > 200  # the fast path was really compared, not skipped
+    # And on the hottest requests it is the one taken.
+    from locks.ops import AcquireArgs
+
+    assert wire._fast_structure(AcquireArgs)({"resources": ["a.txt"]}) == AcquireArgs(resources=["a.txt"])
