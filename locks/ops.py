@@ -25,7 +25,7 @@ from locks import guard
 from locks.journal import Journal
 from locks.resources import Resource, ResourceError
 from locks.slots import parse_slots
-from locks.table import LockTable, Mode, Scope
+from locks.table import LockTable, Mode, Request, Scope
 from memory import events
 
 log = logging.getLogger("conclave.locks")
@@ -127,13 +127,12 @@ def _grants(holdings: list[Any]) -> dict[str, Any]:
     return {"grants": [h.as_grant() for h in holdings]}
 
 
-async def _acquire(call: Call, texts: list[str], *, shared: bool, wait: float | None, ttl: float | None, scope: str) -> dict[str, Any]:
-    table = table_of(call)
+def _request(call: Call, table: LockTable, texts: list[str], *, shared: bool, wait: float | None, ttl: float | None, scope: str) -> Request:
     _number("wait", wait)
     _number("ttl", ttl)
     if wait is not None and wait < 0:
         raise ConclaveError(ErrorCode.INVALID_ARGS, "wait must not be negative (omit it to fail fast)")
-    request = table.request(
+    return table.request(
         call.principal,
         _resources(table, texts),
         mode=Mode.SHARED if shared else Mode.EXCLUSIVE,
@@ -141,15 +140,16 @@ async def _acquire(call: Call, texts: list[str], *, shared: bool, wait: float | 
         scope=SCOPES[scope],
         connection=call.connection,
     )
-    if wait is None:  # fail fast: no wait, so no trip through the scheduler
-        return _grants(table.acquire_nowait(request))
-    return _grants(await table.acquire(request, wait=wait, peer_gone=call.peer_gone))
 
 
 @OPS.op("lock.acquire", AcquireArgs, access=Access.AGENT)
 async def acquire(call: Call, args: AcquireArgs) -> dict[str, Any]:
     """Take every resource at once or none; wait FIFO up to `wait` seconds, or fail fast."""
-    return await _acquire(call, args.resources, shared=args.shared, wait=args.wait, ttl=args.ttl, scope=args.scope)
+    table = table_of(call)
+    request = _request(call, table, args.resources, shared=args.shared, wait=args.wait, ttl=args.ttl, scope=args.scope)
+    if args.wait is None:  # fail fast: no wait, so no trip through the scheduler
+        return _grants(table.acquire_nowait(request))
+    return _grants(await table.acquire(request, wait=args.wait, peer_gone=call.peer_gone))
 
 
 @OPS.op("lock.release", ResourcesArgs, access=Access.AGENT)
@@ -218,7 +218,7 @@ async def check_commit(call: Call, args: CheckArgs) -> dict[str, Any]:
 @OPS.op("slot.acquire", SlotArgs, access=Access.AGENT)
 async def slot_acquire(call: Call, args: SlotArgs) -> dict[str, Any]:
     """Take one unit of a team-file slot (the same as lock.acquire of slot://NAME)."""
-    return await _acquire(call, [f"slot://{args.name}"], shared=False, wait=args.wait, ttl=None, scope="agent")
+    return await acquire(call, AcquireArgs([f"slot://{args.name}"], wait=args.wait))
 
 
 @OPS.op("slot.release", SlotReleaseArgs, access=Access.AGENT)

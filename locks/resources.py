@@ -32,6 +32,7 @@ import attrs
 
 from locks import globs
 from locks.beneath import open_beneath
+from locks.watch import DirectoryWatch
 
 GIT: Final = "git"
 SLOT_SCHEME: Final = "slot"
@@ -114,8 +115,12 @@ class Normalizer:
         # One system call per look where the kernel has openat2; else the four-call way.
         self._beneath = open_beneath(self.real_repo) if fast else None
         # Texts already found to be plain paths (canonical spelling, no symlink, not a
-        # directory): their parse is kept, never the filesystem's answer -- that is asked again.
+        # directory), kept while no name has come, gone or moved in any directory on
+        # their way (locks.watch).  Without inotify the filesystem is asked again.
         self._plain: dict[str, Resource] = {}
+        self._watch = DirectoryWatch.open() if self._beneath is not None else None
+        if self._watch is not None and not self._watch.watch(self.real_repo):
+            self._watch = None
 
     def resource(self, text: str) -> Resource:
         """Parse a lock request's resource.
@@ -137,14 +142,36 @@ class Normalizer:
         if named:
             return _named(raw, named.group(1), named.group(2))
         plain = self._plain.get(raw)
-        if plain is not None and self._still_plain(raw):
-            return plain
+        if plain is not None:
+            if self._watch is not None:
+                if not self._watch.changed():
+                    return plain
+                self._plain.clear()  # something moved somewhere: look again, at everything
+            elif self._still_plain(raw):
+                return plain
         resource = self._filesystem(raw, literal=False)
-        if resource.key == raw and resource.kind is Kind.PATH and not resource.aliases and self._beneath is not None:
+        if resource.key == raw and resource.kind is Kind.PATH and not resource.aliases and self._keep_watching(raw):
             if len(self._plain) >= MAX_PLAIN:
                 self._plain.clear()
             self._plain[raw] = resource
         return resource
+
+    def _keep_watching(self, relative: str) -> bool:
+        """Whether the parse of the plain path ``relative`` may be kept.
+
+        With inotify: watch every directory on its way, top down, then look
+        once more -- a change before a watch was set shows in that look, a
+        change after it in the watch.
+        """
+        if self._beneath is None:
+            return False
+        if self._watch is not None:
+            parts = relative.split("/")[:-1]
+            for depth in range(1, len(parts) + 1):
+                directory = f"{self.real_repo}/{'/'.join(parts[:depth])}"
+                if not self._watch.watch(directory) and os.path.isdir(directory):
+                    return False  # a directory we cannot watch (a missing one shows in its parent)
+        return self._still_plain(relative)
 
     def _still_plain(self, relative: str) -> bool:
         """Whether a path once found plain still crosses no symlink and is not a directory."""

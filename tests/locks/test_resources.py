@@ -15,6 +15,7 @@ import pytest
 from locks import globs
 from locks.beneath import NotPlain, open_beneath
 from locks.resources import Kind, Normalizer, ResourceError, covers, overlaps
+from locks.watch import DirectoryWatch
 
 
 @pytest.fixture(params=[True, False], ids=["openat2", "by-hand"])
@@ -234,3 +235,40 @@ def test_a_path_seen_before_is_looked_at_again_every_time(repo: Path, tmp_path: 
     (repo / "f.txt").unlink()
     os.symlink("real.py", repo / "f.txt")
     assert n.resource("f.txt").aliases == ("real.py",)
+
+
+def test_a_change_deep_on_the_way_is_seen(repo: Path, tmp_path: Path, fast: bool) -> None:
+    n = Normalizer(repo, fast=fast)
+    deep = repo / "d1" / "d2"
+    deep.mkdir(parents=True)
+    (deep / "f.txt").write_text("f\n")
+    for _ in range(2):
+        assert n.resource("d1/d2/f.txt").kind is Kind.PATH
+        assert n.resource("d1/d2/new/x").kind is Kind.PATH
+    (deep / "f.txt").write_text("changed contents\n")  # contents are not names: nothing to look at again
+    assert n.resource("d1/d2/f.txt").kind is Kind.PATH
+    (deep / "new" / "x").mkdir(parents=True)  # created two levels below the last watched directory
+    assert (n.resource("d1/d2/new/x").key, n.resource("d1/d2/new/x").kind) == ("d1/d2/new/x/**", Kind.GLOB)
+    deep.rename(tmp_path / "away")  # d2 leaves; in its place a symlink out of the repository
+    os.symlink(tmp_path / "away", deep)
+    with pytest.raises(ResourceError, match="symlink"):
+        n.resource("d1/d2/f.txt")
+
+
+def test_the_watch_reports_names_not_contents(tmp_path: Path) -> None:
+    watch = DirectoryWatch.open()
+    assert watch is not None
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "file").write_text("a\n")
+    assert watch.watch(str(tmp_path)) and watch.watch(str(tmp_path / "sub"))
+    assert not watch.changed()
+    (tmp_path / "file").write_text("new contents\n")
+    assert not watch.changed()  # control: writing a file moves no name
+    (tmp_path / "sub" / "new").write_text("n\n")
+    assert watch.changed() and not watch.changed()  # reported once
+    (tmp_path / "file").rename(tmp_path / "renamed")
+    assert watch.changed()
+    os.symlink(tmp_path, tmp_path / "link")
+    assert watch.changed()
+    assert not watch.watch(str(tmp_path / "link"))  # never through a symlink
+    assert not watch.watch(str(tmp_path / "renamed"))  # nor a file
