@@ -248,7 +248,7 @@ def _fast_structure(cls: type[T]) -> Callable[[dict[str, Any]], T | None] | None
                 return None
         if not required.issubset(args):
             return None
-        if floats:
+        if floats and not floats.isdisjoint(args):
             args = {k: float(v) if k in floats and v is not None else v for k, v in args.items()}
         try:
             return cls(**args)

@@ -50,7 +50,9 @@ class Journal:
 
     def add(self, kind: str, *, actor: str, subject: str | None = None, payload: dict[str, Any] | None = None, at: str | None = None) -> None:
         """Queue one event; ``at`` defaults to now (pass the decision's own timestamp)."""
-        self._push(events.Pending(kind, actor, subject, payload, at or events.now()))
+        self._queued += 1
+        self._pending.append(events.Pending(kind, actor, subject, payload, at or events.now()))
+        self._arrived.set()
 
     def also(self, job: Job) -> None:
         """Run ``job(conn)`` in the next batch, in order with the events."""

@@ -128,10 +128,11 @@ def _grants(holdings: list[Any]) -> dict[str, Any]:
 
 
 def _request(call: Call, table: LockTable, texts: list[str], *, shared: bool, wait: float | None, ttl: float | None, scope: str) -> Request:
-    _number("wait", wait)
-    _number("ttl", ttl)
-    if wait is not None and wait < 0:
-        raise ConclaveError(ErrorCode.INVALID_ARGS, "wait must not be negative (omit it to fail fast)")
+    if wait is not None or ttl is not None:
+        _number("wait", wait)
+        _number("ttl", ttl)
+        if wait is not None and wait < 0:
+            raise ConclaveError(ErrorCode.INVALID_ARGS, "wait must not be negative (omit it to fail fast)")
     return table.request(
         call.principal,
         _resources(table, texts),

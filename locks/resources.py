@@ -129,6 +129,14 @@ class Normalizer:
             ResourceError: naming the problem (outside the repository, a
                 malformed glob, a bad name, ...).
         """
+        plain = self._plain.get(text) if type(text) is str else None
+        if plain is not None:
+            if self._watch is not None:
+                if not self._watch.changed():
+                    return plain
+                self._plain.clear()  # something moved somewhere: look again, at everything
+            elif self._still_plain(text):
+                return plain
         if not isinstance(text, str):
             raise ResourceError("a resource must be a string")
         raw = text.strip()
@@ -141,14 +149,6 @@ class Normalizer:
         named = SCHEME.match(raw)
         if named:
             return _named(raw, named.group(1), named.group(2))
-        plain = self._plain.get(raw)
-        if plain is not None:
-            if self._watch is not None:
-                if not self._watch.changed():
-                    return plain
-                self._plain.clear()  # something moved somewhere: look again, at everything
-            elif self._still_plain(raw):
-                return plain
         resource = self._filesystem(raw, literal=False)
         if resource.key == raw and resource.kind is Kind.PATH and not resource.aliases and self._keep_watching(raw):
             if len(self._plain) >= MAX_PLAIN:

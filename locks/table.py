@@ -95,22 +95,18 @@ class Holding:
         }
 
 
-@attrs.frozen
+@attrs.define(eq=False)
 class Request:
+    """One checked acquire (see :meth:`LockTable.request`); never changed afterwards."""
+
     owner: Principal
     resources: tuple[Resource, ...]
     mode: Mode
     ttl: float | None
     scope: Scope
     connection: int | None
-
-    @property
-    def holder(self) -> str:
-        return self.owner.key
-
-    @property
-    def keys(self) -> list[str]:
-        return [r.key for r in self.resources]
+    keys: list[str]  # the resources' keys, in request order
+    holder: str  # owner.key
 
 
 @attrs.define(eq=False)
@@ -275,14 +271,15 @@ class LockTable:
             raise ConclaveError(ErrorCode.INVALID_ARGS, f"ttl must be more than 0 and at most {MAX_TTL:.0f} seconds")
         if scope is Scope.CONNECTION and connection is None:
             raise ConclaveError(ErrorCode.INVALID_ARGS, "scope connection needs a connection to the broker")
-        if not self._is_live(owner.key):
-            raise ConclaveError(ErrorCode.REVOKED, f"{owner.key} has ended; it can hold nothing")
-        keys: set[str] = set()
-        mine = self._by_owner.get(owner.key, {})
+        holder = owner.key
+        if not self._is_live(holder):
+            raise ConclaveError(ErrorCode.REVOKED, f"{holder} has ended; it can hold nothing")
+        keys = [r.key for r in resources]
+        if len(set(keys)) < len(keys):
+            twice = sorted({k for k in keys if keys.count(k) > 1})
+            raise ConclaveError(ErrorCode.INVALID_ARGS, f"{', '.join(twice)} is listed twice in one request")
+        mine = self._by_owner.get(holder, _NOTHING)
         for r in resources:
-            if r.key in keys:
-                raise ConclaveError(ErrorCode.INVALID_ARGS, f"{r.key} is listed twice in one request")
-            keys.add(r.key)
             if r.kind is Kind.SLOT and r.slot_name not in self._slots:
                 declared = ", ".join(sorted(self._slots)) or "none"
                 raise ConclaveError(
@@ -297,14 +294,14 @@ class LockTable:
                     "release it first or leave it out of this request",
                 )
         for w in self._queue:
-            if w.request.holder == owner.key:
-                twice = keys.intersection(w.request.keys)
+            if w.request.holder == holder:
+                twice = set(keys).intersection(w.request.keys)
                 if twice:
                     raise ConclaveError(
                         ErrorCode.CONFLICT,
                         f"you are already waiting for {', '.join(sorted(twice))} in another request (since {w.since})",
                     )
-        return Request(owner, tuple(resources), mode, ttl, scope, connection)
+        return Request(owner, tuple(resources), mode, ttl, scope, connection, keys, holder)
 
     def acquire_nowait(self, request: Request) -> list[Holding]:
         """Grant now or refuse; never wait.
@@ -448,7 +445,7 @@ class LockTable:
                     if r.key in w.request.keys:
                         out.append(Blocker(r.key, r.key, w.request.holder, "unit", w.since, queued=True))
             else:
-                for h in self._candidates(r):
+                for h in self._literal.get(r.key, ()) if r.kind is Kind.PATH and not r.aliases and not self._globs else self._candidates(r):
                     if h.holder != owner and not (shared and h.mode is Mode.SHARED) and overlaps(r, h.resource):
                         out.append(Blocker(r.key, h.resource.key, h.holder, h.mode.value, h.since, h.token))
                 for w in ahead:
@@ -475,14 +472,17 @@ class LockTable:
     def _index(self, h: Holding, add: bool) -> None:
         r = h.resource
         if r.kind is Kind.PATH and not r.aliases:  # the common case, by itself
-            if add:
-                self._literal.setdefault(r.key, []).append(h)
-                return
             same = self._literal.get(r.key)
-            if same is not None and h in same:
-                same.remove(h)
-                if not same:
+            if add:
+                if same is None:
+                    self._literal[r.key] = [h]
+                else:
+                    same.append(h)
+            elif same is not None and h in same:
+                if len(same) == 1:
                     del self._literal[r.key]
+                else:
+                    same.remove(h)
             return
         if r.kind is Kind.GLOB:
             (self._globs.add if add else self._globs.discard)(h)
@@ -525,40 +525,42 @@ class LockTable:
 
     def _grant(self, request: Request, *, waited: float | None) -> list[Holding]:
         since = events.now()
-        ttl, owner, holder = request.ttl, request.owner, request.holder
+        ttl, owner, holder, mode, scope, connection = request.ttl, request.owner, request.holder, request.mode, request.scope, request.connection
         expires_at = trio.current_time() + ttl if ttl else None
         expires_iso = _iso_after(ttl) if ttl else None
         mine = self._by_owner.get(holder)
         if mine is None:
             mine = self._by_owner[holder] = {}
         granted: list[Holding] = []
+        tokens: list[int] = []
         units = 0
         for r in request.resources:
             slot = r.kind is Kind.SLOT
-            units += slot
-            h = Holding(r, Mode.UNIT if slot else request.mode, owner, self.fencing.issue(self.journal), since,
-                        request.scope, request.connection, expires_at, expires_iso)  # fmt: skip
-            self._by_key.setdefault(r.key, []).append(h)
+            token = self.fencing.issue(self.journal)
+            h = Holding(r, Mode.UNIT if slot else mode, owner, token, since, scope, connection, expires_at, expires_iso)
+            same = self._by_key.get(r.key)
+            if same is None:
+                self._by_key[r.key] = [h]
+            else:
+                same.append(h)
             self._index(h, add=True)
             mine[r.key] = h
+            granted.append(h)
+            tokens.append(token)
+            if slot:
+                units += 1
+                self._slots[r.slot_name].last_grant = trio.current_time()
             if expires_at is not None:
                 self._expiring.add(h)
-            if slot:
-                self._slots[r.slot_name].last_grant = trio.current_time()
-            granted.append(h)
         self._counts["granted"] += 1
         keys = request.keys
-        payload: dict[str, Any] = {
-            "resources": keys,
-            "mode": Mode.UNIT._value_ if units == len(granted) else request.mode._value_,
-            "tokens": [h.token for h in granted],
-            "scope": request.scope._value_,
-        }
+        # _value_ is the member's plain attribute (.value goes through a descriptor).
+        payload = {"resources": keys, "mode": (Mode.UNIT if units == len(granted) else mode)._value_, "tokens": tokens, "scope": scope._value_}
         if waited is not None:
             payload["waited"] = round(waited, 6)
-        if request.ttl:
-            payload["ttl"] = request.ttl
-        self.journal.add("lock.grant", actor=holder, subject=_subject(keys), payload=payload, at=since)
+        if ttl:
+            payload["ttl"] = ttl
+        self.journal.add("lock.grant", actor=holder, subject=keys[0] if len(keys) == 1 else _subject(keys), payload=payload, at=since)
         if expires_at is not None:
             self._wake()
         return granted
@@ -585,25 +587,34 @@ class LockTable:
     def _release(self, holdings: Sequence[Holding], *, actor: str, reason: str, kind: str = "lock.release") -> None:
         by_owner: dict[str, list[Holding]] = {}
         for h in holdings:
-            same = self._by_key.get(h.resource.key, [])
-            if h in same:
-                same.remove(h)
-                if not same:
-                    del self._by_key[h.resource.key]
+            key, holder = h.resource.key, h.holder
+            same = self._by_key.get(key)
+            if same is not None and h in same:
+                if len(same) == 1:
+                    del self._by_key[key]
+                else:
+                    same.remove(h)
                 self._index(h, add=False)
-            mine = self._by_owner.get(h.holder, {})
-            if mine.get(h.resource.key) is h:
-                del mine[h.resource.key]
-                if not mine:
-                    del self._by_owner[h.holder]
-            self._expiring.discard(h)
-            by_owner.setdefault(h.holder, []).append(h)
+            mine = self._by_owner.get(holder)
+            if mine is not None and mine.get(key) is h:
+                if len(mine) == 1:
+                    del self._by_owner[holder]
+                else:
+                    del mine[key]
+            if h.expires_at is not None:
+                self._expiring.discard(h)
+            hs = by_owner.get(holder)
+            if hs is None:
+                by_owner[holder] = [h]
+            else:
+                hs.append(h)
         for owner, hs in by_owner.items():
             self._counts["released"] += 1
             keys = [h.resource.key for h in hs]
             payload = {"holder": owner, "resources": keys, "tokens": [h.token for h in hs], "reason": reason}
-            self.journal.add(kind, actor=actor, subject=_subject(keys), payload=payload)
-        self._grant_waiting()
+            self.journal.add(kind, actor=actor, subject=keys[0] if len(keys) == 1 else _subject(keys), payload=payload)
+        if self._queue:
+            self._grant_waiting()
 
     def _held_by(self, owner: Principal, resources: Sequence[Resource], verb: str) -> list[Holding]:
         """The owner's holdings of exactly these resources, or a refusal naming the first problem."""
@@ -782,6 +793,10 @@ class LockTable:
             last_token=self.fencing.last_issued,
             **self._counts,
         )
+
+
+#: An empty mapping to look things up in (never written to).
+_NOTHING: Final[dict[str, Holding]] = {}
 
 
 def _subject(keys: Sequence[str]) -> str:
