@@ -18,13 +18,14 @@ import enum
 import json
 import types
 import typing
-from typing import Any, Callable, Final, TypeVar, final
+from typing import Any, Callable, Final, NamedTuple, TypeVar, final
 
 import attrs
 import cattrs
 from cattrs import transform_error
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
 
+from broker import jsoncodec
 from broker.errors import ConclaveError, ErrorCode
 
 __all__ = ["ConclaveError", "ErrorCode", "Request", "converter", "decode_line", "structure_args"]
@@ -64,12 +65,12 @@ IDENTITY_FIELDS: Final = frozenset(
 )
 
 
-@final
-@attrs.frozen
-class Request:
+class Request(NamedTuple):
+    """One decoded request line (a named tuple: one is made per request)."""
+
     id: int | str
     op: str
-    args: dict[str, Any] = attrs.field(factory=dict)
+    args: dict[str, Any]
 
 
 converter: Final = cattrs.Converter(forbid_extra_keys=True)
@@ -121,22 +122,26 @@ def decode_line(line: bytes) -> Request:
         raw = _DECODE(line.decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConclaveError(ErrorCode.BAD_JSON, f"the request is not valid JSON: {exc}") from None
-    if not isinstance(raw, dict):
+    if type(raw) is not dict:
         raise ConclaveError(ErrorCode.BAD_REQUEST, 'a request must be a JSON object {"id", "op", "args"}')
-    extra = set(raw) - {"id", "op", "args"}
-    if extra:
+    if not raw.keys() <= _REQUEST_KEYS:
         raise ConclaveError(
             ErrorCode.BAD_REQUEST,
-            f"a request has only the keys id, op and args; remove {', '.join(sorted(extra))}",
+            f"a request has only the keys id, op and args; remove {', '.join(sorted(raw.keys() - _REQUEST_KEYS))}",
         )
-    rid, op, args = raw.get("id"), raw.get("op"), raw.get("args", {})
-    if not isinstance(rid, (int, str)) or isinstance(rid, bool):
+    rid, op, args = raw.get("id"), raw.get("op"), raw.get("args")
+    if type(rid) is not int and type(rid) is not str:  # JSON gives exact types; a bool is not an id
         raise ConclaveError(ErrorCode.BAD_REQUEST, "a request needs an id that is a number or a string")
-    if not isinstance(op, str) or not op:
+    if type(op) is not str or not op:
         raise ConclaveError(ErrorCode.BAD_REQUEST, "a request needs an op that is a non-empty string")
-    if not isinstance(args, dict):
+    if args is None and "args" not in raw:
+        args = {}
+    elif type(args) is not dict:
         raise ConclaveError(ErrorCode.BAD_REQUEST, "args must be a JSON object")
-    return Request(id=rid, op=op, args=args)
+    return Request(rid, op, args)
+
+
+_REQUEST_KEYS: Final = frozenset({"id", "op", "args"})
 
 
 def request_id_of(line: bytes) -> int | str | None:
@@ -292,5 +297,5 @@ def _default(value: Any) -> Any:
 
 
 # Built once: json.dumps/loads with options build a new coder on every call.
-_ENCODE: Final = json.JSONEncoder(separators=(",", ":"), default=_default).encode
 _DECODE: Final = json.JSONDecoder().decode
+_ENCODE: Final = jsoncodec.compact(default=_default)

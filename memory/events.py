@@ -20,6 +20,8 @@ from typing import Any, Final, NamedTuple, Sequence, final
 import apsw
 import attrs
 
+from broker import jsoncodec
+
 COMPONENT = "events"
 GENESIS: Final = "0" * 64
 #: The actor recorded for the broker's own bookkeeping (spawns, exits, expiries).
@@ -65,7 +67,7 @@ def now() -> str:
 _second: tuple[int, str] = (-1, "")
 
 #: Built once (json.dumps with options builds a new encoder on every call).
-_CANONICAL: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+_CANONICAL: Final = jsoncodec.compact(sort_keys=True, ensure_ascii=False)
 
 
 def canonical(value: Any) -> str:
@@ -74,11 +76,11 @@ def canonical(value: Any) -> str:
 
 #: The digest's input is a flat JSON list of scalars: no keys to sort, so a
 #: prebuilt encoder gives the same bytes as canonical() in less time.
-_FLAT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_FLAT: Final = jsoncodec.compact(ensure_ascii=False)
 
 
 def _digest(seq: int, at: str, kind: str, actor: str, subject: str | None, payload: str, prev: str) -> str:
-    body = _FLAT.encode([seq, at, kind, actor, subject, payload, prev])
+    body = _FLAT([seq, at, kind, actor, subject, payload, prev])
     return hashlib.sha256(body.encode()).hexdigest()
 
 
