@@ -219,8 +219,8 @@ def _exact(kind: Any) -> Callable[[Any], bool] | None:
         return lambda v: type(v) in accepted
     origin, parts = typing.get_origin(kind), typing.get_args(kind)
     if origin is list and len(parts) == 1 and parts[0] in (str, int):
-        item = parts[0]
-        return lambda v: type(v) is list and all(type(x) is item for x in v)
+        only = frozenset(parts)
+        return lambda v: type(v) is list and set(map(type, v)) <= only
     if origin is typing.Literal and all(type(p) is str for p in parts):
         allowed = frozenset(parts)
         return lambda v: type(v) is str and v in allowed

@@ -32,7 +32,7 @@ GATHER: Final = 0.02
 FLUSH_TIMEOUT: Final = 10.0
 
 Job = Callable[[apsw.Connection], None]
-Entry = events.Pending | Job
+Entry = tuple[str, str, str | None, dict[str, Any] | None, str] | Job
 
 
 @final
@@ -51,7 +51,7 @@ class Journal:
     def add(self, kind: str, *, actor: str, subject: str | None = None, payload: dict[str, Any] | None = None, at: str | None = None) -> None:
         """Queue one event; ``at`` defaults to now (pass the decision's own timestamp)."""
         self._queued += 1
-        self._pending.append(events.Pending(kind, actor, subject, payload, at or events.now()))
+        self._pending.append((kind, actor, subject, payload, at or events.now()))  # an events.Pending when written
         self._arrived.set()
 
     def also(self, job: Job) -> None:
@@ -99,8 +99,8 @@ def _write(conn: apsw.Connection, batch: list[Entry]) -> None:
     """Write a batch in order: each run of events in one statement, jobs between them."""
     run: list[events.Pending] = []
     for entry in batch:
-        if isinstance(entry, events.Pending):
-            run.append(entry)
+        if type(entry) is tuple:
+            run.append(events.Pending(*entry))
             continue
         if run:
             events.append_many(conn, run)

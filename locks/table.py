@@ -623,6 +623,8 @@ class LockTable:
         for r in resources:
             h = mine.get(r.key)
             if h is not None:
+                if h in out:
+                    raise ConclaveError(ErrorCode.INVALID_ARGS, f"{r.key} is listed twice in one request; nothing was changed")
                 out.append(h)
                 continue
             others = self._by_key.get(r.key, [])
@@ -644,7 +646,10 @@ class LockTable:
             ConclaveError: ``forbidden`` (held by someone else), ``not_found``
                 (held by no one of that name); nothing changes then.
         """
-        holdings = self._held_by(owner, resources, "release")
+        return self.release_held(owner, self._held_by(owner, resources, "release"))
+
+    def release_held(self, owner: Principal, holdings: list[Holding]) -> list[Holding]:
+        """Release ``holdings``, which the caller took from :meth:`held_by` for ``owner``."""
         self._release(holdings, actor=owner.key, reason="released")
         return holdings
 

@@ -277,6 +277,24 @@ def test_releasing_what_you_do_not_hold_changes_nothing(run: Run) -> None:
     alice.call("lock.release", resources=["r/one"])
 
 
+def test_a_lock_is_released_by_any_spelling_of_its_name(run: Run) -> None:
+    alice = run.puppet("alice")
+    alice.call("lock.acquire", resources=["s/a.txt", "s/b.txt", "name://x", "s/dir/"])
+    released = alice.call("lock.release", resources=["s/a.txt"])  # the key it was granted under
+    assert [g["resource"] for g in released["released"]] == ["s/a.txt"]
+    released = alice.call("lock.release", resources=["./s//b.txt", "s/dir/"])  # other spellings
+    assert [g["resource"] for g in released["released"]] == ["s/b.txt", "s/dir/**"]
+    # Named twice in one release (by any spelling): refused like a doubled acquire, nothing changes.
+    for twice in (["name://x", "name://x"], ["s/dir/**", "./s/dir/"]):
+        alice.call("lock.acquire", resources=["s/dir/"]) if twice[0] == "s/dir/**" else None
+        err = refusal(alice.call, "lock.release", resources=twice)
+        assert err.code is ErrorCode.INVALID_ARGS and "listed twice" in err.message
+    assert sorted(held(run)) == ["name://x", "s/dir/**"]
+    alice.call("lock.release", resources=["name://x", "s/dir/"])
+    assert held(run) == {}
+    assert [e["payload"]["resources"] for e in events_of(run, "lock.release")][-3:] == [["s/a.txt"], ["s/b.txt", "s/dir/**"], ["name://x", "s/dir/**"]]
+
+
 def test_acquiring_the_same_resource_twice_is_refused(run: Run) -> None:
     alice = run.puppet("alice")
     alice.call("lock.acquire", resources=["twice.txt"])
