@@ -177,6 +177,12 @@ def _parse_agent(entry: Any, where: str, repo: Path, check_commands: bool) -> Ag
     for key in ("preset", "prompt"):
         if key in entry and not isinstance(entry[key], str):
             raise TeamError(f"{where}: {key} must be a string")
+    if "prompt" in entry and "preset" not in entry:
+        # Nothing would deliver it: a plain command gets no task.
+        raise TeamError(
+            f'{where}: prompt is the task for a preset agent; add preset = "claude-code", "codex" or "aider" '
+            '(or "command" with {prompt} in its command), or drop prompt'
+        )
     spec = AgentSpec(
         name=name,
         command=tuple(command or ()),

@@ -29,6 +29,7 @@ GOOD = '[[agent]]\nname = "alice"\ncommand = ["true"]\n'
         ('[[agent]]\nname = "alice"\ncommand = ["true"]\nmay_spawn = -1\n', "may_spawn"),
         ('[[agent]]\nname = "alice"\ncommand = ["true"]\ncwd = "../.."\n', "leaves the repository"),
         ('[[agent]]\nname = "alice"\ncommand = ["true"]\nenv = {CONCLAVE_TICKET = "x"}\n', "CONCLAVE_"),
+        ('[[agent]]\nname = "alice"\ncommand = ["true"]\nprompt = "do it"\n', "prompt is the task for a preset agent"),
         ("[[agent]\n", "not valid TOML"),
         ("", "no agents"),
     ],
