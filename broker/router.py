@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar, final
 
 import attrs
+import trio
 
 from broker.errors import ConclaveError, ErrorCode
 from broker.identity import Principal
@@ -47,6 +48,30 @@ class Call:
     core: BrokerCore
     connection: int | None = None
     peer_gone: Callable[[], Awaitable[None]] | None = None
+
+
+async def wait_while_connected(event: trio.Event, seconds: float, peer_gone: Callable[[], Awaitable[None]] | None) -> bool:
+    """Wait up to ``seconds`` for ``event``; False when the client hung up first.
+
+    A handler that blocks (a lock wait, ``inbox --wait``) uses this so that a
+    client that gave up is noticed at once: nothing is granted to it, and
+    nothing is marked read for it.
+    """
+    gone = False
+    with trio.move_on_after(seconds):
+        async with trio.open_nursery() as nursery:
+            if peer_gone is not None:
+
+                async def watch() -> None:
+                    nonlocal gone
+                    await peer_gone()
+                    gone = True
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(watch)
+            await event.wait()
+            nursery.cancel_scope.cancel()
+    return not gone
 
 
 Handler = Callable[[Call, Any], Awaitable[Any]]

@@ -36,6 +36,7 @@ import trio
 
 from broker.errors import ConclaveError, ErrorCode
 from broker.identity import Principal
+from broker.router import wait_while_connected
 from locks.fencing import FencingTokens
 from locks.journal import Journal
 from locks.resources import GIT, Kind, Normalizer, Resource, covers, overlaps
@@ -388,18 +389,8 @@ class LockTable:
         )
 
     async def _wait(self, waiter: Waiter, wait: float, peer_gone: Callable[[], Awaitable[None]] | None) -> None:
-        with trio.move_on_after(wait):
-            async with trio.open_nursery() as nursery:
-                if peer_gone is not None:
-
-                    async def watch() -> None:
-                        await peer_gone()
-                        waiter.failure = waiter.failure or "hangup"
-                        nursery.cancel_scope.cancel()
-
-                    nursery.start_soon(watch)
-                await waiter.event.wait()
-                nursery.cancel_scope.cancel()
+        if not await wait_while_connected(waiter.event, wait, peer_gone):
+            waiter.failure = waiter.failure or "hangup"
 
     def _abandon(self, waiter: Waiter, why: str) -> None:
         """A wait ends without delivering: leave the line, or give back an undelivered grant."""

@@ -19,7 +19,7 @@ from broker.mail import mailbox
 from broker.mail.board import Board, StatusLine, read_board, set_status
 from broker.mail.message import MAX_ACK, MAX_WAIT, Message, check_body, check_limit, check_line, check_unicode
 from broker.mail.service import EXTENSION, Mail, MailStatistics
-from broker.router import Access, Call, OpTable
+from broker.router import Access, Call, OpTable, wait_while_connected
 
 if TYPE_CHECKING:
     from broker.core import BrokerCore
@@ -115,8 +115,9 @@ async def inbox(call: Call, args: InboxArgs) -> list[Message]:
         # Subscribe before looking, so mail committed after the look still rings.
         with mail.notifier.doorbell(box) as arrived:
             if not await mail.job(lambda conn: mailbox.unread_count(conn, box)):
-                with trio.move_on_after(args.wait):
-                    await arrived.wait()
+                if not await wait_while_connected(arrived, args.wait, call.peer_gone):
+                    # Listing now would mark mail read for a client that will never see it.
+                    raise ConclaveError(ErrorCode.UNAVAILABLE, "msg.inbox: the client hung up while waiting; nothing was read")
     return await mail.job(
         lambda conn: mailbox.take_inbox(conn, call.principal, unread_only=args.unread, include_acked=args.include_acked, limit=limit)
     )

@@ -129,3 +129,35 @@ def test_broadcast_reaches_every_live_agent_but_the_sender(run: Run) -> None:
     # The operator is no agent: its broadcast reaches every live agent.
     from_operator = run.op("msg.send", to="all", body=f"stand down {secret}")
     assert from_operator["recipients"] == ["alice", "bob", "carol"] and from_operator["sender_agent"] == "operator"
+
+
+HANG_UP_MID_WAIT = """
+import json, os, socket, time
+from agents.client import agent_credentials
+path, ticket = agent_credentials()
+s = socket.socket(socket.AF_UNIX)
+s.connect(str(path))
+s.sendall(json.dumps({"id": 1, "op": "hello", "args": {"ticket": ticket}}).encode() + b"\\n")
+s.recv(65536)
+s.sendall(b'{"id": 2, "op": "msg.inbox", "args": {"wait": 30, "unread": true}}\\n')
+time.sleep(0.5)
+os._exit(0)  # gone mid-wait, without reading the answer
+"""
+
+
+def test_a_waiter_that_hangs_up_loses_no_mail(run: Run) -> None:
+    """carol's process asks to wait for mail, then dies.  The broker notices at
+    once (no waiter left), and mail sent afterwards stays unread for carol's
+    next look -- it is never marked read for a client that is gone.  (The
+    positive control, a waiter that stays, is the first test above.)"""
+    import sys
+
+    alice, carol = run.puppet("alice"), run.puppet("carol")
+    carol.call("msg.inbox")  # nothing unread before we start
+    gone = carol.sh(sys.executable, "-c", HANG_UP_MID_WAIT, timeout=60)
+    assert gone.returncode == 0, gone.stderr
+    run.wait_until(lambda: waiters(run) == 0, what="the broker to notice the hang-up", timeout=5)
+    secret = word()
+    alice.call("msg.send", to="carol", body=f"after the hang-up {secret}")
+    unread = carol.call("msg.inbox", unread=True)
+    assert [m["body"] for m in unread] == [f"after the hang-up {secret}"]
