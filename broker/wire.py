@@ -129,14 +129,12 @@ def decode_line(line: bytes) -> Request:
             ErrorCode.BAD_REQUEST,
             f"a request has only the keys id, op and args; remove {', '.join(sorted(raw.keys() - _REQUEST_KEYS))}",
         )
-    rid, op, args = raw.get("id"), raw.get("op"), raw.get("args")
+    rid, op, args = raw.get("id"), raw.get("op"), raw.get("args", {})
     if type(rid) is not int and type(rid) is not str:  # JSON gives exact types; a bool is not an id
         raise ConclaveError(ErrorCode.BAD_REQUEST, "a request needs an id that is a number or a string")
     if type(op) is not str or not op:
         raise ConclaveError(ErrorCode.BAD_REQUEST, "a request needs an op that is a non-empty string")
-    if args is None and "args" not in raw:
-        args = {}
-    elif type(args) is not dict:
+    if type(args) is not dict:
         raise ConclaveError(ErrorCode.BAD_REQUEST, "args must be a JSON object")
     return Request(rid, op, args)
 

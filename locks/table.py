@@ -436,7 +436,7 @@ class LockTable:
                     if r.key in w.request.keys:
                         out.append(Blocker(r.key, r.key, w.request.holder, "unit", w.since, queued=True))
             else:
-                for h in self._literal.get(r.key, ()) if r.kind is Kind.PATH and not r.aliases and not self._globs else self._candidates(r):
+                for h in self._candidates(r):
                     if h.holder != owner and not (shared and h.mode is Mode.SHARED) and overlaps(r, h.resource):
                         out.append(Blocker(r.key, h.resource.key, h.holder, h.mode.value, h.since, h.token))
                 for w in ahead:

@@ -96,6 +96,19 @@ class Event:
     hash: str
 
 
+class Pending(NamedTuple):
+    """An event decided earlier and written later (see :func:`append_many`).
+
+    A named tuple, not an attrs class: the lock table makes one per decision.
+    """
+
+    kind: str
+    actor: str
+    subject: str | None
+    payload: dict[str, Any] | None
+    at: str
+
+
 def append(
     conn: apsw.Connection,
     kind: str,
@@ -110,31 +123,10 @@ def append(
     ``actor`` is required: the principal key of whoever caused the change, or
     :data:`BROKER_ACTOR`.  There is no default.
     """
-    if not actor:
-        raise ValueError("an event needs the acting principal; there is no default actor")
-    row = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
-    seq, prev = (row[0] + 1, row[1]) if row else (1, GENESIS)
     stamp = at or now()
-    body = canonical(payload or {})
-    digest = _digest(seq, stamp, kind, actor, subject, body, prev)
-    conn.execute(
-        "INSERT INTO events(seq, at, kind, actor, subject, payload, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?)",
-        (seq, stamp, kind, actor, subject, body, prev, digest),
-    )
-    return Event(seq, stamp, kind, actor, subject, payload or {}, digest)
-
-
-class Pending(NamedTuple):
-    """An event decided earlier and written later (see :func:`append_many`).
-
-    A named tuple, not an attrs class: the lock table makes one per decision.
-    """
-
-    kind: str
-    actor: str
-    subject: str | None
-    payload: dict[str, Any] | None
-    at: str
+    (row,) = _chain(conn, [Pending(kind, actor, subject, payload, stamp)])
+    conn.execute("INSERT INTO events(seq, at, kind, actor, subject, payload, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?)", row)
+    return Event(row[0], stamp, kind, actor, subject, payload or {}, row[-1])
 
 
 _INSERT_MANY: Final = (
@@ -143,16 +135,28 @@ _INSERT_MANY: Final = (
 )
 
 
-def append_many(conn: apsw.Connection, pending: Sequence[Pending]) -> int:
-    """Append several events, in order, inside the caller's transaction; return the last seq.
+def append_many(conn: apsw.Connection, pending: Sequence[Pending]) -> int | None:
+    """Append several events, in order, inside the caller's transaction.
 
     The same chain as that many :func:`append` calls, written by one SQL
     statement: the writer thread lets go of the GIL once per batch instead of
     once per event, so a busy broker loop is not kept waiting for it.
+    Returns the last seq written (None for an empty batch).
     """
+    rows = _chain(conn, pending)
+    if not rows:
+        return None
+    conn.execute(_INSERT_MANY, (json.dumps(rows),))
+    return rows[-1][0]
+
+
+def _chain(conn: apsw.Connection, pending: Sequence[Pending]) -> list[tuple[Any, ...]]:
+    """The rows for ``pending``, each linked to the one before, after the log's last event."""
     for p in pending:
         if not p.actor:
             raise ValueError("an event needs the acting principal; there is no default actor")
+    if not pending:
+        return []
     row = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
     seq, prev = (row[0], row[1]) if row else (0, GENESIS)
     rows = []
@@ -162,9 +166,7 @@ def append_many(conn: apsw.Connection, pending: Sequence[Pending]) -> int:
         digest = _digest(seq, p.at, p.kind, p.actor, p.subject, body, prev)
         rows.append((seq, p.at, p.kind, p.actor, p.subject, body, prev, digest))
         prev = digest
-    if rows:
-        conn.execute(_INSERT_MANY, (json.dumps(rows),))
-    return seq
+    return rows
 
 
 @final
