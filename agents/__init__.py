@@ -1,5 +1,5 @@
 """The agent side: clients for the wire protocol, team presets, scripted agents."""
 
-from agents.client import BlockingClient, BrokerUnavailable, NoIdentityError, TrioClient, agent_credentials
+from broker.client import BlockingClient, BrokerUnavailable, NoIdentityError, TrioClient, agent_credentials
 
 __all__ = ["BlockingClient", "BrokerUnavailable", "NoIdentityError", "TrioClient", "agent_credentials"]

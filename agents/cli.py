@@ -50,7 +50,7 @@ def mcp(
         return
     import trio
 
-    from agents.client import BrokerUnavailable, NoIdentityError
+    from broker.client import BrokerUnavailable, NoIdentityError
     from agents.identity_file import adopt_identity_file
     from agents.mcp_server import serve
     from broker.errors import ConclaveError
@@ -87,7 +87,7 @@ def pre_tool_use(identity_file: IdentityFileOpt = None) -> None:
 
 
 def _decide(decide, identity_file: Path | None):  # type: ignore[no-untyped-def]
-    from agents.client import BlockingClient, BrokerUnavailable, NoIdentityError
+    from broker.client import BlockingClient, BrokerUnavailable, NoIdentityError
     from agents.hooks import Verdict, concerns_edits
     from agents.identity_file import adopt_identity_file
     from broker import paths
@@ -118,7 +118,7 @@ def agent_launch(
     prompt: Annotated[Optional[str], typer.Option("--prompt", help="The task.")] = None,
 ) -> None:
     """Run by the supervisor for a preset agent: write its config, fetch its context, exec it."""
-    from agents.client import BrokerUnavailable, NoIdentityError
+    from broker.client import BrokerUnavailable, NoIdentityError
     from agents.presets import PRESETS, LaunchPlan, launch
     from broker.errors import ConclaveError
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from agents.client import BlockingClient
+from broker.client import BlockingClient
 from agents.puppet import control_path
 from broker.errors import ConclaveError, ErrorCode
 

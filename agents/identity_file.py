@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Final, MutableMapping
 
-from agents.client import NoIdentityError
+from broker.client import NoIdentityError
 from broker.paths import ENV_REPO, ENV_SOCKET, ENV_STATE_DIR, ENV_TICKET
 
 IDENTITY_KEYS: Final = (ENV_SOCKET, ENV_TICKET, ENV_STATE_DIR, ENV_REPO)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Final, final
 
-from agents.client import TrioClient
+from broker.client import TrioClient
 from agents.mcp_tools import BY_NAME, REFERENCE, TIERS, TOOLS, ToolSpec, render
 from broker.errors import ConclaveError, ErrorCode
 from broker.wire import IDENTITY_FIELDS

@@ -135,7 +135,7 @@ def launch(plan: LaunchPlan) -> NoReturn:
 
 def assemble(plan: LaunchPlan, environ: dict[str, str] | None = None) -> Launch:
     """Everything :func:`launch` does except the exec (the files are written)."""
-    from agents.client import BlockingClient
+    from broker.client import BlockingClient
     from agents.identity_file import FILE_NAME, write_identity_file
 
     env = dict(os.environ if environ is None else environ)

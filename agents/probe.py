@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from agents.client import BlockingClient, BrokerUnavailable, agent_credentials
+from broker.client import BlockingClient, BrokerUnavailable, agent_credentials
 from broker.errors import ConclaveError
 
 

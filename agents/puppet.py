@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agents.client import BlockingClient, agent_credentials
+from broker.client import BlockingClient, agent_credentials
 from broker.errors import ConclaveError
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.client import BlockingClient  # noqa: E402
+from broker.client import BlockingClient  # noqa: E402
 from agents.harness import Run  # noqa: E402
 
 ROUND_TRIPS = 5000
@@ -95,7 +95,7 @@ def echo_round_trip(tmp: Path) -> list[float]:
 AGENT = textwrap.dedent(
     """
     import os, sys, time
-    from agents.client import BlockingClient
+    from broker.client import BlockingClient
     c = BlockingClient.for_agent()
     c.call("whoami")
     open(os.path.join(sys.argv[1], c.identity["agent"]), "w").write(repr(time.time()))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agents.client import BlockingClient  # noqa: E402
+from broker.client import BlockingClient  # noqa: E402
 from broker.errors import ConclaveError, ErrorCode  # noqa: E402
 
 

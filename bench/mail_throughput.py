@@ -29,7 +29,7 @@ SENDERS = 8
 
 def worker(op: str, count: int, start_at: float) -> None:
     """Inside an agent: wait for the common start, make ``count`` calls, report."""
-    from agents.client import BlockingClient
+    from broker.client import BlockingClient
 
     with BlockingClient.for_agent() as client:
         me = client.identity["agent"]

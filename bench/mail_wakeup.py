@@ -30,7 +30,7 @@ from typing import Any
 
 def waiter(count: int) -> None:
     """Inside the agent: wait for mail ``count`` times; report each latency."""
-    from agents.client import BlockingClient
+    from broker.client import BlockingClient
 
     latencies: list[float] = []
     with BlockingClient.for_agent() as client:

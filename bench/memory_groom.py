@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_load import cached_store, install  # noqa: E402
 
 from agents.harness import Run  # noqa: E402
-from memory import database  # noqa: E402
+from store import database  # noqa: E402
 
 _WORD = re.compile(r"\w+")
 

@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_corpus import ClaimText  # noqa: E402
 
 from broker.identity import Principal, Role  # noqa: E402
-from memory import authoring, claims, database  # noqa: E402
+from memory import authoring, claims  # noqa: E402
+from store import database  # noqa: E402
 from memory.policy import TrustPolicy  # noqa: E402
 
 TRUSTED_SHARE = 0.10

@@ -29,7 +29,7 @@ from memory_corpus import ClaimText  # noqa: E402
 from memory_load import cached_store, install  # noqa: E402
 
 from agents.harness import Run  # noqa: E402
-from memory import database  # noqa: E402
+from store import database  # noqa: E402
 
 QUIET = "\n[memory]\ngroom_after_seconds = 1000000000\n"
 _WORD = re.compile(r"\w+")

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from memory_corpus import ClaimText  # noqa: E402
 
-from agents.client import BlockingClient  # noqa: E402
+from broker.client import BlockingClient  # noqa: E402
 
 
 def main() -> int:

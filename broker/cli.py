@@ -39,7 +39,7 @@ def _mount() -> None:
         sub = module.app
         if sub.registered_commands or sub.registered_groups:
             app.add_typer(sub, name=name, help=help_text)
-    for extra in ("locks.cli", "broker.mail.cli", "broker.scenario_cli", "agents.cli"):
+    for extra in ("locks.cli", "broker.mail.cli", "scenarios.cli", "agents.cli"):
         try:
             module = __import__(extra, fromlist=["register"])
         except ModuleNotFoundError:

@@ -65,7 +65,7 @@ def in_agent() -> bool:
 
 def connect(target: Target, *, timeout: float | None = None):  # type: ignore[no-untyped-def]
     """An authenticated blocking client, or None when no broker runs (operator only)."""
-    from agents.client import BlockingClient, BrokerUnavailable
+    from broker.client import BlockingClient, BrokerUnavailable
     from broker.errors import ConclaveError
 
     try:

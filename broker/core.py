@@ -23,8 +23,8 @@ from broker.paths import StatePaths
 from broker.registry import PrincipalRegistry
 from broker.router import OpSpec
 from broker.team import Team
-from memory import events
-from memory.owner import StoreOwner
+from store import events
+from store.owner import StoreOwner
 
 if TYPE_CHECKING:
     from broker.supervisor import Supervisor

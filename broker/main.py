@@ -24,7 +24,7 @@ from broker.paths import BrokerAlreadyRunning, StatePaths
 from broker.server import bind, serve
 from broker.supervisor import AgentOutcome, Supervisor
 from broker.team import Team
-from memory import events
+from store import events
 
 log = logging.getLogger("conclave.broker")
 

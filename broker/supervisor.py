@@ -27,7 +27,7 @@ from broker.identity import Principal
 from broker.paths import ENV_REPO, ENV_SOCKET, ENV_STATE_DIR, ENV_TICKET
 from broker.registry import LiveAgent
 from broker.team import AgentSpec, Team, validate_name, TeamError
-from memory import events
+from store import events
 
 if TYPE_CHECKING:
     from broker.core import BrokerCore

@@ -8,7 +8,7 @@ define -- above all, never one that names an identity.  Identity belongs to
 the connection (see ``broker.identity``).
 
 This module is imported by the server and by the in-process core.  The
-blocking client in ``agents.client`` speaks the same framing with plain
+blocking client in ``broker.client`` speaks the same framing with plain
 ``json`` so that a CLI call from an agent stays cheap to start.
 """
 
@@ -25,7 +25,7 @@ import cattrs
 from cattrs import transform_error
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
 
-from broker import jsoncodec
+from store import jsoncodec
 from broker.errors import ConclaveError, ErrorCode
 
 __all__ = ["ConclaveError", "ErrorCode", "Request", "converter", "decode_line", "structure_args"]

@@ -17,7 +17,7 @@ from typing import Final, final
 import apsw
 
 from locks.journal import Journal
-from memory.owner import StoreOwner
+from store.owner import StoreOwner
 
 #: Tokens reserved at a time; a restart skips at most this many.
 BLOCK: Final = 1 << 20

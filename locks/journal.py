@@ -19,8 +19,8 @@ from typing import Any, Callable, Final, final
 import apsw
 import trio
 
-from memory import events
-from memory.owner import StoreOwner
+from store import events
+from store.owner import StoreOwner
 
 log = logging.getLogger("conclave.locks")
 #: Most events written in one store job.

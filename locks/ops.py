@@ -26,7 +26,7 @@ from locks.journal import Journal
 from locks.resources import Resource, ResourceError
 from locks.slots import parse_slots
 from locks.table import LockTable, Mode, Request, Scope
-from memory import events
+from store import events
 
 log = logging.getLogger("conclave.locks")
 OPS = OpTable()

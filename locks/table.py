@@ -42,7 +42,7 @@ from locks.journal import Journal
 from locks.resources import GIT, Kind, Normalizer, Resource, covers, overlaps
 from locks.slots import SlotSpec
 from locks.waitfor import Edge, describe_cycle, find_cycle
-from memory import events
+from store import events
 
 #: Longest a single acquire may wait, and longest TTL, in seconds.
 MAX_WAIT: Final = 3600.0

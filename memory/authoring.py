@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 import apsw
 
 from broker.errors import ConclaveError, ErrorCode
-from memory import claims, events, exposures, standing
+from memory import claims, exposures, standing
+from store import events
 from memory.claims import ClaimRow
 from memory.policy import TrustPolicy, Verdict
 

@@ -22,7 +22,7 @@ import apsw
 import attrs
 
 from broker.errors import ConclaveError, ErrorCode
-from memory import events
+from store import events
 from memory.policy import LIVE_TIERS, Tier
 
 if TYPE_CHECKING:

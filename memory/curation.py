@@ -16,7 +16,8 @@ import apsw
 import attrs
 
 from broker.errors import ConclaveError, ErrorCode
-from memory import claims, events, standing
+from memory import claims, standing
+from store import events
 from memory.claims import ClaimRow
 from memory.policy import Tier, TrustPolicy
 

@@ -43,7 +43,8 @@ from typing import Any, Final, Iterator, Mapping, final
 import apsw
 import attrs
 
-from memory import claims, events
+from memory import claims
+from store import events
 from memory.retrieval import match_expression
 from memory.claims import KINDS
 from memory.policy import PolicyError, Tier

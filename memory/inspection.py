@@ -12,7 +12,8 @@ from typing import Any, Final
 import apsw
 
 from broker.errors import ConclaveError, ErrorCode
-from memory import claims, events, exposures, standing
+from memory import claims, exposures, standing
+from store import events
 from memory.policy import Tier, TrustPolicy
 
 MAX_LIST: Final = 1000

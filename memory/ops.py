@@ -19,8 +19,9 @@ import trio
 
 from broker.errors import ConclaveError, ErrorCode
 from broker.router import Access, Call, OpTable
-from memory import authoring, claims, curation, events, exposures, inspection, prefilter, retrieval, revocation, settings, standing
-from memory.events import BROKER_ACTOR
+from memory import authoring, claims, curation, exposures, inspection, prefilter, retrieval, revocation, settings, standing
+from store import events
+from store.events import BROKER_ACTOR
 from memory.policy import PolicyError
 from memory.service import MemoryService
 

@@ -31,7 +31,8 @@ import apsw
 import apsw.fts5query as fts5query
 import attrs
 
-from memory import claims, events, exposures, standing
+from memory import claims, exposures, standing
+from store import events
 from memory.claims import ClaimRow
 from memory.policy import Tier, TrustPolicy
 

@@ -24,7 +24,8 @@ import apsw
 
 from broker.errors import ConclaveError, ErrorCode
 from broker.identity import OPERATOR_NAME, parse_principal_key
-from memory import claims, events, standing
+from memory import claims, standing
+from store import events
 from memory.policy import TrustPolicy
 
 if TYPE_CHECKING:

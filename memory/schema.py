@@ -1,7 +1,7 @@
 """The memory schema: claims and their editions, witnesses, exposures, the indexes.
 
 Readable SQL, numbered migrations, appended and never edited
-(``memory.database`` applies them and keeps ``PRAGMA user_version``).
+(``store.database`` applies them and keeps ``PRAGMA user_version``).
 
 The shape, in one breath: a **claim** row is one *edition*; revising a claim
 inserts a new row in the same ``lineage`` and points the old one at it with

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, Callable, Final, TypeVar, final
 import apsw
 import trio
 
-from memory import database, groom, verify
-from memory.events import BROKER_ACTOR
+from memory import groom, verify
+from store import database
+from store.events import BROKER_ACTOR
 from memory.policy import TrustPolicy
 from memory.settings import MemorySettings
 

@@ -18,7 +18,7 @@ from typing import Any, Mapping, final
 import apsw
 import attrs
 
-from memory import events
+from store import events
 from memory.groom import GroomPolicy
 from memory.policy import PolicyError, TrustPolicy
 

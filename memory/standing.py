@@ -15,7 +15,8 @@ from typing import Any, Iterable
 
 import apsw
 
-from memory import claims, events
+from memory import claims
+from store import events
 from memory.claims import ClaimRow
 from memory.policy import Standing, TrustPolicy, Witness, judge, shortfall
 

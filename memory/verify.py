@@ -5,7 +5,7 @@ event log is hash-chained, and every change to memory wrote an event in the
 same transaction, so :func:`check_records` can hold the rows against the
 events that vouch for them:
 
-* the chain itself (``memory.events.verify_chain``): an edited, inserted or
+* the chain itself (``store.events.verify_chain``): an edited, inserted or
   dropped event breaks it at that event;
 * every claim's text against the hash its ``memory.remember`` /
   ``memory.revise`` event recorded;
@@ -29,7 +29,8 @@ from typing import Any, final
 import apsw
 import attrs
 
-from memory import claims, events, standing
+from memory import claims, standing
+from store import events
 from memory.policy import Tier, TrustPolicy
 
 

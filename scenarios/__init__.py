@@ -4,8 +4,8 @@
 runs many in parallel; ``scenarios/README.md`` documents the format.
 """
 
-from broker.scenario.format import Scenario, ScenarioInvalid, load
-from broker.scenario.runner import Outcome, run_scenario
-from broker.scenario.suite import collect, known_ops, run_all, write_junit
+from scenarios.format import Scenario, ScenarioInvalid, load
+from scenarios.runner import Outcome, run_scenario
+from scenarios.suite import collect, known_ops, run_all, write_junit
 
 __all__ = ["Outcome", "Scenario", "ScenarioInvalid", "collect", "known_ops", "load", "run_all", "run_scenario", "write_junit"]

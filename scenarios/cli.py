@@ -26,8 +26,8 @@ def run_command(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from broker.scenario import collect, run_all, write_junit
-    from broker.scenario.suite import verdict_ok
+    from scenarios import collect, run_all, write_junit
+    from scenarios.suite import verdict_ok
 
     target = Target(json_out, repo, state_dir)
     try:

@@ -7,7 +7,7 @@ real tree is never touched), runs the scenario against the weakened copy, and
 expects it to **fail**; it also runs the scenario against the copy before the
 change and expects it to pass.
 
-    python -m broker.scenario.defences [--only NAME] [--json]
+    python -m scenarios.defences [--only NAME] [--json]
 
 Exit status 0 only when every scenario passed with its defence and failed
 without it.
@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def copy_tree(dest: Path) -> None:
@@ -78,7 +78,7 @@ def _as_list(value: str | list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m broker.scenario.defences", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m scenarios.defences", description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", help="run only the named defence(s)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("-j", "--jobs", type=int, default=2)

@@ -24,10 +24,10 @@ from typing import Any, Final, final
 
 import attrs
 
-from agents.client import BlockingClient
+from broker.client import BlockingClient
 from agents.harness import Puppet, Run, puppet_command, toml_value
 from broker.errors import ConclaveError
-from broker.scenario.format import OPERATOR, Check, Scenario, Step, interpolate
+from scenarios.format import OPERATOR, Check, Scenario, Step, interpolate
 
 PASSED: Final = "passed"
 FAILED: Final = "failed"
@@ -184,7 +184,7 @@ class ScenarioRun:
                     pass
             return {"ok": out.returncode == 0, "exit": out.returncode, "result": result, "stdout": out.stdout, "stderr": out.stderr}
         if action == "edit-db":
-            from memory.database import connect
+            from store.database import connect
 
             conn = connect(self.run.state / "conclave.db")
             try:

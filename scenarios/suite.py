@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Callable, Iterable
 from xml.sax.saxutils import escape, quoteattr
 
-from broker.scenario.format import ScenarioInvalid, load
-from broker.scenario.runner import FAILED, INVALID, PASSED, Outcome, run_scenario
+from scenarios.format import ScenarioInvalid, load
+from scenarios.runner import FAILED, INVALID, PASSED, Outcome, run_scenario
 
 
 def known_ops() -> frozenset[str]:

@@ -20,7 +20,7 @@ import apsw
 #: Components in the order their schemas apply.  Each names a module with
 #: ``COMPONENT`` and ``MIGRATIONS``.
 SCHEMA_MODULES: Final = (
-    "memory.events",
+    "store.events",
     "broker.schema",
     "memory.schema",
     "locks.schema",

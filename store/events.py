@@ -20,7 +20,7 @@ from typing import Any, Final, NamedTuple, Sequence, final
 import apsw
 import attrs
 
-from broker import jsoncodec
+from store import jsoncodec
 
 COMPONENT = "events"
 GENESIS: Final = "0" * 64

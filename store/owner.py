@@ -23,7 +23,7 @@ import attrs
 import outcome
 import trio
 
-from memory import database
+from store import database
 
 T = TypeVar("T")
 #: Most jobs grouped into one transaction.

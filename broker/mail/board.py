@@ -19,7 +19,7 @@ import attrs
 
 from broker.identity import OPERATOR_NAME, Principal
 from broker.mail.mailbox import unread_by_mailbox
-from memory import events
+from store import events
 
 if TYPE_CHECKING:
     from broker.core import BrokerCore

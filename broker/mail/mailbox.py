@@ -23,7 +23,7 @@ import attrs
 from broker.errors import ConclaveError, ErrorCode
 from broker.identity import Principal
 from broker.mail.message import TO_ALL, TO_OPERATOR, Delivery, Message
-from memory import events
+from store import events
 
 _COLUMNS = "m.id, m.thread, m.sender, m.sender_box, m.addressed, m.subject, m.body, m.at"
 _VISIBLE = "(m.sender_box = :box OR EXISTS (SELECT 1 FROM mail_deliveries v WHERE v.message = m.id AND v.mailbox = :box))"

@@ -45,7 +45,7 @@ class Mail:
         return service
 
     async def job(self, fn: Callable[[apsw.Connection], T]) -> T:
-        """Run one store job (see ``memory.owner.StoreOwner.call``)."""
+        """Run one store job (see ``store.owner.StoreOwner.call``)."""
         self._jobs += 1
         return await self.core.store.call(fn)
 

@@ -19,7 +19,7 @@ import pytest
 from agents.harness import Run
 from agents.mcp_tools import TOOLS
 from broker.wire import IDENTITY_FIELDS
-from memory.database import connect
+from store.database import connect
 from tests.agents.conftest import available_ops, error_of, probe, require, result_of
 
 #: The op arguments the other packages committed to (the issue's fixed table).

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.client import BlockingClient, NoIdentityError
+from broker.client import BlockingClient, NoIdentityError
 from broker.errors import ConclaveError, ErrorCode
 
 
@@ -83,7 +83,7 @@ def test_orphan_of_an_agent_cannot_pose_as_operator_or_reuse_the_ticket(start_ru
         f"""
         import json, os, sys, time
         sys.path[:0] = {sys.path!r}
-        from agents.client import BlockingClient
+        from broker.client import BlockingClient
         from broker.errors import ConclaveError
         time.sleep(1.5)
         results = {{}}
@@ -114,7 +114,7 @@ def test_request_naming_an_identity_is_refused_and_logged(start_run):
     # Control: the same request without the fields is answered.
     assert alice.raw('{"id": 8, "op": "whoami", "args": {}}\n')["result"]["agent"] == "alice"
     run.stop()
-    from memory.database import connect
+    from store.database import connect
 
     conn = connect(run.state / "conclave.db", readonly=True)
     rows = list(conn.execute("SELECT actor, subject, payload FROM events WHERE kind = 'wire.identity_field_refused'"))

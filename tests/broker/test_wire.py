@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from agents.client import BlockingClient
+from broker.client import BlockingClient
 from broker.errors import ConclaveError, ErrorCode
 from broker.wire import MAX_LINE_BYTES
 
@@ -106,7 +106,7 @@ def test_a_silent_connection_without_hello_does_not_stop_the_broker(run):
 
 
 def count_rows(run) -> tuple[int, int]:
-    from memory.database import connect
+    from store.database import connect
 
     conn = connect(run.state / "conclave.db", readonly=True)
     try:

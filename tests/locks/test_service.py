@@ -14,7 +14,7 @@ from agents.harness import Run, make_repo
 from broker.identity import Principal, Role
 from locks import LockStatistics, LockTable
 from locks.journal import Journal
-from memory.owner import StoreOwner
+from store.owner import StoreOwner
 
 
 async def test_holdings_and_statistics_report_what_is_held(tmp_path: Path, nursery) -> None:

@@ -23,7 +23,7 @@ def start_module_run(tmp_path_factory: pytest.TempPathFactory, agents: Sequence[
 
 def query(run: Run, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
     """Rows from the run's state database, read-only (WAL lets us read beside the broker)."""
-    from memory.database import connect
+    from store.database import connect
 
     conn = connect(run.state / "conclave.db", readonly=True)
     try:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from agents.harness import Run
-from mailtools import start_module_run, word
+from tests.mail.mailtools import start_module_run, word
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,7 @@ def test_broadcast_reaches_every_live_agent_but_the_sender(run: Run) -> None:
 
 HANG_UP_MID_WAIT = """
 import json, os, socket, time
-from agents.client import agent_credentials
+from broker.client import agent_credentials
 path, ticket = agent_credentials()
 s = socket.socket(socket.AF_UNIX)
 s.connect(str(path))

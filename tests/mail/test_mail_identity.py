@@ -14,7 +14,7 @@ import pytest
 
 from agents.harness import Run
 from broker.errors import ConclaveError, ErrorCode
-from mailtools import query, start_module_run, word, written
+from tests.mail.mailtools import query, start_module_run, word, written
 
 
 

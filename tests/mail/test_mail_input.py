@@ -11,7 +11,7 @@ import pytest
 from agents.harness import Run
 from broker.errors import ConclaveError, ErrorCode
 from broker.mail.message import MAX_BODY_BYTES, MAX_LINE_CHARS
-from mailtools import query, start_module_run, word, written
+from tests.mail.mailtools import query, start_module_run, word, written
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from agents.harness import Run
-from mailtools import board_row, query, word
+from tests.mail.mailtools import board_row, query, word
 
 
 def test_mail_survives_a_broker_restart(tmp_path: Path) -> None:
@@ -56,8 +56,8 @@ def test_mail_survives_a_broker_restart(tmp_path: Path) -> None:
         found = bob.call("msg.search", query=f"third {secret}")
         assert [m["id"] for m in found] == [unread["id"]]
     # The chain of events still verifies across both runs.
-    from memory import events
-    from memory.database import connect
+    from store import events
+    from store.database import connect
 
     conn = connect(second.state / "conclave.db", readonly=True)
     try:

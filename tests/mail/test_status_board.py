@@ -14,7 +14,7 @@ from typing import Iterator
 import pytest
 
 from agents.harness import Run
-from mailtools import board_row, query, start_module_run, word
+from tests.mail.mailtools import board_row, query, start_module_run, word
 
 
 @pytest.fixture(scope="module")

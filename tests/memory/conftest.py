@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 import apsw
 import pytest
 
-from memory import database
+from store import database
 
 
 @pytest.fixture

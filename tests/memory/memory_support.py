@@ -9,7 +9,8 @@ from typing import Any, Callable
 import apsw
 
 from broker.identity import Principal, Role
-from memory import authoring, database, events
+from memory import authoring
+from store import database, events
 from memory.policy import TrustPolicy
 
 #: The default policy, for store-level tests.

@@ -69,7 +69,7 @@ def test_groom_never_deletes_a_row(job: Callable[..., Any], store: apsw.Connecti
 
 
 def _events(store: apsw.Connection, claim_id: int) -> list[Any]:
-    from memory import events
+    from store import events
 
     return events.read(store, subject=str(claim_id))
 

@@ -81,7 +81,7 @@ async def test_raising_the_quorum_demotes_claims_that_no_longer_reach_it(start_r
     from broker.core import open_core
     from broker.paths import StatePaths
     from broker.team import parse
-    from memory import events
+    from store import events
     from memory.ops import SERVICE
 
     run = start_run([{"name": "alice"}, {"name": "bob"}, {"name": "carol"}])

@@ -14,7 +14,7 @@ import pytest
 from tests.memory.memory_support import FACT
 
 from agents.harness import Run
-from memory import database
+from store import database
 
 
 @pytest.fixture(scope="module")

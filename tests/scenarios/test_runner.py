@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.scenario import collect, known_ops, load, run_scenario
-from broker.scenario.format import ScenarioInvalid
+from scenarios import collect, known_ops, load, run_scenario
+from scenarios.format import ScenarioInvalid
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from broker import jsoncodec
+from store import jsoncodec
 
 
 class Colour(str, enum.Enum):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import trio
 import pytest
 
-from memory import events
-from memory.database import connect, open_store
-from memory.owner import StoreOwner
+from store import events
+from store.database import connect, open_store
+from store.owner import StoreOwner
 
 
 async def test_concurrent_jobs_are_grouped_and_a_failing_job_rolls_back_alone(tmp_path):
@@ -87,7 +87,7 @@ def test_an_event_needs_an_actor(tmp_path):
 
 
 def test_migrations_are_idempotent(tmp_path):
-    from memory.database import migrate
+    from store.database import migrate
 
     conn = open_store(tmp_path / "db")
     version = conn.pragma("user_version")
