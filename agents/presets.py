@@ -17,8 +17,11 @@ run the agent's binary directly; it runs ``conclave agent-launch``, which
    so the agent and every MCP server or hook it starts are in the tree the
    broker checks.
 
-``check_preset`` runs at team load and names a missing binary there, before
-anything is spawned.
+Each preset is an :class:`AgentPreset` in :data:`REGISTRY`; the composition
+root hands the registry to the team parser, which calls
+:meth:`AgentPreset.check` at team load (a missing binary is named there,
+before anything is spawned), and the supervisor calls
+:meth:`AgentPreset.command` at spawn.
 """
 
 from __future__ import annotations
@@ -32,10 +35,12 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, final
 
 import attrs
 
+from broker.spec import SpecError, check_command
+
 if TYPE_CHECKING:
     from broker.identity import Principal
     from broker.paths import StatePaths
-    from broker.team import AgentSpec
+    from broker.spec import AgentSpec
 
 #: preset -> the binary it runs when the team entry gives no command.
 BINARIES: Final = {"claude-code": "claude", "codex": "codex", "aider": "aider"}
@@ -48,36 +53,43 @@ ENV_PROMPT_FILE: Final = "CONCLAVE_PROMPT_FILE"
 ENV_MCP_CONFIG: Final = "CONCLAVE_MCP_CONFIG"
 
 
-# -- at team load (the broker's process) ----------------------------------------------
+@final
+@attrs.frozen
+class AgentPreset:
+    """One way of starting a coding agent: the broker's :class:`~broker.spec.Preset`."""
+
+    name: str
+
+    # -- at team load (the broker's process) ------------------------------------------
+
+    def check(self, spec: AgentSpec, cwd: Path, *, check_commands: bool) -> None:
+        """Refuse a preset entry that cannot start.
+
+        Raises:
+            SpecError: an agent preset without a prompt, or a binary that is
+                not installed -- naming the binary and the preset.
+        """
+        if self.name != "command" and not (spec.prompt and spec.prompt.strip()):
+            raise SpecError(f'preset {self.name!r} needs the task as prompt = "..."')
+        if not check_commands:
+            return
+        command = list(spec.command) or [BINARIES[self.name]]
+        try:
+            check_command(command, cwd, "")
+        except SpecError:
+            raise SpecError(
+                f"preset {self.name!r} runs {command[0]!r}, which is not installed (not found on PATH or not "
+                f'executable); install it, or point at it with command = ["/path/to/{Path(command[0]).name}"]'
+            ) from None
+
+    # -- at spawn (the supervisor) ------------------------------------------------------
+
+    def command(self, spec: AgentSpec, paths: StatePaths, principal: Principal) -> list[str]:
+        return prepare(spec, paths, principal)
 
 
-def check_preset(spec: AgentSpec, cwd: Path, where: str, *, check_commands: bool = True) -> None:
-    """Refuse a preset entry that cannot start.
-
-    Raises:
-        TeamError: an unknown preset, an agent preset without a prompt, or a
-            binary that is not installed -- naming the binary and the preset.
-    """
-    from broker.team import TeamError, check_command
-
-    preset = spec.preset
-    if preset not in PRESETS:
-        raise TeamError(f"{where}: unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    if preset != "command" and not (spec.prompt and spec.prompt.strip()):
-        raise TeamError(f'{where}: preset {preset!r} needs the task as prompt = "..."')
-    if not check_commands:
-        return
-    command = list(spec.command) or [BINARIES[preset]]
-    try:
-        check_command(command, cwd, where)
-    except TeamError:
-        raise TeamError(
-            f"{where}: preset {preset!r} runs {command[0]!r}, which is not installed (not found on PATH or not "
-            f'executable); install it, or point at it with command = ["/path/to/{Path(command[0]).name}"]'
-        ) from None
-
-
-# -- at spawn (the supervisor) -----------------------------------------------------------
+#: Every preset, by the name a team file gives.
+REGISTRY: Final = {name: AgentPreset(name) for name in PRESETS}
 
 
 def agent_dir(paths: StatePaths, principal: Principal) -> Path:

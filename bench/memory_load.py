@@ -30,6 +30,7 @@ from memory_corpus import ClaimText  # noqa: E402
 
 from broker.identity import Principal, Role  # noqa: E402
 from memory import authoring, claims  # noqa: E402
+from broker import composition  # noqa: E402
 from store import database  # noqa: E402
 from memory.policy import TrustPolicy  # noqa: E402
 
@@ -52,7 +53,7 @@ def build(path: Path, count: int, *, seed: int = 3, progress: bool = True) -> di
     source = ClaimText(seed)
     authors = [bench_principal(f"author{i}", i) for i in range(AUTHORS)]
     witnesses = [bench_principal(f"witness{i}", i) for i in range(WITNESSES)]
-    conn = database.open_store(path)
+    conn = database.open_store(path, composition.schemas())
     started = time.perf_counter()
     written: list[str] = []
     tiers = {"trusted": 0, "disputed": 0, "unverified": 0}

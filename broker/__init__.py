@@ -6,7 +6,7 @@ not pay for trio, cattrs and apsw it never uses.
 
 from __future__ import annotations
 
-from broker._lazy import lazy_getattr
+from store._lazy import lazy_getattr
 
 
 _EXPORTS = {
@@ -21,7 +21,7 @@ _EXPORTS = {
     "RunSummary": "broker.main",
     "Supervisor": "broker.supervisor",
     "Team": "broker.team",
-    "AgentSpec": "broker.team",
+    "AgentSpec": "broker.spec",
     "StatePaths": "broker.paths",
 }
 

@@ -1,7 +1,8 @@
 """The ``conclave`` command: the root app, and the broker's own commands.
 
 Each package owns its commands (``memory/cli.py``, ``locks/cli.py``,
-``broker/mail/cli.py``); this module mounts them.  Heavy imports (trio,
+``broker/mail/cli.py``, ...); the composition root (``broker.composition``)
+mounts them.  Heavy imports (trio,
 apsw, cattrs) happen inside commands, so an agent's ``conclave whoami`` stays
 cheap.
 """
@@ -26,29 +27,6 @@ app = typer.Typer(
 )
 
 
-def _mount() -> None:
-    from broker.mail import cli as mail_cli
-    from locks import cli as locks_cli
-    from memory import cli as memory_cli
-
-    for name, module, help_text in (
-        ("memory", memory_cli, "The shared memory: remember, recall, corroborate, audit."),
-        ("lock", locks_cli, "Path, glob and git locks."),
-        ("msg", mail_cli, "Mail between agents and the operator."),
-    ):
-        sub = module.app
-        if sub.registered_commands or sub.registered_groups:
-            app.add_typer(sub, name=name, help=help_text)
-    for extra in ("locks.cli", "broker.mail.cli", "scenarios.cli", "agents.cli"):
-        try:
-            module = __import__(extra, fromlist=["register"])
-        except ModuleNotFoundError:
-            continue
-        register = getattr(module, "register", None)
-        if register is not None:
-            register(app)
-
-
 @app.command()
 def run(
     team: Annotated[Path, typer.Option("--team", help="The team file (TOML) naming the agents to run.")],
@@ -62,6 +40,7 @@ def run(
 
     import trio
 
+    from broker import composition
     from broker.main import BrokerAlreadyRunning, run_broker
     from broker.team import TeamError, load
 
@@ -70,7 +49,7 @@ def run(
     if paths.repo == Path("/"):
         die("refusing to run on / ; pass --repo", EXIT_USAGE)
     try:
-        team_spec = load(team, repo=paths.repo)
+        team_spec = load(team, repo=paths.repo, rules=composition.team_rules())
     except TeamError as exc:
         die(str(exc), EXIT_USAGE)
     paths.ensure()
@@ -78,7 +57,7 @@ def run(
     if not json_out:
         say(f"conclave: broker for {paths.repo} (state {paths.state}); {len(team_spec.agents)} agent(s); Ctrl-C stops")
     try:
-        summary = trio.run(lambda: run_broker(paths, team_spec, grace=grace))
+        summary = trio.run(lambda: run_broker(paths, team_spec, features=composition.features(), grace=grace))
     except BrokerAlreadyRunning as exc:
         die(str(exc))
     emit(target, _summary_json(summary), _print_summary)
@@ -181,12 +160,10 @@ def ops(json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt = N
 
 
 def _static_ops() -> list[dict[str, Any]]:
-    import importlib
+    from broker import composition
+    from broker.optable import describe_ops
 
-    from broker.core import PLUGINS
-    from broker.router import describe_ops
-
-    return describe_ops(spec for module in PLUGINS for spec in importlib.import_module(module).OPS.ops.values())
+    return describe_ops(spec for feature in composition.features() for spec in feature.ops.ops.values())
 
 
 @app.command()
@@ -202,7 +179,9 @@ def demo(
 
 
 def main() -> None:
-    _mount()
+    from broker import composition
+
+    composition.mount(app)
     app()
 
 

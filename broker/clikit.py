@@ -100,8 +100,10 @@ def call_local(target: Target, op: str, args: dict[str, Any]) -> Any:
     """With no broker running, the operator's command opens the store itself."""
     import trio
 
+    from broker import composition
     from broker.core import open_core
-    from broker.router import Call, dispatch
+    from broker.core import Call
+    from broker.router import dispatch
 
     paths = target.paths()
     if not paths.database.exists() and not paths.state.exists():
@@ -118,7 +120,7 @@ def call_local(target: Target, op: str, args: dict[str, Any]) -> Any:
         die(f"this process runs inside an agent's process tree (pid {agent}); agents act only through the broker", EXIT_REFUSED)
 
     async def run() -> Any:
-        async with open_core(paths, team=None, live=False) as core:
+        async with open_core(paths, team=None, live=False, features=composition.features()) as core:
             # Returned, not raised: raised inside open_core's nursery it would
             # arrive wrapped in an ExceptionGroup that `call` does not catch.
             try:

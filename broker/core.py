@@ -2,38 +2,61 @@
 
 The same core serves a running broker (``conclave run``) and, with no broker
 running, an operator command that opens the store itself.  Packages plug in
-through a module that exposes ``OPS`` (an :class:`~broker.router.OpTable`)
-and optionally ``async def start(core, nursery)`` to start the task that owns
-their state (the lock table, the mail notifier, ...).
+as a :class:`Feature`: their ops (an :class:`~broker.optable.OpTable`),
+their tables (a :class:`~store.schema.Schema`), and optionally ``async def
+start(core, nursery)`` to start the task that owns their state (the lock
+table, the mail notifier, ...).  Which features a run has is decided in one
+place, the composition root (``broker.composition``).
 """
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import os
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Final, final
+from typing import Any, AsyncIterator, Awaitable, Callable, Protocol, Sequence, final
 
 import attrs
 import trio
 
 from broker.identity import PeerCredentials, Principal
+from broker.optable import OpSpec, OpTable
 from broker.paths import StatePaths
 from broker.registry import PrincipalRegistry
-from broker.router import OpSpec
-from broker.team import Team
+from broker.team import Team, TeamCheck
 from store import events
+from store.backend import SqliteBackend
 from store.owner import StoreOwner
-
-if TYPE_CHECKING:
-    from broker.supervisor import Supervisor
-
-#: Modules that contribute ops, in order.
-PLUGINS: Final = ("broker.ops_core", "memory.ops", "locks.ops", "broker.mail.ops")
+from store.schema import Schema
 
 EndedListener = Callable[[Principal], Awaitable[None]]
 ConnectionListener = Callable[[int, Principal], Awaitable[None]]
+
+
+@final
+@attrs.frozen
+class Feature:
+    """A package plugged into the broker: its ops, tables, owner task and team-file tables.
+
+    Each feature declares one (``memory.ops.FEATURE``, ``locks.ops.FEATURE``,
+    ...); the composition root lists them, and :func:`open_core` applies
+    their schemas and starts them in that order.
+    """
+
+    name: str
+    ops: OpTable
+    schema: Schema | None = None
+    start: Callable[[BrokerCore, trio.Nursery], Awaitable[None]] | None = None
+    #: Validates the team-file tables this feature reads; raises ValueError naming the fix.
+    check_team: TeamCheck | None = None
+
+
+class AgentSupervisor(Protocol):
+    """What ops may ask of the process that runs the agents (``broker.supervisor``)."""
+
+    async def spawn_child(self, parent: Principal, name: str, command: list[str]) -> Principal: ...
+
+    async def revoke(self, principal: Principal) -> bool: ...
 
 
 @final
@@ -46,6 +69,23 @@ class CoreStatistics:
 
 
 @final
+@attrs.frozen
+class Call:
+    """One request in flight: who is asking (from the connection) and the core.
+
+    ``connection`` identifies the connection for resources scoped to it
+    (``conclave exec --lock`` locks); it is None for in-process calls.
+    ``peer_gone`` returns once the client has hung up; a handler that blocks
+    (a lock wait) races it so a client that gave up never leaves a ghost.
+    """
+
+    principal: Principal
+    core: BrokerCore
+    connection: int | None = None
+    peer_gone: Callable[[], Awaitable[None]] | None = None
+
+
+@final
 class BrokerCore:
     """Everything an op handler may reach: the store, the registry, the team.
 
@@ -54,15 +94,15 @@ class BrokerCore:
     then, and nothing is held).
     """
 
-    def __init__(self, paths: StatePaths, *, uid: int, broker_pid: int, team: Team | None, live: bool) -> None:
+    def __init__(self, paths: StatePaths, *, uid: int, broker_pid: int, team: Team | None, live: bool, schemas: Sequence[Schema]) -> None:
         self.paths = paths
         self.team = team
         self.live = live
-        self.store = StoreOwner(paths.database)
+        self.store = StoreOwner(SqliteBackend(paths.database), schemas)
         self.registry = PrincipalRegistry(uid=uid, broker_pid=broker_pid)
         self.ops: dict[str, OpSpec] = {}
         self.extensions: dict[str, Any] = {}
-        self.supervisor: Supervisor | None = None
+        self.supervisor: AgentSupervisor | None = None
         self._ended: list[EndedListener] = []
         self._closed: list[ConnectionListener] = []
         self._settlers: list[Callable[[], Awaitable[None]]] = []
@@ -124,22 +164,23 @@ class BrokerCore:
 
 
 @asynccontextmanager
-async def open_core(paths: StatePaths, *, team: Team | None, live: bool, broker_pid: int | None = None) -> AsyncIterator[BrokerCore]:
-    """Start the store owner and every plugin's owner task; yield the core."""
+async def open_core(
+    paths: StatePaths, *, team: Team | None, live: bool, features: Sequence[Feature], broker_pid: int | None = None
+) -> AsyncIterator[BrokerCore]:
+    """Start the store owner and every feature's owner task; yield the core."""
     paths.ensure()
-    core = BrokerCore(paths, uid=os.getuid(), broker_pid=broker_pid or os.getpid(), team=team, live=live)
+    schemas = [f.schema for f in features if f.schema is not None]
+    core = BrokerCore(paths, uid=os.getuid(), broker_pid=broker_pid or os.getpid(), team=team, live=live, schemas=schemas)
     async with trio.open_nursery() as nursery:
         await nursery.start(core.store.run)
         core.registry.on_refusal = core.record_auth_refusal_soon(nursery)
-        for name in PLUGINS:
-            module = importlib.import_module(name)
-            for op, spec in module.OPS.ops.items():
+        for feature in features:
+            for op, spec in feature.ops.ops.items():
                 if op in core.ops:
-                    raise TypeError(f"op {op} is defined by two plugins")
+                    raise TypeError(f"op {op} is defined by two features")
                 core.ops[op] = spec
-            start = getattr(module, "start", None)
-            if start is not None:
-                await start(core, nursery)
+            if feature.start is not None:
+                await feature.start(core, nursery)
         try:
             yield core
         finally:

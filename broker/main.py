@@ -12,13 +12,13 @@ import logging
 import os
 import signal
 from pathlib import Path
-from typing import Callable, ContextManager, final
+from typing import Callable, ContextManager, Sequence, final
 
 import attrs
 import trio
 
 from broker import paths as paths_mod
-from broker.core import BrokerCore, open_core
+from broker.core import BrokerCore, Feature, open_core
 from broker.identity import make_child_subreaper, parent_pid
 from broker.paths import BrokerAlreadyRunning, StatePaths
 from broker.server import bind, serve
@@ -47,6 +47,7 @@ async def run_broker(
     paths: StatePaths,
     team: Team,
     *,
+    features: Sequence[Feature],
     grace: float = 5.0,
     on_ready: Callable[[BrokerCore], None] | None = None,
 ) -> RunSummary:
@@ -57,7 +58,7 @@ async def run_broker(
             raise BrokerAlreadyRunning("could not become a child subreaper (prctl PR_SET_CHILD_SUBREAPER); refusing to run")
         socket_path = paths_mod.choose_socket_path(paths)
         stopped_by: list[str] = []
-        async with open_core(paths, team=team, live=True) as core:
+        async with open_core(paths, team=team, live=True, features=features) as core:
             await core.record("broker.start", actor=events.BROKER_ACTOR, payload={"pid": os.getpid(), "agents": [a.name for a in team.agents]})
             listener = await bind(socket_path)
             paths.socket_pointer.write_text(str(socket_path))

@@ -8,7 +8,9 @@ from typing import Any
 import attrs
 
 from broker.errors import ConclaveError, ErrorCode
-from broker.router import Access, Call, OpTable, describe_ops
+from broker import schema
+from broker.core import Call, Feature
+from broker.optable import Access, OpTable, describe_ops
 from broker.server import whoami as whoami_of
 
 OPS = OpTable()
@@ -111,3 +113,6 @@ async def stop(call: Call, _args: NoArgs) -> dict[str, Any]:
         raise ConclaveError(ErrorCode.UNAVAILABLE, "no broker is running")
     stopper()
     return {"stopping": True}
+
+
+FEATURE = Feature("broker", OPS, schema=schema.SCHEMA)

@@ -27,7 +27,7 @@ from broker.identity import (
     new_session_id,
     ticket_digest,
 )
-from broker.team import AgentSpec
+from broker.spec import AgentSpec
 
 
 @attrs.define(eq=False)

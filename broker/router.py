@@ -1,54 +1,21 @@
-"""Ops and their dispatch: the one place a request meets a principal.
+"""Dispatch: the one place a request meets a principal.
 
-Each package declares its ops in an :class:`OpTable` (``memory/ops.py``,
-``locks/ops.py``, ...).  A handler receives a :class:`Call` -- the acting
-principal, taken from the connection, and the broker core -- plus its
-structured arguments.  Handlers never see a request's raw dict, and no
-argument class has a field naming an identity.
+:func:`dispatch` finds the op a package declared (``broker.optable``),
+checks its access against the connection's principal, structures the
+arguments with the one strict converter and runs the handler with a
+:class:`~broker.core.Call`.  Handlers never see a request's raw dict.
 """
 
 from __future__ import annotations
 
-import enum
-import logging
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar, final
+from typing import Any, Awaitable, Callable
 
-import attrs
 import trio
 
+from broker.core import BrokerCore, Call
 from broker.errors import ConclaveError, ErrorCode
-from broker.identity import Principal
+from broker.optable import Access
 from broker.wire import IDENTITY_FIELDS, structure_args
-
-if TYPE_CHECKING:
-    from broker.core import BrokerCore
-
-log = logging.getLogger("conclave.router")
-A = TypeVar("A")
-
-
-class Access(enum.Enum):
-    ANY = "any"
-    AGENT = "agent"  # needs an agent principal (it authors, vouches or holds)
-    OPERATOR = "operator"  # a person's decision: promote, retire, revoke, force-release
-
-
-@final
-@attrs.frozen
-class Call:
-    """One request in flight: who is asking (from the connection) and the core.
-
-    ``connection`` identifies the connection for resources scoped to it
-    (``conclave exec --lock`` locks); it is None for in-process calls.
-    ``peer_gone`` returns once the client has hung up; a handler that blocks
-    (a lock wait) races it so a client that gave up never leaves a ghost.
-    """
-
-    principal: Principal
-    core: BrokerCore
-    connection: int | None = None
-    peer_gone: Callable[[], Awaitable[None]] | None = None
-
 
 async def wait_while_connected(event: trio.Event, seconds: float, peer_gone: Callable[[], Awaitable[None]] | None) -> bool:
     """Wait up to ``seconds`` for ``event``; False when the client hung up first.
@@ -72,49 +39,6 @@ async def wait_while_connected(event: trio.Event, seconds: float, peer_gone: Cal
             await event.wait()
             nursery.cancel_scope.cancel()
     return not gone
-
-
-Handler = Callable[[Call, Any], Awaitable[Any]]
-
-
-@final
-@attrs.frozen
-class OpSpec:
-    name: str
-    args: type
-    handler: Handler
-    access: Access
-    summary: str
-
-
-@final
-class OpTable:
-    """A package's ops.  Decorate handlers with :meth:`op`."""
-
-    def __init__(self) -> None:
-        self.ops: dict[str, OpSpec] = {}
-
-    def op(self, name: str, args: type[A], *, access: Access = Access.ANY) -> Callable[[Callable[[Call, A], Awaitable[Any]]], Callable[[Call, A], Awaitable[Any]]]:
-        fields = {f.name for f in attrs.fields(args)}
-        clash = fields & IDENTITY_FIELDS
-        if clash:
-            raise TypeError(f"op {name}: argument fields {sorted(clash)} name an identity; identity comes from the connection")
-
-        def register(fn: Callable[[Call, A], Awaitable[Any]]) -> Callable[[Call, A], Awaitable[Any]]:
-            if name in self.ops:
-                raise TypeError(f"op {name} is registered twice")
-            self.ops[name] = OpSpec(name, args, fn, access, (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "")
-            return fn
-
-        return register
-
-
-def describe_ops(specs: Iterable[OpSpec]) -> list[dict[str, Any]]:
-    """Each op's name, access, argument names and summary (what `conclave ops` prints)."""
-    return [
-        {"op": s.name, "access": s.access.value, "args": [f.name for f in attrs.fields(s.args)], "summary": s.summary}
-        for s in sorted(specs, key=lambda s: s.name)
-    ]
 
 
 async def dispatch(core: BrokerCore, call: Call, op: str, raw_args: dict[str, Any]) -> Any:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from store.schema import Schema
+
 COMPONENT = "broker"
 MIGRATIONS: list[str] = [
     """
@@ -23,3 +25,4 @@ MIGRATIONS: list[str] = [
     CREATE INDEX IF NOT EXISTS principals_by_domain ON principals(domain);
     """,
 ]
+SCHEMA = Schema(COMPONENT, MIGRATIONS)

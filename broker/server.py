@@ -22,7 +22,8 @@ import trio
 from broker import wire
 from broker.errors import ConclaveError, ErrorCode
 from broker.identity import PeerCredentials, Principal, peer_credentials
-from broker.router import Call, dispatch
+from broker.core import Call
+from broker.router import dispatch
 
 if TYPE_CHECKING:
     from broker.core import BrokerCore

@@ -26,7 +26,8 @@ from broker.errors import ConclaveError, ErrorCode
 from broker.identity import Principal
 from broker.paths import ENV_REPO, ENV_SOCKET, ENV_STATE_DIR, ENV_TICKET
 from broker.registry import LiveAgent
-from broker.team import AgentSpec, Team, validate_name, TeamError
+from broker.spec import AgentSpec, SpecError, validate_name
+from broker.team import Team
 from store import events
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ class Supervisor:
             raise ConclaveError(ErrorCode.UNAVAILABLE, "the broker is shutting down; no new agents")
         try:
             validate_name(name, "spawn")
-        except TeamError as exc:
+        except SpecError as exc:
             raise ConclaveError(ErrorCode.INVALID_ARGS, str(exc)) from None
         if not command:
             raise ConclaveError(ErrorCode.INVALID_ARGS, "spawn needs a command: conclave spawn --name NAME -- CMD...")
@@ -152,9 +153,9 @@ class Supervisor:
         cwd = self.core.paths.repo / (spec.cwd or ".")
         command = list(spec.command)
         if spec.preset is not None and parent is None:
-            from agents.presets import prepare  # runs `conclave agent-launch` as the agent, which execs its binary
-
-            command = prepare(spec, self.core.paths, principal)
+            # The preset runs `conclave agent-launch` as the agent, which execs its binary.
+            assert self.core.team is not None
+            command = self.core.team.presets[spec.preset].command(spec, self.core.paths, principal)
         started = events.now()
         log_file = open(log_path, "ab")
         try:

@@ -10,24 +10,23 @@ command = ["bash", "agents/alice.sh"]
 
 Parsing is strict: an unknown key, a duplicate or reserved name, a missing
 command or a command that cannot be found is an error naming the agent and
-the key, raised before anything is spawned.
+the key, raised before anything is spawned.  What a ``[[slot]]``, a
+``[policy]`` or a preset means belongs to the package that uses it; the
+composition root passes those checks in as :class:`TeamRules`.
 """
 
 from __future__ import annotations
 
-import os
-import re
 import shlex
-import shutil
 import tomllib
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Final, final
+from typing import Any, Callable, Final, Iterator, Mapping, final
 
 import attrs
 
-from broker.identity import RESERVED_NAMES
+from broker.spec import AgentSpec, Preset, SpecError, check_command, validate_name
 
-NAME_PATTERN: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 RESTART_POLICIES: Final = ("never", "on-failure")
 AGENT_KEYS: Final = frozenset(
     {"name", "command", "cwd", "env", "may_spawn", "restart", "max_restarts", "preset", "prompt", "description"}
@@ -36,24 +35,16 @@ AGENT_KEYS: Final = frozenset(
 TOP_LEVEL_KEYS: Final = frozenset({"agent", "slot", "policy", "memory"})
 
 
-class TeamError(ValueError):
+class TeamError(SpecError):
     """The team file is wrong; the message names the agent and the key."""
 
 
-@final
-@attrs.frozen
-class AgentSpec:
-    """One agent the broker may spawn.  Children get a spec derived from their parent's."""
-
-    name: str
-    command: tuple[str, ...]
-    cwd: str | None = None
-    env: dict[str, str] = attrs.Factory(dict)
-    may_spawn: int = 0
-    restart: str = "never"
-    max_restarts: int = 3
-    preset: str | None = None
-    prompt: str | None = None
+@contextmanager
+def _as_team_error() -> Iterator[None]:
+    try:
+        yield
+    except SpecError as exc:
+        raise TeamError(str(exc)) from None
 
 
 @final
@@ -64,22 +55,32 @@ class Team:
     policy: dict[str, Any] = attrs.Factory(dict)
     source: Path | None = None
     memory: dict[str, Any] = attrs.Factory(dict)
+    #: The presets the file was checked against; the supervisor starts preset agents through them.
+    presets: Mapping[str, Preset] = attrs.Factory(dict)
 
     def spec(self, name: str) -> AgentSpec | None:
         return next((a for a in self.agents if a.name == name), None)
 
 
-def validate_name(name: object, where: str) -> str:
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        raise TeamError(
-            f"{where}: name {name!r} must start with a letter and use only letters, digits, '.', '_' or '-' (64 at most)"
-        )
-    if name.lower() in RESERVED_NAMES:
-        raise TeamError(f"{where}: name {name!r} is reserved ({', '.join(sorted(RESERVED_NAMES))}); choose another")
-    return name
+#: Checks a feature runs on the parsed team (its own tables); raise ValueError naming the fix.
+TeamCheck = Callable[[Team, str], None]
 
 
-def load(path: Path, *, repo: Path, check_commands: bool = True) -> Team:
+@final
+@attrs.frozen
+class TeamRules:
+    """What the features add to the team file, assembled by the composition root.
+
+    ``checks`` validate the tables a feature reads (locks: ``[[slot]]``;
+    memory: ``[policy]`` and ``[memory]``); ``presets`` are the launchers a
+    ``preset = "..."`` entry may name.
+    """
+
+    checks: tuple[TeamCheck, ...] = ()
+    presets: Mapping[str, Preset] = attrs.Factory(dict)
+
+
+def load(path: Path, *, repo: Path, rules: TeamRules, check_commands: bool = True) -> Team:
     """Read and validate a team file.
 
     Raises:
@@ -91,10 +92,10 @@ def load(path: Path, *, repo: Path, check_commands: bool = True) -> Team:
         raise TeamError(f"team file {path} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise TeamError(f"team file {path} is not valid TOML: {exc}") from None
-    return parse(raw, repo=repo, source=path, check_commands=check_commands)
+    return parse(raw, repo=repo, rules=rules, source=path, check_commands=check_commands)
 
 
-def parse(raw: dict[str, Any], *, repo: Path, source: Path | None = None, check_commands: bool = True) -> Team:
+def parse(raw: dict[str, Any], *, repo: Path, rules: TeamRules, source: Path | None = None, check_commands: bool = True) -> Team:
     where = str(source) if source else "team"
     unknown = set(raw) - TOP_LEVEL_KEYS
     if unknown:
@@ -105,7 +106,7 @@ def parse(raw: dict[str, Any], *, repo: Path, source: Path | None = None, check_
     agents: list[AgentSpec] = []
     seen: set[str] = set()
     for index, entry in enumerate(entries, start=1):
-        spec = _parse_agent(entry, f"{where}: agent #{index}", repo, check_commands)
+        spec = _parse_agent(entry, f"{where}: agent #{index}", repo, rules, check_commands)
         if spec.name in seen:
             raise TeamError(f"{where}: agent name {spec.name!r} appears twice; names must be unique")
         seen.add(spec.name)
@@ -113,36 +114,26 @@ def parse(raw: dict[str, Any], *, repo: Path, source: Path | None = None, check_
     slots = raw.get("slot", [])
     if not isinstance(slots, list) or not all(isinstance(s, dict) for s in slots):
         raise TeamError(f"{where}: slot must be a list of [[slot]] tables")
-    from locks.slots import SlotError, parse_slots  # locks owns the [[slot]] rules
-
-    try:
-        parse_slots(slots, where)
-    except SlotError as exc:
-        raise TeamError(str(exc)) from None
     policy = raw.get("policy", {})
     if not isinstance(policy, dict):
         raise TeamError(f"{where}: policy must be a table ([policy])")
     memory = raw.get("memory", {})
     if not isinstance(memory, dict):
         raise TeamError(f"{where}: memory must be a table ([memory])")
-    _check_memory_settings(policy, memory, where)
-    return Team(agents=tuple(agents), slots=tuple(slots), policy=policy, source=source, memory=memory)
+    team = Team(agents=tuple(agents), slots=tuple(slots), policy=policy, source=source, memory=memory, presets=rules.presets)
+    for check in rules.checks:
+        try:
+            check(team, where)
+        except ValueError as exc:
+            raise TeamError(str(exc)) from None
+    return team
 
 
-def _check_memory_settings(policy: dict[str, Any], memory: dict[str, Any], where: str) -> None:
-    # [policy] (the trust policy) and [memory] (the lifecycle) belong to memory.settings.
-    from memory.settings import MemorySettings
-
-    try:
-        MemorySettings.from_tables(policy, memory, where)
-    except ValueError as exc:
-        raise TeamError(str(exc)) from None
-
-
-def _parse_agent(entry: Any, where: str, repo: Path, check_commands: bool) -> AgentSpec:
+def _parse_agent(entry: Any, where: str, repo: Path, rules: TeamRules, check_commands: bool) -> AgentSpec:
     if not isinstance(entry, dict):
         raise TeamError(f"{where}: must be a table")
-    name = validate_name(entry.get("name"), where)
+    with _as_team_error():
+        name = validate_name(entry.get("name"), where)
     where = f"{where.rsplit(':', 1)[0]}: agent {name!r}"
     unknown = set(entry) - AGENT_KEYS
     if unknown:
@@ -194,20 +185,15 @@ def _parse_agent(entry: Any, where: str, repo: Path, check_commands: bool) -> Ag
         preset=entry.get("preset"),
         prompt=entry.get("prompt"),
     )
-    if spec.preset is not None:
-        from agents.presets import check_preset  # a preset knows its binary and what it needs
-
-        check_preset(spec, repo / (cwd or "."), where, check_commands=check_commands)
-    elif check_commands and spec.command:
-        check_command(spec.command, repo / (cwd or "."), where)
+    with _as_team_error():
+        if spec.preset is not None:
+            preset = rules.presets.get(spec.preset)
+            if preset is None:
+                raise SpecError(f"{where}: unknown preset {spec.preset!r}; choose one of {', '.join(rules.presets)}")
+            try:
+                preset.check(spec, repo / (cwd or "."), check_commands=check_commands)
+            except SpecError as exc:
+                raise SpecError(f"{where}: {exc}") from None
+        elif check_commands and spec.command:
+            check_command(spec.command, repo / (cwd or "."), where)
     return spec
-
-
-def check_command(command: tuple[str, ...] | list[str], cwd: Path, where: str) -> None:
-    program = command[0]
-    if os.sep in program:
-        target = (cwd / program) if not os.path.isabs(program) else Path(program)
-        if not (target.is_file() and os.access(target, os.X_OK)):
-            raise TeamError(f"{where}: command {program!r} is not an executable file (looked in {cwd})")
-    elif shutil.which(program) is None:
-        raise TeamError(f"{where}: command {program!r} was not found on PATH")

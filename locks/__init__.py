@@ -17,7 +17,7 @@ command does not need it.
 
 from __future__ import annotations
 
-from broker._lazy import lazy_getattr
+from store._lazy import lazy_getattr
 
 import importlib
 

@@ -19,9 +19,11 @@ from typing import Any, Final, Literal
 import attrs
 import trio
 
+from broker.core import Call, Feature
 from broker.errors import ConclaveError, ErrorCode
-from broker.router import Access, Call, OpTable
-from locks import guard
+from broker.optable import Access, OpTable
+from broker.team import Team
+from locks import guard, schema
 from locks.journal import Journal
 from locks.resources import Resource, ResourceError
 from locks.slots import parse_slots
@@ -287,3 +289,11 @@ async def _keep_guard(core: Any, table: LockTable, *, task_status: trio.TaskStat
         # The store is closing too, so removal goes to the broker log, not the event log.
         removed = guard.uninstall(installed)
         log.info("git guard %s from %s", "removed" if removed else "left in place", installed.hook)
+
+
+def check_team(team: Team, where: str) -> None:
+    """The team file's ``[[slot]]`` tables."""
+    parse_slots(team.slots, where)
+
+
+FEATURE = Feature("locks", OPS, schema=schema.SCHEMA, start=start, check_team=check_team)

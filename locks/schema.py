@@ -5,6 +5,8 @@ broker restarts."""
 
 from __future__ import annotations
 
+from store.schema import Schema
+
 COMPONENT = "locks"
 MIGRATIONS: list[str] = [
     """
@@ -14,3 +16,4 @@ MIGRATIONS: list[str] = [
     );
     """,
 ]
+SCHEMA = Schema(COMPONENT, MIGRATIONS)

@@ -18,8 +18,9 @@ import attrs
 import trio
 
 from broker.errors import ConclaveError, ErrorCode
-from broker.router import Access, Call, OpTable
-from memory import authoring, claims, curation, exposures, inspection, prefilter, retrieval, revocation, settings, standing
+from broker.core import Call, Feature
+from broker.optable import Access, OpTable
+from memory import authoring, claims, curation, exposures, inspection, prefilter, retrieval, revocation, schema, settings, standing
 from store import events
 from store.events import BROKER_ACTOR
 from memory.policy import PolicyError
@@ -27,6 +28,7 @@ from memory.service import MemoryService
 
 if TYPE_CHECKING:
     from broker.core import BrokerCore
+    from broker.team import Team
 
 OPS = OpTable()
 SERVICE: Final = "memory"
@@ -377,3 +379,11 @@ async def start(core: BrokerCore, nursery: trio.Nursery) -> None:
     core.extensions[SERVICE] = svc
     if core.live:
         nursery.start_soon(svc.auto_groom)
+
+
+def check_team(team: Team, where: str) -> None:
+    """The team file's ``[policy]`` (the trust policy) and ``[memory]`` (the lifecycle)."""
+    settings.MemorySettings.from_tables(team.policy, team.memory, where)
+
+
+FEATURE = Feature("memory", OPS, schema=schema.SCHEMA, start=start, check_team=check_team)

@@ -24,6 +24,8 @@ not inject.  ``verify`` checks both against their views.
 
 from __future__ import annotations
 
+from store.schema import Schema
+
 COMPONENT = "memory"
 
 MIGRATIONS: list[str] = [
@@ -136,3 +138,4 @@ MIGRATIONS: list[str] = [
     DROP INDEX IF EXISTS exposures_by_claim;
     """,
 ]
+SCHEMA = Schema(COMPONENT, MIGRATIONS)

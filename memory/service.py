@@ -17,7 +17,6 @@ import apsw
 import trio
 
 from memory import groom, verify
-from store import database
 from store.events import BROKER_ACTOR
 from memory.policy import TrustPolicy
 from memory.settings import MemorySettings
@@ -58,16 +57,7 @@ class MemoryService:
 
     async def read(self, fn: Callable[[apsw.Connection], T]) -> T:
         """Run ``fn`` on a fresh read-only connection in a worker thread (WAL: it sees committed data)."""
-
-        def run() -> T:
-            conn = database.connect(self.core.paths.database, readonly=True)
-            try:
-                with conn:
-                    return fn(conn)
-            finally:
-                conn.close()
-
-        return await trio.to_thread.run_sync(run)
+        return await self.core.store.read(fn)
 
     # -- groom -------------------------------------------------------------------
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -15,12 +14,9 @@ from scenarios.runner import FAILED, INVALID, PASSED, Outcome, run_scenario
 
 
 def known_ops() -> frozenset[str]:
-    from broker.core import PLUGINS
+    from broker import composition
 
-    names: set[str] = set()
-    for module in PLUGINS:
-        names.update(importlib.import_module(module).OPS.ops)
-    return frozenset(names)
+    return frozenset(op for feature in composition.features() for op in feature.ops.ops)
 
 
 def collect(paths: Iterable[Path]) -> list[Path]:

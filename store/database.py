@@ -2,30 +2,24 @@
 
 One SQLite file (WAL) holds everything a run must remember: principals,
 claims, locks' history, mail and the event log.  Each component keeps its
-schema as readable SQL in its own ``schema`` module, as a numbered list of
-migrations; ``schema_versions`` records how far each component has got and
-``PRAGMA user_version`` mirrors the total, so ``sqlite3 conclave.db
-'pragma user_version'`` tells at a glance.  Migrations are idempotent: running
-them twice changes nothing.
+schema as readable SQL in its own package and hands it over as a
+:class:`~store.schema.Schema`; the event log's own schema always comes first.
+``schema_versions`` records how far each component has got and ``PRAGMA
+user_version`` mirrors the total, so ``sqlite3 conclave.db 'pragma
+user_version'`` tells at a glance.  Migrations are idempotent: running them
+twice changes nothing.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Final, Sequence
 
 import apsw
 
-#: Components in the order their schemas apply.  Each names a module with
-#: ``COMPONENT`` and ``MIGRATIONS``.
-SCHEMA_MODULES: Final = (
-    "store.events",
-    "broker.schema",
-    "memory.schema",
-    "locks.schema",
-    "broker.mail.schema",
-)
+from store import events
+from store.schema import Schema
+
 BUSY_TIMEOUT_MS: Final = 10_000
 
 
@@ -41,15 +35,17 @@ def connect(path: Path | str, *, readonly: bool = False) -> apsw.Connection:
     return conn
 
 
-def migrate(conn: apsw.Connection) -> int:
-    """Apply every pending migration of every component; return the total applied."""
+def migrate(conn: apsw.Connection, schemas: Sequence[Schema]) -> int:
+    """Apply every pending migration: the event log's, then each of ``schemas`` in order.
+
+    Returns the total number of migrations the database now has.
+    """
     conn.execute(
         "CREATE TABLE IF NOT EXISTS schema_versions (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
     )
     total = 0
-    for name in SCHEMA_MODULES:
-        module = importlib.import_module(name)
-        total += _migrate_component(conn, module.COMPONENT, module.MIGRATIONS)
+    for schema in (events.SCHEMA, *schemas):
+        total += _migrate_component(conn, schema.component, schema.migrations)
     conn.pragma("user_version", total)
     return total
 
@@ -68,7 +64,8 @@ def _migrate_component(conn: apsw.Connection, component: str, migrations: Sequen
     return len(migrations)
 
 
-def open_store(path: Path | str) -> apsw.Connection:
+def open_store(path: Path | str, schemas: Sequence[Schema]) -> apsw.Connection:
+    """The writer connection, with every schema brought up to date."""
     conn = connect(path)
-    migrate(conn)
+    migrate(conn, schemas)
     return conn

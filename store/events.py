@@ -21,6 +21,7 @@ import apsw
 import attrs
 
 from store import jsoncodec
+from store.schema import Schema
 
 COMPONENT = "events"
 GENESIS: Final = "0" * 64
@@ -48,6 +49,7 @@ MIGRATIONS: list[str] = [
         BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
     """,
 ]
+SCHEMA = Schema(COMPONENT, MIGRATIONS)
 
 
 def now() -> str:

@@ -8,22 +8,23 @@ commit): each runs inside its own SAVEPOINT, so one failing job rolls back
 only itself, and the batch pays for one fsync instead of many.  This is what
 lets eight agents remember thousands of claims a second.
 
-Use :meth:`StoreOwner.call` from any task; never touch the connection
-directly.
+Use :meth:`StoreOwner.call` from any task to change state and
+:meth:`StoreOwner.read` to read on a connection of its own; never touch the
+writer connection directly.
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import Any, Callable, Final, TypeVar, final
+from typing import Any, Callable, Final, Sequence, TypeVar, final
 
 import apsw
 import attrs
 import outcome
 import trio
 
-from store import database
+from store.backend import Backend
+from store.schema import Schema
 
 T = TypeVar("T")
 #: Most jobs grouped into one transaction.
@@ -54,11 +55,13 @@ class StoreOwner:
     """Owns the writer connection; runs submitted jobs in batched transactions.
 
     Start it in the broker's nursery with ``await nursery.start(owner.run)``;
-    it opens (and migrates) the database before reporting started.
+    it opens the database through ``backend`` and applies every component's
+    ``schemas`` before reporting started.
     """
 
-    def __init__(self, path: Path) -> None:
-        self._path = path
+    def __init__(self, backend: Backend, schemas: Sequence[Schema]) -> None:
+        self.backend = backend
+        self._schemas = tuple(schemas)
         self._send, self._receive = trio.open_memory_channel[_Job](math.inf)
         self._limiter = trio.CapacityLimiter(1)
         self._conn: apsw.Connection | None = None
@@ -68,7 +71,7 @@ class StoreOwner:
         self._last_batch = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        self._conn = await trio.to_thread.run_sync(database.open_store, self._path, limiter=self._limiter)
+        self._conn = await trio.to_thread.run_sync(self.backend.open_writer, self._schemas, limiter=self._limiter)
         try:
             task_status.started()
             async with self._receive:
@@ -106,6 +109,19 @@ class StoreOwner:
         await job.done.wait()
         assert job.result is not None
         return job.result.unwrap()
+
+    async def read(self, fn: Callable[[apsw.Connection], T]) -> T:
+        """Run ``fn`` on a fresh read-only connection in a worker thread (WAL: it sees committed data)."""
+
+        def run() -> T:
+            conn = self.backend.open_reader()
+            try:
+                with conn:
+                    return fn(conn)
+            finally:
+                conn.close()
+
+        return await trio.to_thread.run_sync(run)
 
     def close(self) -> None:
         self._send.close()

@@ -16,7 +16,7 @@ stays cheap to start.
 
 from __future__ import annotations
 
-from broker._lazy import lazy_getattr
+from store._lazy import lazy_getattr
 
 
 _EXPORTS = {

@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from broker.core import Call, Feature
 from broker.errors import ConclaveError, ErrorCode
-from broker.mail import mailbox
+from broker.mail import mailbox, schema
 from broker.mail.board import Board, StatusLine, read_board, set_status
 from broker.mail.message import MAX_ACK, MAX_WAIT, Message, check_body, check_limit, check_line, check_unicode
 from broker.mail.service import EXTENSION, Mail, MailStatistics
-from broker.router import Access, Call, OpTable, wait_while_connected
+from broker.optable import Access, OpTable
+from broker.router import wait_while_connected
 
 if TYPE_CHECKING:
     from broker.core import BrokerCore
@@ -167,3 +169,6 @@ async def status_board(call: Call, _args: NoArgs) -> Board:
 async def stats(call: Call, _args: NoArgs) -> MailStatistics:
     """Callers waiting on their inbox, rings, wake-ups, and mail's store jobs."""
     return Mail.of(call.core).statistics()
+
+
+FEATURE = Feature("mail", OPS, schema=schema.SCHEMA, start=start)

@@ -12,6 +12,8 @@ Numbered migrations, appended, never edited.
 
 from __future__ import annotations
 
+from store.schema import Schema
+
 COMPONENT = "mail"
 MIGRATIONS: list[str] = [
     """
@@ -62,3 +64,4 @@ MIGRATIONS: list[str] = [
     ) WITHOUT ROWID;
     """,
 ]
+SCHEMA = Schema(COMPONENT, MIGRATIONS)

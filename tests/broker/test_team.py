@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agents.harness import make_repo
+from broker.composition import team_rules
 from broker.team import TeamError, load
 
 GOOD = '[[agent]]\nname = "alice"\ncommand = ["true"]\n'
@@ -38,14 +39,14 @@ def test_bad_team_file_is_refused_naming_the_problem(tmp_path, text, message):
     team = tmp_path / "team.toml"
     team.write_text(text)
     with pytest.raises(TeamError) as refused:
-        load(team, repo=tmp_path)
+        load(team, repo=tmp_path, rules=team_rules())
     assert message in str(refused.value)
 
 
 def test_good_team_file_parses(tmp_path):
     team = tmp_path / "team.toml"
     team.write_text(GOOD + '[[agent]]\nname = "bob"\ncommand = "sh -c true"\nmay_spawn = 2\nrestart = "on-failure"\n')
-    parsed = load(team, repo=tmp_path)
+    parsed = load(team, repo=tmp_path, rules=team_rules())
     assert [a.name for a in parsed.agents] == ["alice", "bob"]
     assert parsed.agents[1].command == ("sh", "-c", "true") and parsed.agents[1].may_spawn == 2
 

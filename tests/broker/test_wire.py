@@ -156,21 +156,20 @@ def test_a_client_that_pipelines_without_reading_starves_nobody_and_loses_nothin
 
 def test_the_fast_path_builds_exactly_what_the_converter_builds_and_nothing_else():
     """Every op's arguments: random requests of right and wrong shapes through both ways."""
-    import importlib
     import math
     import random
 
     import attrs as attrs_mod
 
     from broker import wire
-    from broker.core import PLUGINS
+    from broker import composition
 
     pool = [
         "a.txt", "", "agent", "connection", "x" * 3, 0, 1, -5, 2**40, 0.5, math.inf, math.nan, True, False, None,
         [], ["a", "b"], ["a", 1], [1, 2], [True], {}, {"k": "v"}, ["a", None],
     ]  # fmt: skip
     rng = random.Random(20261129)
-    classes = {spec.args for name in PLUGINS for spec in importlib.import_module(name).OPS.ops.values()}
+    classes = {spec.args for feature in composition.features() for spec in feature.ops.ops.values()}
     fast_taken = 0
     for cls in sorted(classes, key=lambda c: c.__name__):
         names = [f.name for f in attrs_mod.fields(cls)]

@@ -13,13 +13,15 @@ import pytest
 from agents.harness import Run, make_repo
 from broker.identity import Principal, Role
 from locks import LockStatistics, LockTable
+from locks import schema as locks_schema
 from locks.journal import Journal
+from store.backend import SqliteBackend
 from store.owner import StoreOwner
 
 
 async def test_holdings_and_statistics_report_what_is_held(tmp_path: Path, nursery) -> None:
     repo = make_repo(tmp_path)
-    store = StoreOwner(tmp_path / "state.db")
+    store = StoreOwner(SqliteBackend(tmp_path / "state.db"), [locks_schema.SCHEMA])
     await nursery.start(store.run)
     table = LockTable(repo, Journal(store))
     await nursery.start(table.run)

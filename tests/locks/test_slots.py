@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from agents.harness import make_repo
+from broker.composition import team_rules
 from broker.team import TeamError, parse
 from locks.slots import SlotSpec, parse_slots
 
@@ -17,7 +18,7 @@ AGENT = {"agent": [{"name": "alice", "command": ["true"]}]}
 
 
 def test_a_declared_slot_is_read_with_its_defaults(tmp_path: Path) -> None:
-    team = parse({**AGENT, "slot": [{"name": "llm-api", "capacity": 8}, {"name": "gpu", "capacity": 1, "min_interval_ms": 250}]}, repo=tmp_path)
+    team = parse({**AGENT, "slot": [{"name": "llm-api", "capacity": 8}, {"name": "gpu", "capacity": 1, "min_interval_ms": 250}]}, repo=tmp_path, rules=team_rules())
     assert parse_slots(team.slots) == (SlotSpec("llm-api", 8, 0), SlotSpec("gpu", 1, 250))
 
 
@@ -36,13 +37,13 @@ def test_a_declared_slot_is_read_with_its_defaults(tmp_path: Path) -> None:
 )
 def test_a_bad_slot_is_refused_naming_the_slot_and_the_key(tmp_path: Path, slot: dict, words: str) -> None:
     with pytest.raises(TeamError) as info:
-        parse({**AGENT, "slot": [slot]}, repo=tmp_path)
+        parse({**AGENT, "slot": [slot]}, repo=tmp_path, rules=team_rules())
     assert words in str(info.value)
 
 
 def test_a_slot_declared_twice_is_refused(tmp_path: Path) -> None:
     with pytest.raises(TeamError, match="declared twice"):
-        parse({**AGENT, "slot": [{"name": "x", "capacity": 1}, {"name": "x", "capacity": 2}]}, repo=tmp_path)
+        parse({**AGENT, "slot": [{"name": "x", "capacity": 1}, {"name": "x", "capacity": 2}]}, repo=tmp_path, rules=team_rules())
 
 
 def test_conclave_run_refuses_a_bad_slot_before_spawning_anyone(tmp_path: Path) -> None:

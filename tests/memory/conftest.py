@@ -9,12 +9,13 @@ from typing import Any, Callable, Iterator
 import apsw
 import pytest
 
+from broker import composition
 from store import database
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[apsw.Connection]:
-    conn = database.open_store(tmp_path / "memory.db")
+    conn = database.open_store(tmp_path / "memory.db", composition.schemas())
     yield conn
     conn.close()
 

@@ -78,6 +78,7 @@ def test_a_team_file_with_a_bad_policy_is_refused_before_anything_runs(tmp_path:
 
 async def test_raising_the_quorum_demotes_claims_that_no_longer_reach_it(start_run) -> None:  # type: ignore[no-untyped-def]
     """The team file's [policy] changes between runs: standings follow the rule in force, with events."""
+    from broker import composition
     from broker.core import open_core
     from broker.paths import StatePaths
     from broker.team import parse
@@ -90,14 +91,14 @@ async def test_raising_the_quorum_demotes_claims_that_no_longer_reach_it(start_r
     assert run.puppet("carol").call("memory.corroborate", id=claim)["tier"] == "trusted"
     run.stop()
     paths = StatePaths(repo=run.repo, state=run.state)
-    stricter = parse({"agent": [{"name": "alice", "command": ["true"]}], "policy": {"quorum": 3}}, repo=run.repo, check_commands=False)
-    async with open_core(paths, team=stricter, live=False) as core:
+    stricter = parse({"agent": [{"name": "alice", "command": ["true"]}], "policy": {"quorum": 3}}, repo=run.repo, rules=composition.team_rules(), check_commands=False)
+    async with open_core(paths, team=stricter, live=False, features=composition.features()) as core:
         svc = core.extensions[SERVICE]
         assert svc.policy == TrustPolicy(quorum=3)
         tier = await core.store.call(lambda conn: conn.execute("SELECT tier FROM claims WHERE id = ?", (claim,)).fetchone()[0])
         changes = await core.store.call(lambda conn: events.read(conn, kind_prefix="memory.tier", subject=str(claim)))
     assert tier == "unverified" and changes[-1].payload["cause"] == "the trust policy changed"
     # With no team file (an operator command, no broker), the recorded policy applies -- not the default.
-    async with open_core(paths, team=None, live=False) as core:
+    async with open_core(paths, team=None, live=False, features=composition.features()) as core:
         assert core.extensions[SERVICE].policy == TrustPolicy(quorum=3)
         assert (await core.extensions[SERVICE].verify())["ok"] is True

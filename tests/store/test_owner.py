@@ -6,12 +6,13 @@ import trio
 import pytest
 
 from store import events
+from store.backend import SqliteBackend
 from store.database import connect, open_store
 from store.owner import StoreOwner
 
 
 async def test_concurrent_jobs_are_grouped_and_a_failing_job_rolls_back_alone(tmp_path):
-    owner = StoreOwner(tmp_path / "db")
+    owner = StoreOwner(SqliteBackend(tmp_path / "db"), [])
     async with trio.open_nursery() as nursery:
         await nursery.start(owner.run)
         results: dict[int, object] = {}
@@ -44,7 +45,7 @@ async def test_concurrent_jobs_are_grouped_and_a_failing_job_rolls_back_alone(tm
 
 
 def test_the_event_log_refuses_update_and_delete_through_sqlite(tmp_path):
-    conn = open_store(tmp_path / "db")
+    conn = open_store(tmp_path / "db", [])
     with conn:
         events.append(conn, "test.one", actor="tester:1", payload={"n": 1})
     import apsw
@@ -57,7 +58,7 @@ def test_the_event_log_refuses_update_and_delete_through_sqlite(tmp_path):
 
 
 def test_verify_names_the_first_event_edited_behind_the_log(tmp_path):
-    conn = open_store(tmp_path / "db")
+    conn = open_store(tmp_path / "db", [])
     with conn:
         for n in range(5):
             events.append(conn, "test.n", actor="tester:1", payload={"n": n})
@@ -70,7 +71,7 @@ def test_verify_names_the_first_event_edited_behind_the_log(tmp_path):
 
 
 def test_verify_notices_a_deleted_event(tmp_path):
-    conn = open_store(tmp_path / "db")
+    conn = open_store(tmp_path / "db", [])
     with conn:
         for n in range(4):
             events.append(conn, "test.n", actor="tester:1")
@@ -81,19 +82,30 @@ def test_verify_notices_a_deleted_event(tmp_path):
 
 
 def test_an_event_needs_an_actor(tmp_path):
-    conn = open_store(tmp_path / "db")
+    conn = open_store(tmp_path / "db", [])
     with pytest.raises(ValueError, match="no default actor"):
         events.append(conn, "test.x", actor="")
 
 
-def test_migrations_are_idempotent(tmp_path):
+def test_a_feature_brings_its_own_schema_and_migrations_are_idempotent(tmp_path):
+    """The store lists no feature's tables: a component hands them over, and a later release adds one migration."""
     from store.database import migrate
+    from store.schema import Schema
 
-    conn = open_store(tmp_path / "db")
+    widgets = Schema("widgets", ["CREATE TABLE widgets (id INTEGER PRIMARY KEY)", "ALTER TABLE widgets ADD COLUMN name TEXT"])
+    conn = open_store(tmp_path / "db", [widgets])
     version = conn.pragma("user_version")
-    assert migrate(conn) == version
+    assert version == len(events.SCHEMA.migrations) + 2
+    assert migrate(conn, [widgets]) == version  # again: nothing changes, nothing fails
     assert conn.pragma("user_version") == version
-    assert version >= 2
+    later = Schema("widgets", [*widgets.migrations, "CREATE INDEX widgets_by_name ON widgets(name)"])
+    assert migrate(conn, [later]) == version + 1
+    versions = dict(conn.execute("SELECT component, version FROM schema_versions"))
+    assert versions == {"events": len(events.SCHEMA.migrations), "widgets": 3}
+    # Control: a store opened without the feature has no widgets table.
+    bare = open_store(tmp_path / "bare", [])
+    assert bare.execute("SELECT count(*) FROM sqlite_master WHERE name = 'widgets'").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'widgets'").fetchone() == (1,)
 
 
 def test_a_batch_of_events_chains_exactly_like_events_appended_one_at_a_time(tmp_path):
@@ -108,7 +120,7 @@ def test_a_batch_of_events_chains_exactly_like_events_appended_one_at_a_time(tmp
         for n in range(1, 40)
     ]
     first = dict(actor="tester:1", at="2026-11-29T00:00:00.000000+00:00")
-    one, many = open_store(tmp_path / "one"), open_store(tmp_path / "many")
+    one, many = open_store(tmp_path / "one", []), open_store(tmp_path / "many", [])
     with one:
         events.append(one, "test.first", **first)
         for p in pending:
@@ -127,7 +139,7 @@ def test_a_batch_of_events_chains_exactly_like_events_appended_one_at_a_time(tmp
 
 
 def test_a_batch_with_an_event_without_actor_writes_nothing(tmp_path):
-    conn = open_store(tmp_path / "db")
+    conn = open_store(tmp_path / "db", [])
     good = events.Pending("test.n", "tester:1", None, None, events.now())
     with pytest.raises(ValueError, match="no default actor"):
         with conn:
