@@ -1,6 +1,6 @@
 """Running a broker: the root nursery of ``conclave run``.
 
-One root nursery holds the store owner, every plugin's owner task, the wire
+One root nursery holds the store owner, every feature's owner task, the wire
 server, the orphan reaper and the supervisor.  The run ends when every agent
 has exited, or on SIGINT/SIGTERM (agents are terminated first), or on the
 operator's ``broker.stop``.
