@@ -16,13 +16,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from broker.client import BlockingClient
+from broker.entry import conclave_argv, python_argv
 from agents.puppet import control_path
 from broker.errors import ConclaveError, ErrorCode
 
@@ -44,7 +44,7 @@ def make_repo(root: Path, files: dict[str, str] | None = None) -> Path:
 
 
 def puppet_command(control_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "agents.puppet", "--control-dir", str(control_dir)]
+    return python_argv("agents.puppet", "--control-dir", str(control_dir))
 
 
 def toml_value(value: Any) -> str:
@@ -105,7 +105,7 @@ class Puppet:
 
     def conclave(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run the ``conclave`` CLI as this agent (a child of the puppet)."""
-        return self.sh(sys.executable, "-m", "broker.cli", *args)
+        return self.sh(*conclave_argv(*args))
 
     def exit(self, code: int = 0) -> None:
         try:
@@ -164,8 +164,8 @@ class Run:
     def start(self, *, wait_for: Iterable[str] | None = None, timeout: float = 20) -> Run:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "broker.cli", "run", "--team", str(self.team_file), "--repo", str(self.repo),
-             "--state-dir", str(self.state), "--grace", str(self.grace), "--json"],
+            conclave_argv("run", "--team", str(self.team_file), "--repo", str(self.repo),
+                          "--state-dir", str(self.state), "--grace", str(self.grace), "--json"),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -225,7 +225,7 @@ class Run:
         """Run ``conclave ARGS --state-dir STATE --repo REPO`` as the operator."""
         base = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
         return subprocess.run(
-            [sys.executable, "-m", "broker.cli", *args, "--repo", str(self.repo), "--state-dir", str(self.state)],
+            conclave_argv(*args, "--repo", str(self.repo), "--state-dir", str(self.state)),
             capture_output=True,
             text=True,
             env={**base, **(env or {})},

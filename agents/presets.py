@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, final
 
 import attrs
 
+from broker.entry import conclave_argv
 from broker.spec import SpecError, check_command
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ def prepare(spec: AgentSpec, paths: StatePaths, principal: Principal) -> list[st
     Writes nothing: the launcher writes the agent's files as the agent.
     """
     binary = list(spec.command) or [BINARIES[spec.preset or ""]]
-    command = [sys.executable, "-m", "broker.cli", "agent-launch", "--preset", spec.preset or "", "--dir", str(agent_dir(paths, principal))]
+    command = conclave_argv("agent-launch", "--preset", spec.preset or "", "--dir", str(agent_dir(paths, principal)))
     if spec.prompt:
         command += ["--prompt", spec.prompt]
     return [*command, "--", *binary]
@@ -195,7 +196,7 @@ def _mcp_server_entry(identity_file: Path) -> dict[str, Any]:
     return {
         "type": "stdio",
         "command": sys.executable,
-        "args": ["-m", "broker.cli", "mcp", "--identity-file", str(identity_file)],
+        "args": conclave_argv("mcp", "--identity-file", str(identity_file))[1:],
         "env": {},
     }
 
@@ -204,7 +205,7 @@ def claude_settings(identity_file: Path) -> dict[str, Any]:
     """Claude Code settings: the lock hook on every file-editing tool, and the conclave tools allowed."""
     from agents.hooks import MATCHER
 
-    hook = shlex.join([sys.executable, "-m", "broker.cli", "hook", "pre-tool-use", "--identity-file", str(identity_file)])
+    hook = shlex.join(conclave_argv("hook", "pre-tool-use", "--identity-file", str(identity_file)))
     return {
         "hooks": {"PreToolUse": [{"matcher": MATCHER, "hooks": [{"type": "command", "command": hook, "timeout": 60}]}]},
         "permissions": {"allow": [f"mcp__{MCP_SERVER_NAME}"]},

@@ -9,9 +9,8 @@ cheap.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import Annotated, Any, List, Optional
+from typing import Annotated, Any, List
 
 import typer
 

@@ -20,11 +20,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
+
+from broker.entry import conclave_argv
 
 CLAIM = "The config loader reads UTF-8 only and rejects other encodings when the file is opened."
 
@@ -131,14 +132,14 @@ def _env() -> dict[str, str]:
 
 def _conclave(repo: Path, *args: str) -> Any:
     out = subprocess.run(
-        [sys.executable, "-m", "broker.cli", *args, "--repo", str(repo), "--json"],
+        conclave_argv(*args, "--repo", str(repo), "--json"),
         capture_output=True, text=True, check=True, env=_env(),
     )
     return json.loads(out.stdout)
 
 
 def _show(repo: Path, *args: str) -> None:
-    subprocess.run([sys.executable, "-m", "broker.cli", *args, "--repo", str(repo)], check=True, env=_env())
+    subprocess.run(conclave_argv(*args, "--repo", str(repo)), check=True, env=_env())
 
 
 def run_demo(*, keep: bool, json_out: bool) -> int:

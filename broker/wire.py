@@ -18,7 +18,7 @@ import enum
 import json
 import types
 import typing
-from typing import Any, Callable, Final, NamedTuple, TypeVar, final
+from typing import Any, Callable, Final, NamedTuple, TypeVar
 
 import attrs
 import cattrs

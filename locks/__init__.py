@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from store._lazy import lazy_getattr
 
-import importlib
 
 _EXPORTS = {
     "LockTable": "locks.table",

@@ -31,6 +31,8 @@ from typing import Final, final
 
 import attrs
 
+from broker.entry import conclave_argv
+
 log = logging.getLogger("conclave.locks.guard")
 
 MARKER: Final = "# conclave-guard"
@@ -67,7 +69,7 @@ def hooks_dir(repo: Path) -> Path:
 
 def hook_text(repo: Path, state: Path, python: str) -> str:
     cmd = " ".join(
-        shlex.quote(a) for a in (python, "-m", "broker.cli", "lock", "check-commit", "--staged", "--repo", str(repo), "--state-dir", str(state))
+        shlex.quote(a) for a in conclave_argv("lock", "check-commit", "--staged", "--repo", str(repo), "--state-dir", str(state), python=python)
     )
     return f"""#!/bin/sh
 {MARKER}: installed by `conclave run` for {state}; removed when that broker stops.

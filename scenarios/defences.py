@@ -44,7 +44,8 @@ def run_scenario(tree: Path, scenario: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
     env["PYTHONPATH"] = str(tree)
     out = subprocess.run(
-        [sys.executable, "-m", "broker.cli", "scenario", "run", str(tree / "scenarios" / scenario), "--json", "-j", "1"],
+        # -P, not -I: the patched copy must be imported through PYTHONPATH, never the current directory.
+        [sys.executable, "-P", "-m", "broker.cli", "scenario", "run", str(tree / "scenarios" / scenario), "--json", "-j", "1"],
         capture_output=True, text=True, cwd=tree, env=env, timeout=600,
     )
     try:

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import sys
 import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,6 +24,7 @@ from typing import Any, Final, final
 import attrs
 
 from broker.client import BlockingClient
+from broker.entry import python_argv
 from agents.harness import Puppet, Run, puppet_command, toml_value
 from broker.errors import ConclaveError
 from scenarios.format import OPERATOR, Check, Scenario, Step, interpolate
@@ -153,15 +153,15 @@ class ScenarioRun:
             return {"ok": True, "result": identity}
         if action in ("steal-ticket", "replay-ticket"):
             ticket = self.tickets[raw["from"]]
-            probe = [sys.executable, "-m", "agents.probe", raw.get("op", "whoami"), json.dumps(raw.get("args", {}))]
+            probe = python_argv("agents.probe", raw.get("op", "whoami"), json.dumps(raw.get("args", {})))
             if actor == OPERATOR:
                 return _reply(lambda: self._outsider_with(ticket, raw.get("op", "whoami"), raw.get("args", {})))
             out = self.puppet(actor).sh("env", f"CONCLAVE_TICKET={ticket}", *probe)
             return json.loads(out.stdout)
         if action == "drop-ticket":
             out = self.puppet(actor).sh(
-                "env", "-u", "CONCLAVE_TICKET", sys.executable, "-m", "agents.probe",
-                raw.get("op", "whoami"), json.dumps(raw.get("args", {})), "--operator",
+                "env", "-u", "CONCLAVE_TICKET",
+                *python_argv("agents.probe", raw.get("op", "whoami"), json.dumps(raw.get("args", {})), "--operator"),
             )
             return json.loads(out.stdout)
         if action == "raw":

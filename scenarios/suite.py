@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Callable, Iterable

@@ -21,7 +21,6 @@ Imports inside functions and under ``TYPE_CHECKING`` count like any other.
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -109,7 +109,7 @@ def test_claude_code_preset_runs_claude_with_its_mcp_config_and_settings(launche
     assert argv == ["-p", argv[1], "--settings", str(directory / "settings.json"), "--mcp-config", str(directory / "mcp.json")]
     server = report["server"]
     assert server["command"] == sys.executable
-    assert server["args"] == ["-m", "broker.cli", "mcp", "--identity-file", str(directory / "identity.json")]
+    assert server["args"] == ["-I", "-m", "broker.cli", "mcp", "--identity-file", str(directory / "identity.json")]
     assert report["env_has_ticket"]
     # The MCP server the fake started from that config acts as alice, this very spawn.
     whoami = report["mcp"]["calls"][0]
@@ -117,7 +117,7 @@ def test_claude_code_preset_runs_claude_with_its_mcp_config_and_settings(launche
     assert report["settings"]["permissions"]["allow"] == ["mcp__conclave"]
     # The broker's record shows what it really ran: the launcher, which then became claude.
     (row,) = [r for r in run.op("agents") if r["session"] == session]
-    assert row["command"] == [sys.executable, "-m", "broker.cli", "agent-launch", "--preset", "claude-code", "--dir", str(directory), "--prompt", TASK, "--", "claude"]
+    assert row["command"] == [sys.executable, "-I", "-m", "broker.cli", "agent-launch", "--preset", "claude-code", "--dir", str(directory), "--prompt", TASK, "--", "claude"]
 
 
 def test_preset_files_live_under_the_state_dir_and_never_in_the_repository(launched):

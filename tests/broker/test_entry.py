@@ -1,0 +1,103 @@
+"""Nothing conclave runs inside a work tree imports code from it.
+
+The attack (T1, file edits only): an agent writes a ``broker/`` package into
+the repository.  Whatever conclave starts there with ``python -m broker.cli``
+-- the pre-commit hook a person or another agent triggers, the Claude Code
+hook, the MCP server, the launcher -- would import it instead of conclave,
+and act as that person or with that agent's ticket.  Each entry point is run
+here from the work tree with such a package planted; the package must never
+run, and the real conclave must (its own answer is checked).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from agents import presets
+from agents.harness import GIT_IDENTITY, Run
+from broker.entry import conclave_argv
+from broker.identity import Principal, Role
+from broker.paths import StatePaths
+from broker.spec import AgentSpec
+from locks import guard
+
+
+def plant(repo: Path, tmp_path: Path) -> Path:
+    """A ``broker`` package in the work tree that leaves a mark when imported."""
+    mark = tmp_path / "planted-package-ran"
+    package = repo / "broker"
+    package.mkdir(exist_ok=True)
+    (package / "__init__.py").write_text(f"open({str(mark)!r}, 'a').write('ran\\n')\n")
+    (package / "cli.py").write_text("raise SystemExit(0)\n")
+    return mark
+
+
+def operator_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+
+
+@pytest.fixture
+def repo(tmp_path: Path, start_run: Callable[..., Run]) -> Run:
+    return start_run([{"name": "alice"}])
+
+
+def test_control_a_planted_package_does_run_when_python_imports_from_the_tree(tmp_path: Path, repo: Run) -> None:
+    """Positive control: without isolated mode the plant works, so the tests below would see it."""
+    mark = plant(repo.repo, tmp_path)
+    subprocess.run([sys.executable, "-m", "broker.cli", "--help"], cwd=repo.repo, env=operator_env(), capture_output=True)
+    assert mark.read_text() == "ran\n"
+
+
+def test_the_commit_hook_never_imports_the_work_tree_for_the_operator_or_an_agent(tmp_path: Path, repo: Run) -> None:
+    mark = plant(repo.repo, tmp_path)
+    hook = guard.hooks_dir(repo.repo) / guard.HOOK
+    assert "-I" in shlex.split(hook.read_text().splitlines()[-1])  # what the broker installed
+    # A person commits: the hook runs conclave, which lets the operator's commit through.
+    (repo.repo / "README.md").write_text("the operator's edit\n")
+    git = ["git", "-C", str(repo.repo), *GIT_IDENTITY]
+    subprocess.run([*git, "add", "README.md"], check=True, env=operator_env())
+    done = subprocess.run([*git, "commit", "-m", "operator"], cwd=repo.repo, capture_output=True, text=True, env=operator_env())
+    assert done.returncode == 0, done.stderr
+    # An agent commits without the git lock: the real guard (not the plant, which would exit 0) refuses.
+    alice = repo.puppet("alice")
+    (repo.repo / "README.md").write_text("alice's edit\n")
+    alice.sh("git", "-C", str(repo.repo), "add", "README.md")
+    refused = alice.sh(*git, "commit", "-m", "alice without locks")
+    assert refused.returncode != 0 and "commit refused" in refused.stderr
+    alice.call("lock.acquire", resources=["README.md", "git"])
+    allowed = alice.sh(*git, "commit", "-m", "alice with locks")
+    assert allowed.returncode == 0, allowed.stderr
+    assert not mark.exists()
+
+
+def test_the_agent_side_entry_points_never_import_the_work_tree(tmp_path: Path, repo: Run) -> None:
+    """The Claude Code hook, the MCP server and the launcher, run from the work tree as the agent."""
+    mark = plant(repo.repo, tmp_path)
+    alice = repo.puppet("alice")
+    identity = tmp_path / "no-such-identity"
+    hook = shlex.split(presets.claude_settings(identity)["hooks"]["PreToolUse"][0]["hooks"][0]["command"])
+    event = {"tool_name": "Edit", "tool_input": {"file_path": str(repo.repo / "README.md")}, "cwd": str(repo.repo)}
+    denied = alice.sh(*hook, stdin=json.dumps(event))
+    assert denied.returncode == 2 and "conclave" in denied.stderr  # the real hook, failing closed
+    server = presets._mcp_server_entry(identity)
+    served = alice.sh(server["command"], *server["args"], stdin="")
+    assert served.returncode == 0 and "serving" in served.stderr and "as alice:" in served.stderr  # the real server
+    spec = AgentSpec(name="alice", command=("true",), preset="command")
+    launch = presets.prepare(spec, StatePaths(repo=repo.repo, state=tmp_path / "st"), Principal("alice", "s1", Role.AGENT, "alice"))
+    assert launch[:2] == [sys.executable, "-I"]
+    launched = subprocess.run(launch, cwd=repo.repo, env=operator_env(), capture_output=True, text=True)
+    assert launched.returncode != 0 and "agent-launch" in launched.stderr  # refused: not started by a broker
+    assert not mark.exists()
+
+
+def test_every_command_conclave_builds_is_isolated() -> None:
+    argv = conclave_argv("whoami")
+    assert argv[0] == sys.executable and os.path.isabs(argv[0]) and argv[1] == "-I"
