@@ -23,6 +23,7 @@ from typing import Any, Iterable, Sequence
 
 from broker.client import BlockingClient
 from broker.entry import conclave_argv, python_argv
+from broker.paths import StatePaths
 from agents.puppet import control_path
 from broker.errors import ConclaveError, ErrorCode
 
@@ -213,9 +214,16 @@ class Run:
     def socket_path(self) -> Path:
         return Path((self.state / "socket-path").read_text().strip())
 
+    @property
+    def paths(self) -> StatePaths:
+        return StatePaths(repo=self.repo, state=self.state)
+
+    def operator_key(self) -> str:
+        return self.paths.operator_key()
+
     def operator(self) -> BlockingClient:
-        """A connection from this process, which descends from no agent: the operator."""
-        return BlockingClient.for_operator(self.socket_path())
+        """A connection from this process (the test, outside every agent's tree) with the operator key."""
+        return BlockingClient.for_operator(self.socket_path(), operator_key=self.operator_key())
 
     def op(self, op: str, **args: Any) -> Any:
         with self.operator() as client:

@@ -134,7 +134,7 @@ def _status_kb(pid: int, field: str) -> int:
 
 
 def _op_round_trip(run: Run) -> list[float]:
-    with BlockingClient.for_operator(run.socket_path()) as client:
+    with run.operator() as client:
         for _ in range(200):
             client.call("whoami")
         return time_round_trips(lambda: client.call("whoami"), ROUND_TRIPS)

@@ -41,6 +41,7 @@ def run(
 
     from broker import composition
     from broker.main import BrokerAlreadyRunning, run_broker
+    from broker.paths import StateError
     from broker.team import TeamError, load
 
     target = Target(json_out, repo, state_dir)
@@ -57,7 +58,7 @@ def run(
         say(f"conclave: broker for {paths.repo} (state {paths.state}); {len(team_spec.agents)} agent(s); Ctrl-C stops")
     try:
         summary = trio.run(lambda: run_broker(paths, team_spec, features=composition.features(), grace=grace))
-    except BrokerAlreadyRunning as exc:
+    except (BrokerAlreadyRunning, StateError) as exc:
         die(str(exc))
     emit(target, _summary_json(summary), _print_summary)
 

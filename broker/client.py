@@ -3,9 +3,9 @@
 An agent's client reads the socket path and ticket that the broker put in its
 environment (``CONCLAVE_SOCKET``, ``CONCLAVE_TICKET``) and refuses to exist
 without them: there is no default identity, ever.  The operator's client is a
-separate, explicit constructor; whether the caller *is* the operator is the
-broker's decision, made from the kernel's view of the process, not the
-client's.
+separate, explicit constructor that presents the operator key (the file
+``operator.key`` in the state directory, which no sandboxed agent can read);
+the broker also judges the process's lineage from the kernel's view of it.
 
 The blocking client imports only the standard library, so ``conclave
 whoami`` inside an agent stays fast.
@@ -13,6 +13,7 @@ whoami`` inside an agent stays fast.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import os
@@ -89,6 +90,31 @@ def _ancestors(pid: int) -> set[int]:
     return found
 
 
+def _nobody_there(exc: OSError) -> bool:
+    """No socket, nobody accepting, or a path too long for any broker to have bound (it would have used a short one)."""
+    return isinstance(exc, (FileNotFoundError, ConnectionRefusedError)) or exc.errno is None or exc.errno == errno.ENAMETOOLONG
+
+
+def hello_args(ticket: str | None, operator_key: str | None) -> dict[str, str]:
+    """What a client says in ``hello``: exactly one proof -- an agent's ticket or the operator key.
+
+    Raises:
+        NoIdentityError: neither or both, or an empty one.
+    """
+    if (ticket is None) == (operator_key is None):
+        raise NoIdentityError(
+            "a client needs exactly one proof of identity: an agent's ticket (BlockingClient.for_agent) "
+            "or the operator key (BlockingClient.for_operator)"
+        )
+    if ticket is not None:
+        if not ticket:
+            raise NoIdentityError("an empty ticket is not an identity")
+        return {"ticket": ticket}
+    if not operator_key:
+        raise NoIdentityError("an empty operator key is not a proof")
+    return {"operator_key": operator_key}
+
+
 def _check_reply(reply: dict[str, Any]) -> Any:
     if reply.get("ok"):
         return reply.get("result")
@@ -104,24 +130,30 @@ def _check_reply(reply: dict[str, Any]) -> Any:
 class BlockingClient:
     """One authenticated connection, used synchronously.
 
-    Build it with :meth:`for_agent` (ticket required) or :meth:`for_operator`.
+    Build it with :meth:`for_agent` (ticket required) or :meth:`for_operator`
+    (operator key required).
     """
 
     def __init__(
-        self, socket_path: Path, *, ticket: str | None, operator: bool = False, timeout: float | None = None, verify_broker: bool = False
+        self,
+        socket_path: Path,
+        *,
+        ticket: str | None = None,
+        operator_key: str | None = None,
+        timeout: float | None = None,
+        verify_broker: bool = False,
     ) -> None:
-        if ticket is None and not operator:
-            raise NoIdentityError("a client needs a ticket; use BlockingClient.for_operator() for the operator")
-        if ticket is not None and not ticket:
-            raise NoIdentityError("an empty ticket is not an identity")
+        args = hello_args(ticket, operator_key)
         self._ids = itertools.count(1)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout)
         try:
             self._sock.connect(str(socket_path))
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
+        except OSError as exc:
             self._sock.close()
-            raise BrokerUnavailable(f"no broker is listening on {socket_path}") from exc
+            if _nobody_there(exc):
+                raise BrokerUnavailable(f"no broker is listening on {socket_path}") from exc
+            raise
         if verify_broker:
             try:
                 check_is_my_broker(self._sock, Path(socket_path))
@@ -129,7 +161,6 @@ class BlockingClient:
                 self._sock.close()
                 raise
         self._file = self._sock.makefile("rb")
-        args = {"ticket": ticket} if ticket is not None else {}
         self.identity: dict[str, Any] = self._roundtrip("hello", args)
 
     @classmethod
@@ -138,8 +169,9 @@ class BlockingClient:
         return cls(socket_path, ticket=ticket, timeout=timeout, verify_broker=True)
 
     @classmethod
-    def for_operator(cls, socket_path: Path, *, timeout: float | None = None) -> BlockingClient:
-        return cls(socket_path, ticket=None, operator=True, timeout=timeout)
+    def for_operator(cls, socket_path: Path, *, operator_key: str, timeout: float | None = None) -> BlockingClient:
+        """The operator's connection: ``operator_key`` is ``StatePaths.operator_key()``."""
+        return cls(socket_path, operator_key=operator_key, timeout=timeout)
 
     def call(self, op: str, args: dict[str, Any] | None = None) -> Any:
         """Send one request and return its result.
@@ -190,15 +222,18 @@ class TrioClient:
         self.identity: dict[str, Any] = {}
 
     @classmethod
-    async def connect(cls, socket_path: Path, *, ticket: str | None, operator: bool = False, verify_broker: bool = False) -> TrioClient:
+    async def connect(
+        cls, socket_path: Path, *, ticket: str | None = None, operator_key: str | None = None, verify_broker: bool = False
+    ) -> TrioClient:
         import trio
 
-        if ticket is None and not operator:
-            raise NoIdentityError("a client needs a ticket; pass operator=True for the operator")
+        args = hello_args(ticket, operator_key)
         try:
             stream = await trio.open_unix_socket(str(socket_path))
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
-            raise BrokerUnavailable(f"no broker is listening on {socket_path}") from exc
+        except OSError as exc:
+            if _nobody_there(exc):
+                raise BrokerUnavailable(f"no broker is listening on {socket_path}") from exc
+            raise
         if verify_broker:
             try:
                 check_is_my_broker(stream.socket, Path(socket_path))  # type: ignore[arg-type]
@@ -206,7 +241,7 @@ class TrioClient:
                 await stream.aclose()
                 raise
         client = cls(stream)
-        client.identity = await client.call("hello", {"ticket": ticket} if ticket is not None else {})
+        client.identity = await client.call("hello", args)
         return client
 
     @classmethod

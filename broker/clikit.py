@@ -4,9 +4,13 @@ Routing decides *how* a command reaches the store, never *who* it acts as:
 
 1. inside an agent's process tree (``CONCLAVE_TICKET`` set) it connects
    with the agent's ticket;
-2. otherwise, if a broker runs for the state directory, it connects without
-   a ticket and the broker decides whether this process is the operator;
-3. otherwise (no broker) an operator command opens the store itself.
+2. otherwise it proves it is the operator with the operator key
+   (``<state>/operator.key``, which no sandboxed agent can read) and, if a
+   broker runs for the state directory, connects with it -- the broker also
+   checks that the process does not descend from it or from an agent;
+3. otherwise (no broker) an operator command opens the store itself, with
+   the same proofs: the key, a lineage with no broker in it, and the lock on
+   the database file.
 
 Exit codes: 0 success, 1 the request was refused or failed, 2 bad usage,
 3 no broker to talk to.
@@ -67,6 +71,7 @@ def connect(target: Target, *, timeout: float | None = None):  # type: ignore[no
     """An authenticated blocking client, or None when no broker runs (operator only)."""
     from broker.client import BlockingClient, BrokerUnavailable
     from broker.errors import ConclaveError
+    from broker.paths import StateError
 
     try:
         if in_agent():
@@ -74,8 +79,15 @@ def connect(target: Target, *, timeout: float | None = None):  # type: ignore[no
                 return BlockingClient.for_agent(timeout=timeout)
             except BrokerUnavailable:
                 die("the broker that started this agent is no longer running", EXIT_NO_BROKER)
+        paths = target.paths()
         try:
-            return BlockingClient.for_operator(target.paths().socket(), timeout=timeout)
+            key = paths.operator_key()
+        except StateError as exc:
+            if not paths.state.exists():
+                return None  # no state at all: call_local says so
+            die(str(exc), EXIT_REFUSED)
+        try:
+            return BlockingClient.for_operator(paths.socket(), operator_key=key, timeout=timeout)
         except BrokerUnavailable:
             return None
     except ConclaveError as exc:
@@ -110,14 +122,19 @@ def call_local(target: Target, op: str, args: dict[str, Any]) -> Any:
         die(f"no conclave state at {paths.state} (run `conclave run --team TEAM.toml` first, or pass --state-dir)", EXIT_NO_BROKER)
 
     from broker.errors import ConclaveError
-    from broker.paths import BrokerAlreadyRunning, agent_ancestor, state_lock
+    from broker.paths import BrokerAlreadyRunning, StateError, broker_ancestor, state_lock
 
-    # Only a person may open the store directly: never a process in an agent's
-    # tree (even one that dropped its ticket), and never while a broker holds
-    # the state -- its socket may only have been hidden.
-    agent = agent_ancestor(os.getpid())
-    if agent is not None:
-        die(f"this process runs inside an agent's process tree (pid {agent}); agents act only through the broker", EXIT_REFUSED)
+    # Only a person may open the store directly: a process that descends from
+    # a running broker (an agent, whatever it did to its environment) never
+    # may; the operator key proves the rest; and the lock on the database file
+    # refuses while a broker holds it, whatever directory names it.
+    try:
+        broker = broker_ancestor(os.getpid())
+        if broker is not None:
+            die(f"this process descends from a running conclave broker (pid {broker}): agents act only through the broker", EXIT_REFUSED)
+        paths.operator_key()
+    except StateError as exc:
+        die(str(exc), EXIT_REFUSED)
 
     async def run() -> Any:
         async with open_core(paths, team=None, live=False, features=composition.features()) as core:
@@ -133,6 +150,8 @@ def call_local(target: Target, op: str, args: dict[str, Any]) -> Any:
             result = trio.run(run)
     except BrokerAlreadyRunning as exc:
         die(f"{exc}, but its socket ({paths.socket()}) does not answer; refusing to open the store behind it", EXIT_NO_BROKER)
+    except StateError as exc:
+        die(str(exc), EXIT_REFUSED)
     if isinstance(result, ConclaveError):
         raise result
     return _jsonable(result)

@@ -11,21 +11,23 @@ place, the composition root (``broker.composition``).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Protocol, Sequence, final
 
+import apsw
 import attrs
 import trio
 
 from broker.identity import PeerCredentials, Principal
 from broker.optable import OpSpec, OpTable
-from broker.paths import StatePaths
+from broker.paths import StatePaths, StateError
 from broker.registry import PrincipalRegistry
 from broker.team import Team, TeamCheck
 from store import events
-from store.backend import SqliteBackend
+from store.backend import Backend, SqliteBackend
 from store.owner import StoreOwner
 from store.schema import Schema
 
@@ -99,7 +101,7 @@ class BrokerCore:
         self.team = team
         self.live = live
         self.store = StoreOwner(SqliteBackend(paths.database), schemas)
-        self.registry = PrincipalRegistry(uid=uid, broker_pid=broker_pid)
+        self.registry = PrincipalRegistry(uid=uid, broker_pid=broker_pid, operator_key=paths.operator_key())
         self.ops: dict[str, OpSpec] = {}
         self.extensions: dict[str, Any] = {}
         self.supervisor: AgentSupervisor | None = None
@@ -163,16 +165,47 @@ class BrokerCore:
         return CoreStatistics(reg.live, reg.connections, store.jobs, store.batches)
 
 
+def _check_operator_key(backend: Backend, digest: str, paths: StatePaths) -> None:
+    if not paths.database.exists():
+        return
+    conn = backend.open_reader()
+    try:
+        row = conn.execute("SELECT digest FROM store_keys WHERE name = 'operator'").fetchone()
+    except apsw.SQLError:
+        row = None  # a store from before keys were recorded (or a new one): bound on open
+    finally:
+        conn.close()
+    if row is not None and row[0] != digest:
+        raise StateError(
+            f"the database {paths.database.resolve()} answers to another operator key than {paths.operator_key_file}; "
+            "use the state directory it belongs to"
+        )
+
+
+def _bind_operator_key(conn: apsw.Connection, digest: str) -> None:
+    if conn.execute("SELECT 1 FROM store_keys WHERE name = 'operator'").fetchone() is None:
+        conn.execute("INSERT INTO store_keys(name, digest, at) VALUES ('operator', ?, ?)", (digest, events.now()))
+        events.append(conn, "broker.operator_key_bound", actor=events.BROKER_ACTOR, payload={"sha256_prefix": digest[:12]})
+
+
 @asynccontextmanager
 async def open_core(
     paths: StatePaths, *, team: Team | None, live: bool, features: Sequence[Feature], broker_pid: int | None = None
 ) -> AsyncIterator[BrokerCore]:
-    """Start the store owner and every feature's owner task; yield the core."""
+    """Start the store owner and every feature's owner task; yield the core.
+
+    Raises:
+        StateError: the database answers to another operator key than this
+            state directory's (a directory that only links to it).
+    """
     paths.ensure()
     schemas = [f.schema for f in features if f.schema is not None]
     core = BrokerCore(paths, uid=os.getuid(), broker_pid=broker_pid or os.getpid(), team=team, live=live, schemas=schemas)
+    digest = hashlib.sha256(paths.operator_key().encode()).hexdigest()
+    _check_operator_key(core.store.backend, digest, paths)
     async with trio.open_nursery() as nursery:
         await nursery.start(core.store.run)
+        await core.store.call(lambda conn: _bind_operator_key(conn, digest))
         core.registry.on_refusal = core.record_auth_refusal_soon(nursery)
         for feature in features:
             for op, spec in feature.ops.ops.items():

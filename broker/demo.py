@@ -130,16 +130,21 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
 
 
+def _where(repo: Path) -> list[str]:
+    # The state directory sits beside the scratch repository (outside its work tree) and goes with it.
+    return ["--repo", str(repo), "--state-dir", str(repo.parent / "state")]
+
+
 def _conclave(repo: Path, *args: str) -> Any:
     out = subprocess.run(
-        conclave_argv(*args, "--repo", str(repo), "--json"),
+        conclave_argv(*args, *_where(repo), "--json"),
         capture_output=True, text=True, check=True, env=_env(),
     )
     return json.loads(out.stdout)
 
 
 def _show(repo: Path, *args: str) -> None:
-    subprocess.run(conclave_argv(*args, "--repo", str(repo)), check=True, env=_env())
+    subprocess.run(conclave_argv(*args, *_where(repo)), check=True, env=_env())
 
 
 def run_demo(*, keep: bool, json_out: bool) -> int:

@@ -1,9 +1,18 @@
-"""Where a run keeps its state: ``<repo>/.conclave/`` unless told otherwise.
+"""Where a run keeps its state: outside the work tree, where agents cannot reach it.
 
 Resolution order for the state directory: ``--state-dir``, then
-``CONCLAVE_STATE_DIR``, then ``<repo>/.conclave``.  The repository is
-``--repo``, else the git top level of the current directory, else the current
-directory.
+``CONCLAVE_STATE_DIR``, then ``$XDG_STATE_HOME/conclave/<repo-name>-<hash>``
+(``~/.local/state/...`` when ``XDG_STATE_HOME`` is unset).  The repository
+is ``--repo``, else the git top level of the current directory, else the
+current directory.
+
+Why not ``<repo>/.conclave``: an agent must be able to write its work tree,
+and a sandbox that grants a directory grants everything beneath it
+(Landlock), so a state directory inside the tree could never be hidden from
+the agents.  The state directory holds what they must not read: the
+database, the operator key, every agent's identity file, the logs.
+``conclave run`` refuses a state directory inside the work tree unless
+every agent runs unsandboxed (docs/THREAT_MODEL.md).
 
 Trap: a Unix socket path must fit in about 107 bytes.  When the state
 directory is too deep, the socket is bound in a short private directory under
@@ -13,8 +22,11 @@ directory is too deep, the socket is bound in a short private directory under
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import hashlib
 import os
+import secrets
 import subprocess
 import tempfile
 from contextlib import contextmanager
@@ -30,6 +42,13 @@ ENV_STATE_DIR: Final = "CONCLAVE_STATE_DIR"
 ENV_SOCKET: Final = "CONCLAVE_SOCKET"
 ENV_TICKET: Final = "CONCLAVE_TICKET"
 ENV_REPO: Final = "CONCLAVE_REPO"
+OPERATOR_KEY_NAME: Final = "operator.key"
+#: Bytes of randomness in the operator key (DESIGN.md asks for at least 128 bits).
+OPERATOR_KEY_BYTES: Final = 32
+
+
+class StateError(RuntimeError):
+    """The state directory cannot be used as asked; the message says how to fix it."""
 
 
 @final
@@ -51,6 +70,36 @@ class StatePaths:
         return self.state / "broker.pid"
 
     @property
+    def operator_key_file(self) -> Path:
+        return self.state / OPERATOR_KEY_NAME
+
+    @property
+    def agents(self) -> Path:
+        """Per-agent directories (identity files, generated configs): ``agents/<name>/<session>``."""
+        return self.state / "agents"
+
+    def inside_work_tree(self) -> bool:
+        """Is the state directory the repository or beneath it (where agents may write)?"""
+        return self.state.resolve().is_relative_to(self.repo.resolve())
+
+    def operator_key(self) -> str:
+        """The operator key this state directory's broker accepts.
+
+        Raises:
+            StateError: it does not exist or this process may not read it --
+                an agent in a sandbox cannot, and that is the point.
+        """
+        try:
+            return self.operator_key_file.read_text().strip()
+        except FileNotFoundError:
+            raise StateError(f"no operator key at {self.operator_key_file}: no broker has run for {self.state} yet") from None
+        except PermissionError:
+            raise StateError(
+                f"this process may not read the operator key ({self.operator_key_file}); operator commands are for "
+                "the person who started the broker, not for agents"
+            ) from None
+
+    @property
     def socket_pointer(self) -> Path:
         return self.state / SOCKET_POINTER
 
@@ -67,9 +116,23 @@ class StatePaths:
         return Path(recorded) if recorded else self.preferred_socket
 
     def ensure(self) -> None:
+        """Create the state directory (0700), its logs and the operator key if missing."""
         self.state.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.logs.mkdir(exist_ok=True, mode=0o700)
+        _create_operator_key(self.operator_key_file)
         _exclude_from_git(self.repo, self.state)
+
+
+def _create_operator_key(path: Path) -> None:
+    """Write a fresh key once, 0600, never overwriting (O_EXCL): two first runs agree on one key."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(OPERATOR_KEY_BYTES) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 class BrokerAlreadyRunning(RuntimeError):
@@ -78,42 +141,115 @@ class BrokerAlreadyRunning(RuntimeError):
 
 @contextmanager
 def state_lock(paths: StatePaths, *, record_pid: bool) -> Iterator[None]:
-    """Hold ``broker.pid`` locked: one broker -- or one operator command opening the
-    store itself -- per state directory.  ``record_pid`` writes our pid (the broker)."""
+    """Hold the database itself: one broker -- or one operator command opening the
+    store -- per database, however many directories name it.
+
+    The lock is an ``flock`` on the database file, so it follows the file, not
+    the path: a fresh ``--state-dir`` whose ``conclave.db`` is a hard or
+    symbolic link to a live database finds it held.  (``flock`` and SQLite's
+    own POSIX locks are independent on Linux; the descriptor stays open until
+    every SQLite connection is closed, so SQLite's locks are never dropped by
+    closing it.)  ``record_pid`` writes our pid to ``broker.pid`` (the broker).
+
+    Raises:
+        BrokerAlreadyRunning: the database is held.
+    """
     paths.ensure()
-    fd = os.open(paths.pidfile, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(paths.database, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            other = os.pread(fd, 32, 0).decode().strip() or "?"
+            holder = lock_holder(paths.database)
             raise BrokerAlreadyRunning(
-                f"a broker (pid {other}) is already running for {paths.state}; stop it first or use another --state-dir"
+                f"the database {paths.database.resolve()} is in use by a broker or an operator command"
+                f"{f' (pid {holder})' if holder else ''}; stop it first or use another --state-dir"
             ) from None
         if record_pid:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            pidfile = os.open(paths.pidfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(pidfile, f"{os.getpid()}\n".encode())
+            finally:
+                os.close(pidfile)
         yield
     finally:
         os.close(fd)
 
 
-def agent_ancestor(pid: int) -> int | None:
-    """The nearest ancestor of ``pid`` (itself included) that a broker started as an agent.
+def lock_holder(path: Path) -> int | None:
+    """The pid holding an ``flock`` on the file ``path`` names (from ``/proc/locks``), if any."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    for pid, device, inode in _flocks():
+        if inode == st.st_ino and device == (os.major(st.st_dev), os.minor(st.st_dev)):
+            return pid
+    return None
 
-    Read from each process's *initial* environment in ``/proc``, which a shell
-    that unsets ``CONCLAVE_TICKET`` cannot rewrite.
-    """
-    from broker.identity import ancestry
 
-    for ancestor in ancestry(pid):
-        try:
-            environ = Path(f"/proc/{ancestor}/environ").read_bytes()
-        except OSError:
+def _flocks() -> list[tuple[int, tuple[int, int], int]]:
+    """Every exclusive ``flock`` on the machine: (pid, (major, minor), inode)."""
+    out = []
+    try:
+        text = Path("/proc/locks").read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 fd:00:5678 0 EOF" ("->" marks a waiter).
+        if len(fields) < 6 or fields[1] != "FLOCK" or fields[2] == "->" or fields[3] != "WRITE":
             continue
-        if environ.startswith(ENV_TICKET.encode() + b"=") or b"\0" + ENV_TICKET.encode() + b"=" in environ:
+        try:
+            major, minor, inode = fields[5].split(":")
+            out.append((int(fields[4]), (int(major, 16), int(minor, 16)), int(inode)))
+        except ValueError:
+            continue
+    return out
+
+
+def broker_ancestor(pid: int) -> int | None:
+    """The nearest ancestor of ``pid`` (itself included) that holds a conclave database: a broker.
+
+    Decided from process lineage and the kernel's lock table, never from
+    environment variables: a process that dropped its ticket, exec'd itself
+    clean or double-forked still descends from the broker (a child
+    subreaper), and it cannot make the broker stop holding its database.
+
+    Raises:
+        StateError: the lineage cannot be read all the way (refuse, never guess).
+    """
+    from broker.identity import lineage
+
+    chain = lineage(pid)
+    if chain is None:
+        raise StateError(f"the ancestry of pid {pid} cannot be read; refusing to decide who it is")
+    holders = {p for p, _, _ in _flocks()}
+    for ancestor in chain:
+        if ancestor in holders and _holds_a_database(ancestor):
             return ancestor
     return None
+
+
+def _holds_a_database(pid: int) -> bool:
+    fd_dir = Path(f"/proc/{pid}/fd")
+    try:
+        names = os.listdir(fd_dir)
+    except OSError as exc:
+        # A process of our own uid whose descriptors we may not see: we are in a
+        # sandbox looking out.  Count it (refuse); another uid's process is not ours.
+        try:
+            ours = os.stat(f"/proc/{pid}").st_uid == os.getuid()
+        except OSError:
+            ours = False
+        return exc.errno == errno.EACCES and ours
+    for name in names:
+        try:
+            if os.readlink(fd_dir / name).endswith("/conclave.db"):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def resolve(repo: str | os.PathLike[str] | None = None, state_dir: str | os.PathLike[str] | None = None) -> StatePaths:
@@ -131,8 +267,25 @@ def resolve(repo: str | os.PathLike[str] | None = None, state_dir: str | os.Path
     else:
         repo_path = git_toplevel(Path.cwd()) or Path.cwd().resolve()
     chosen = state_dir if state_dir is not None else os.environ.get(ENV_STATE_DIR)
-    state = Path(chosen).resolve() if chosen else repo_path / ".conclave"
+    state = Path(chosen).resolve() if chosen else default_state_dir(repo_path)
     return StatePaths(repo=repo_path, state=state)
+
+
+def default_state_dir(repo: Path) -> Path:
+    """``$XDG_STATE_HOME/conclave/<name>-<hash of the repository's real path>``.
+
+    Raises:
+        ValueError: neither ``XDG_STATE_HOME`` nor ``HOME`` says where that is.
+    """
+    base = os.environ.get("XDG_STATE_HOME")
+    if not base:
+        home = os.environ.get("HOME")
+        if not home or not os.path.isabs(home):
+            raise ValueError("no state directory: set XDG_STATE_HOME or HOME, or pass --state-dir")
+        base = os.path.join(home, ".local", "state")
+    real = repo.resolve()
+    digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:12]
+    return Path(base) / "conclave" / f"{real.name or 'root'}-{digest}"
 
 
 def git_toplevel(start: Path) -> Path | None:

@@ -64,13 +64,19 @@ class PrincipalRegistry:
 
     ``authenticate`` is the whole identity check of DESIGN.md: a ticket must
     belong to a live agent *and* the peer must be that agent's process or a
-    descendant; no ticket means the operator, but only for a process of the
-    broker's uid that descends from no agent and not from the broker.
+    descendant.  The operator must prove it with the operator key, and even
+    with the key a process that descends from the broker (every agent, and
+    every orphan an agent left, since the broker is a child subreaper) or
+    from a live agent is refused: the key may have been read by an
+    unsandboxed agent, its lineage cannot be forged.
     """
 
-    def __init__(self, *, uid: int, broker_pid: int) -> None:
+    def __init__(self, *, uid: int, broker_pid: int, operator_key: str) -> None:
+        if not operator_key:
+            raise ValueError("the registry needs the operator key; there is no default operator")
         self.uid = uid
         self.broker_pid = broker_pid
+        self._operator_digest = ticket_digest(operator_key)
         self.operator = operator_principal(uid)
         self._live: dict[str, LiveAgent] = {}  # by principal key
         self._by_digest: dict[str, str] = {}
@@ -154,13 +160,14 @@ class PrincipalRegistry:
 
     # -- authenticating ------------------------------------------------------
 
-    def authenticate(self, secret: str | None, peer: PeerCredentials) -> Principal:
-        """Decide who the peer is.
+    def authenticate(self, peer: PeerCredentials, *, ticket: str | None, operator_key: str | None) -> Principal:
+        """Decide who the peer is from its one proof and its lineage.
 
         Raises:
-            ConclaveError: ``auth_failed`` (wrong uid, unknown ticket, ticket
-                used outside its agent's tree, agent process pretending to be
-                the operator) or ``revoked`` (ticket of an exited agent).
+            ConclaveError: ``auth_failed`` (wrong uid, no proof or both, a
+                wrong operator key, unknown ticket, ticket used outside its
+                agent's tree, agent process pretending to be the operator) or
+                ``revoked`` (ticket of an exited agent).
         """
         if peer.uid != self.uid:
             self._refuse("wrong_uid", peer, f"uid {peer.uid} is not the broker's uid {self.uid}")
@@ -174,7 +181,21 @@ class PrincipalRegistry:
                 f"the process that opened this connection (pid {peer.pid}) is gone or its ancestry cannot be read; "
                 "connect from the process that will use the connection",
             )
-        if secret is None:
+        if (ticket is None) == (operator_key is None):
+            self._refuse(
+                "no_proof",
+                peer,
+                "hello needs exactly one proof: an agent's ticket, or the operator key (the operator's `conclave` "
+                "reads it from the state directory's operator.key; agents present CONCLAVE_TICKET)",
+            )
+        if operator_key is not None:
+            if not digests_match(ticket_digest(operator_key), self._operator_digest):
+                self._refuse(
+                    "bad_operator_key",
+                    peer,
+                    "that is not this broker's operator key; run conclave as the person who started the broker "
+                    "(with the same --state-dir)",
+                )
             owner = self.agent_owning(peer.pid)
             if owner is not None:
                 self._refuse(
@@ -190,7 +211,8 @@ class PrincipalRegistry:
                     "this process descends from the broker (an agent's orphan), so it cannot act as the operator",
                 )
             return self.operator
-        digest = ticket_digest(secret)
+        assert ticket is not None
+        digest = ticket_digest(ticket)
         key = self._by_digest.get(digest)
         if key is None:
             if any(digests_match(digest, r) for r in self._revoked):

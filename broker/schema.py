@@ -1,4 +1,4 @@
-"""The broker's own tables: every principal ever issued, kept as history."""
+"""The broker's own tables: every principal ever issued, kept as history, and the key the store answers to."""
 
 from __future__ import annotations
 
@@ -23,6 +23,15 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (agent, session)
     );
     CREATE INDEX IF NOT EXISTS principals_by_domain ON principals(domain);
+    """,
+    """
+    -- Which operator key this store answers to (its SHA-256, never the key): a state
+    -- directory that merely links to this database, with a key of its own, is refused.
+    CREATE TABLE IF NOT EXISTS store_keys (
+        name    TEXT PRIMARY KEY,
+        digest  TEXT NOT NULL,
+        at      TEXT NOT NULL
+    );
     """,
 ]
 SCHEMA = Schema(COMPONENT, MIGRATIONS)

@@ -1,7 +1,7 @@
 """The wire server: one actor per connection on the broker's Unix socket.
 
-A connection first says ``hello`` (with its ticket, or without one to claim
-to be the operator); the registry decides who it is from the ticket and the
+A connection first says ``hello`` (with its ticket, or with the operator key
+to be the operator); the registry decides who it is from that proof and the
 kernel's peer credentials.  From then on every request is stamped with that
 principal.  One bad request gets an error reply and the connection goes on;
 only a line that breaks framing (too long, or left half-sent) closes it.
@@ -40,7 +40,10 @@ READ_CHUNK: Final = 65536
 
 @attrs.frozen
 class Hello:
+    """The first request: an agent's ticket, or the operator key (never both, never neither)."""
+
     ticket: str | None = None
+    operator_key: str | None = None
     client: str | None = None
 
 
@@ -206,7 +209,7 @@ class Connection:
                 if pending is not None and not pending.ready.is_set():
                     with trio.move_on_after(HELLO_TIMEOUT):
                         await pending.ready.wait()
-            principal = self.core.registry.authenticate(hello.ticket, self.peer)
+            principal = self.core.registry.authenticate(self.peer, ticket=hello.ticket, operator_key=hello.operator_key)
         except ConclaveError as exc:
             await self.send(wire.fail(rid, exc))
             return None

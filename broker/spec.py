@@ -44,6 +44,8 @@ class AgentSpec:
     max_restarts: int = 3
     preset: str | None = None
     prompt: str | None = None
+    #: "strict" | "landlock" | "off"; None: the strongest this machine offers (broker.sandbox).
+    sandbox: str | None = None
 
 
 class Preset(Protocol):

@@ -28,8 +28,9 @@ import attrs
 from broker.spec import AgentSpec, Preset, SpecError, check_command, validate_name
 
 RESTART_POLICIES: Final = ("never", "on-failure")
+SANDBOX_LEVELS: Final = ("strict", "landlock", "off")
 AGENT_KEYS: Final = frozenset(
-    {"name", "command", "cwd", "env", "may_spawn", "restart", "max_restarts", "preset", "prompt", "description"}
+    {"name", "command", "cwd", "env", "may_spawn", "restart", "max_restarts", "preset", "prompt", "description", "sandbox"}
 )
 #: Top-level tables other packages read (locks' slots, the trust policy).
 TOP_LEVEL_KEYS: Final = frozenset({"agent", "slot", "policy", "memory"})
@@ -165,6 +166,12 @@ def _parse_agent(entry: Any, where: str, repo: Path, rules: TeamRules, check_com
     max_restarts = entry.get("max_restarts", 3)
     if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or not 0 <= max_restarts <= 100:
         raise TeamError(f"{where}: max_restarts must be a whole number from 0 to 100")
+    sandbox = entry.get("sandbox")
+    if sandbox is not None and sandbox not in SANDBOX_LEVELS:
+        raise TeamError(
+            f'{where}: sandbox must be one of {", ".join(SANDBOX_LEVELS)} (or left out for the strongest this machine '
+            f"offers; `conclave doctor` says which)"
+        )
     for key in ("preset", "prompt"):
         if key in entry and not isinstance(entry[key], str):
             raise TeamError(f"{where}: {key} must be a string")
@@ -184,6 +191,7 @@ def _parse_agent(entry: Any, where: str, repo: Path, rules: TeamRules, check_com
         max_restarts=max_restarts,
         preset=entry.get("preset"),
         prompt=entry.get("prompt"),
+        sandbox=sandbox,
     )
     with _as_team_error():
         if spec.preset is not None:

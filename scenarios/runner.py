@@ -119,7 +119,7 @@ class ScenarioRun:
                 self.tickets[name] = item.split(b"=", 1)[1].decode()
 
     def operator_call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
-        with BlockingClient.for_operator(self.run.socket_path()) as client:
+        with self.run.operator() as client:
             return _reply(lambda: client.call(op, args))
 
     def act(self, step: Step) -> Any:
@@ -167,7 +167,7 @@ class ScenarioRun:
         if action == "raw":
             line = raw["line"] if raw["line"].endswith("\n") else raw["line"] + "\n"
             if actor == OPERATOR:
-                with BlockingClient.for_operator(self.run.socket_path()) as client:
+                with self.run.operator() as client:
                     return client.send_raw(line.encode())
             return self.puppet(actor).raw(line)
         if action in ("sh", "cli"):

@@ -12,6 +12,21 @@ import pytest
 from agents.harness import Run
 
 
+@pytest.fixture(autouse=True, scope="session")
+def no_real_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A command run without --state-dir resolves its state under XDG_STATE_HOME:
+    point that (for this process and every subprocess) at a directory the session made."""
+    import os
+
+    saved = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("xdg-state"))
+    yield
+    if saved is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = saved
+
+
 @pytest.fixture
 def start_run(tmp_path: Path) -> Iterator[Callable[..., Run]]:
     """Start a real broker with puppet agents: ``start_run([{"name": "alice"}, ...])``."""

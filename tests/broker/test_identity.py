@@ -85,9 +85,13 @@ def test_orphan_of_an_agent_cannot_pose_as_operator_or_reuse_the_ticket(start_ru
         from broker.errors import ConclaveError
         time.sleep(1.5)
         results = {{}}
-        for label, ticket in (("ticket", os.environ["CONCLAVE_TICKET"]), ("operator", None)):
+        try:  # the operator key, if this process can read it (it cannot inside a sandbox)
+            key = open(os.path.join(os.environ["CONCLAVE_STATE_DIR"], "operator.key")).read().strip()
+        except OSError:
+            key = "guessed-" + "0" * 56
+        for label, proof in (("ticket", {{"ticket": os.environ["CONCLAVE_TICKET"]}}), ("operator", {{"operator_key": key}})):
             try:
-                c = BlockingClient(os.environ["CONCLAVE_SOCKET"], ticket=ticket, operator=ticket is None)
+                c = BlockingClient(os.environ["CONCLAVE_SOCKET"], **proof)
                 results[label] = c.identity
             except ConclaveError as exc:
                 results[label] = exc.code.value
@@ -186,6 +190,9 @@ def test_a_connection_whose_opener_exited_is_not_the_operator(start_run, tmp_pat
         import json, os, socket, sys
         sys.path[:0] = {sys.path!r}
         results = {{}}
+        # What an unsandboxed agent could read: the operator key itself.
+        key = open(os.path.join(os.environ["CONCLAVE_STATE_DIR"], "operator.key")).read().strip()
+        hello = json.dumps({{"id": 1, "op": "hello", "args": {{"operator_key": key}}}}).encode() + b"\\n"
         for label, exits_first in (("attack", True), ("control", False)):
             s = socket.socket(socket.AF_UNIX)
             if exits_first:
@@ -196,7 +203,7 @@ def test_a_connection_whose_opener_exited_is_not_the_operator(start_run, tmp_pat
                 os.waitpid(pid, 0)
             else:
                 s.connect(os.environ["CONCLAVE_SOCKET"])
-            s.sendall(b'{{"id": 1, "op": "hello", "args": {{}}}}\\n')
+            s.sendall(hello)
             reply = json.loads(s.makefile("rb").readline())
             results[label] = reply["result"]["role"] if reply["ok"] else reply["error"]["code"]
         print(json.dumps(results))
@@ -220,7 +227,7 @@ def test_hiding_the_broker_socket_does_not_open_the_store_to_an_agent(start_run)
     try:
         pointer.write_text("/nonexistent/broker.sock")
         attack = alice.sh("env", "-u", "CONCLAVE_TICKET", "-u", "CONCLAVE_SOCKET", sys.executable, "-m", "broker.cli", *promote)
-        assert attack.returncode != 0 and "inside an agent's process tree" in attack.stderr
+        assert attack.returncode != 0 and "descends from a running conclave broker" in attack.stderr
         # Even the real operator's command refuses to open the store behind a live broker.
         hidden = run.cli(*promote[:3], "--json")
         assert hidden.returncode == 3 and "does not answer" in hidden.stderr
@@ -261,3 +268,97 @@ def test_an_agent_will_not_talk_to_a_fake_broker(start_run, tmp_path):
     assert seen.read_bytes() == b""  # the ticket never left alice's process
     # Control: the real broker's socket answers alice as alice.
     assert json.loads(run.puppet("alice").conclave("whoami", "--json").stdout)["agent"] == "alice"
+
+
+def _operator_cli(run, state, *args: str):
+    """``conclave ARGS`` from this process (outside every agent's tree) on another state directory."""
+    import os
+    import subprocess
+
+    from broker.entry import conclave_argv
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    argv = conclave_argv(*args, "--repo", str(run.repo), "--state-dir", str(state))
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+
+
+def _hello(run, args: dict) -> dict:
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(run.socket_path()))
+        s.sendall(json.dumps({"id": 1, "op": "hello", "args": args}).encode() + b"\n")
+        return json.loads(s.makefile("rb").readline())
+
+
+def test_the_operator_proves_it_with_the_key_and_nothing_else_will_do(start_run):
+    """A process outside every agent's tree is *not* the operator by that alone: it must present the key."""
+    run = start_run([{"name": "alice"}])
+    key = run.operator_key()
+    assert len(key) >= 32 and (run.state / "operator.key").stat().st_mode & 0o777 == 0o600
+    no_proof = _hello(run, {})
+    assert no_proof["error"]["code"] == "auth_failed" and "exactly one proof" in no_proof["error"]["message"]
+    wrong = _hello(run, {"operator_key": "f" * len(key)})
+    assert wrong["error"]["code"] == "auth_failed" and "not this broker's operator key" in wrong["error"]["message"]
+    both = _hello(run, {"operator_key": key, "ticket": "x"})
+    assert both["error"]["code"] == "auth_failed"
+    with pytest.raises(NoIdentityError):
+        BlockingClient(run.socket_path())  # the client will not even try without a proof
+    # Control: the key from the state directory makes this process the operator.
+    assert _hello(run, {"operator_key": key})["result"]["role"] == "operator"
+    assert run.op("whoami")["role"] == "operator"
+
+
+def test_a_second_state_dir_linking_the_live_database_finds_it_held(start_run, tmp_path):
+    """The attack: a fresh --state-dir whose conclave.db is a link (symbolic or hard) to the live
+    database, so that an operator command takes its lock per directory and opens the store behind
+    the broker.  The lock is on the database file itself."""
+    run = start_run([{"name": "alice"}])
+    claim = run.puppet("alice").call("memory.remember", kind="discovery", text="The parser keeps BOMs in UTF-8 input.")
+    live = run.state / "conclave.db"
+    linked = {"symlink": tmp_path / "sym", "hardlink": tmp_path / "hard"}
+    for how, state in linked.items():
+        state.mkdir()
+        # The real key too (what an unsandboxed agent could copy): only the lock is left to refuse.
+        (state / "operator.key").write_text(run.operator_key())
+    (linked["symlink"] / "conclave.db").symlink_to(live)
+    (linked["hardlink"] / "conclave.db").hardlink_to(live)
+    for how, state in linked.items():
+        promote = _operator_cli(run, state, "memory", "promote", str(claim["id"]), "--json")
+        assert promote.returncode != 0 and "is in use by a broker" in promote.stderr, (how, promote.stderr)
+    assert run.op("memory.show", id=claim["id"])["tier"] == "unverified"
+    # Once the broker has stopped, a directory that links the database with a key of its own is refused ...
+    run.stop()
+    forged = tmp_path / "forged"
+    forged.mkdir()
+    (forged / "conclave.db").symlink_to(live)
+    (forged / "operator.key").write_text("0" * 64)
+    refused = _operator_cli(run, forged, "memory", "promote", str(claim["id"]), "--json")
+    assert refused.returncode != 0 and "answers to another operator key" in refused.stderr, refused.stderr
+    # ... and control: with the store's own key, the same command through the link opens it.
+    promoted = _operator_cli(run, linked["symlink"], "memory", "promote", str(claim["id"]), "--json")
+    assert promoted.returncode == 0, promoted.stderr
+    assert json.loads(promoted.stdout)["tier"] == "trusted"
+
+
+def test_an_agent_that_execs_itself_clean_and_daemonizes_is_still_not_the_operator(start_run, tmp_path):
+    """The attack (sandbox off: the agent can read every file of its uid): drop the ticket by exec'ing
+    with an empty environment, double-fork a daemon in a new session, copy the operator key into a
+    fresh state directory whose database links to the live one, and run an operator command there.
+    Lineage decides, not the environment: the daemon still descends from the broker."""
+    run = start_run([{"name": "alice", "sandbox": "off"}, {"name": "bob"}])
+    alice = run.puppet("alice")
+    claim = alice.call("memory.remember", kind="discovery", text="The cache key must include the locale.")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "conclave.db").symlink_to(run.state / "conclave.db")
+    (fresh / "operator.key").write_text(run.operator_key())
+    out = tmp_path / "daemon.out"
+    command = " ".join([
+        *(f"'{a}'" for a in (sys.executable, "-I", "-m", "broker.cli")),
+        "memory", "promote", str(claim["id"]), "--json", "--repo", f"'{run.repo}'", "--state-dir", f"'{fresh}'",
+    ])
+    alice.sh("sh", "-c", f"setsid env -i PATH=/usr/bin:/bin sh -c \"{command} >'{out}' 2>&1; echo rc=\\$? >>'{out}'\" </dev/null >/dev/null 2>&1 &")
+    text = run.wait_until(lambda: out.exists() and "rc=" in out.read_text() and out.read_text(), timeout=30, what="the daemon's attempt")
+    assert "rc=0" not in text and "descends from a running conclave broker" in text, text
+    assert run.op("memory.show", id=claim["id"])["tier"] == "unverified"

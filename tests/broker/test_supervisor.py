@@ -118,5 +118,5 @@ def test_one_broker_per_state_directory(start_run):
     run = start_run([{"name": "alice"}])
     second = run.cli("run", "--team", str(run.team_file))
     assert second.returncode == 1
-    assert "already running" in second.stderr
+    assert "is in use by a broker" in second.stderr
     assert run.puppet("alice").call("whoami")["agent"] == "alice"

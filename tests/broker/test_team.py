@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -67,16 +68,27 @@ def test_conclave_run_with_a_bad_team_file_exits_2_and_writes_nothing(tmp_path):
     assert (state / "conclave.db").exists()
 
 
-def test_default_state_dir_is_in_the_repo_and_invisible_to_git(tmp_path):
+def test_default_state_dir_is_outside_the_work_tree_under_the_state_home(tmp_path):
+    """Agents write their work tree; the state (database, keys, identity files) must not be in it."""
     repo = make_repo(tmp_path)
     team = tmp_path / "team.toml"
     team.write_text(GOOD)
+    home = tmp_path / "state-home"
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("CONCLAVE_")}
+    env["XDG_STATE_HOME"] = str(home)
     out = subprocess.run(
         [sys.executable, "-m", "broker.cli", "run", "--team", str(team), "--repo", str(repo), "--json"],
         capture_output=True, text=True, timeout=60, env=env,
     )
     assert out.returncode == 0, out.stderr
-    assert (repo / ".conclave" / "conclave.db").exists()
+    [state] = (home / "conclave").iterdir()
+    assert state.name.startswith("repo-") and (state / "conclave.db").exists() and (state / "operator.key").exists()
+    assert (state / "operator.key").stat().st_mode & 0o777 == 0o600 and state.stat().st_mode & 0o777 == 0o700
+    assert not (repo / ".conclave").exists()
     assert subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True).stdout == ""
-    assert "/.conclave/" in (repo / ".git" / "info" / "exclude").read_text()
+    # Control: the same repository resolves to the same state directory again (one home per work tree).
+    again = subprocess.run(
+        [sys.executable, "-m", "broker.cli", "agents", "--json", "--repo", str(repo)], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert again.returncode == 0, again.stderr
+    assert [a["agent"] for a in json.loads(again.stdout)] == ["alice"]

@@ -21,6 +21,11 @@ def raw_socket(run) -> socket.socket:
     return s
 
 
+def hello(run, rid: int = 1) -> bytes:
+    """The operator's hello, with the key the operator's CLI reads from the state directory."""
+    return json.dumps({"id": rid, "op": "hello", "args": {"operator_key": run.operator_key()}}).encode() + b"\n"
+
+
 def exchange(sock: socket.socket, payload: bytes) -> dict:
     sock.sendall(payload)
     buf = b""
@@ -48,7 +53,7 @@ def test_malformed_requests_get_specific_errors_and_the_connection_goes_on(run):
         b'{"id": 4, "op": "agents", "args": {"colour": "red"}}\n': "invalid_args",
         b'{"id": 5, "op": "hello", "args": {}}\n': "unknown_op",
     }
-    with BlockingClient.for_operator(run.socket_path()) as client:
+    with run.operator() as client:
         for payload, code in cases.items():
             reply = client.send_raw(payload)
             assert reply["ok"] is False and reply["error"]["code"] == code, (payload, reply)
@@ -63,7 +68,7 @@ def test_first_request_must_be_hello(run):
         assert reply["error"]["code"] == "not_authenticated"
     # Control: hello first, then whoami.
     with raw_socket(run) as s:
-        assert exchange(s, b'{"id": 1, "op": "hello", "args": {}}\n')["ok"]
+        assert exchange(s, hello(run))["ok"]
         assert exchange(s, b'{"id": 2, "op": "whoami", "args": {}}\n')["result"]["agent"] == "operator"
 
 
@@ -76,7 +81,7 @@ def test_a_wrong_ticket_is_refused(run):
 
 def test_an_oversized_line_is_refused_and_others_are_still_served(run):
     with raw_socket(run) as s:
-        exchange(s, b'{"id": 1, "op": "hello", "args": {}}\n')
+        exchange(s, hello(run))
         s.sendall(b'{"id": 2, "op": "whoami", "args": {"pad": "' + b"x" * (MAX_LINE_BYTES + 10))
         buf = b""
         while not buf.endswith(b"\n"):
@@ -87,7 +92,7 @@ def test_an_oversized_line_is_refused_and_others_are_still_served(run):
 
 def test_half_a_line_then_silence_blocks_nobody(run):
     hung = raw_socket(run)
-    exchange(hung, b'{"id": 1, "op": "hello", "args": {}}\n')
+    exchange(hung, hello(run))
     hung.sendall(b'{"id": 2, "op": "who')  # ... and never finishes the line
     started = time.monotonic()
     for _ in range(20):
@@ -117,7 +122,7 @@ def count_rows(run) -> tuple[int, int]:
 
 def test_bad_requests_write_nothing_to_the_database(run):
     before = count_rows(run)
-    with BlockingClient.for_operator(run.socket_path()) as client:
+    with run.operator() as client:
         for payload in (b"{bad\n", b'{"id": 1, "op": "spawn", "args": {"name": "x", "command": ["true"]}}\n', b'{"id": 2, "op": "nope"}\n'):
             assert client.send_raw(payload)["ok"] is False
     assert count_rows(run) == before
@@ -132,7 +137,7 @@ def test_a_client_that_pipelines_without_reading_starves_nobody_and_loses_nothin
     n = 20_000
     flood = raw_socket(run)
     flood.settimeout(60)
-    exchange(flood, b'{"id": 0, "op": "hello", "args": {}}\n')
+    exchange(flood, hello(run, 0))
     requests = b"".join(b'{"id": %d, "op": "ping", "args": {}}\n' % i for i in range(1, n + 1))
     sender = threading.Thread(target=flood.sendall, args=(requests,))
     sender.start()
