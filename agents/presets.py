@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, final
 import attrs
 
 from broker.entry import conclave_argv
-from broker.spec import SpecError, check_command
+from broker.spec import SandboxNeeds, SpecError, check_command
 
 if TYPE_CHECKING:
     from broker.identity import Principal
@@ -87,6 +87,9 @@ class AgentPreset:
 
     def command(self, spec: AgentSpec, paths: StatePaths, principal: Principal) -> list[str]:
         return prepare(spec, paths, principal)
+
+    def sandbox_needs(self, spec: AgentSpec) -> SandboxNeeds:
+        return SandboxNeeds()
 
 
 #: Every preset, by the name a team file gives.

@@ -48,6 +48,25 @@ class AgentSpec:
     sandbox: str | None = None
 
 
+@final
+@attrs.frozen
+class SandboxNeeds:
+    """What a preset's binary needs inside the agent's sandbox beyond what every agent gets.
+
+    Every agent may already read the system, toolchains and ``$HOME`` (less
+    the private state) and write its work tree, its own temporary space and
+    its own per-agent directory.  Paths are absolute (``~`` is expanded by
+    the broker); missing ones are skipped.  A directory another agent or
+    the person also uses is a channel between them (a hook written into a
+    shared ``~/.claude`` runs in every Claude Code): prefer per-agent
+    directories (``CLAUDE_CONFIG_DIR``, ``CODEX_HOME``) and grant shared ones
+    read-only.
+    """
+
+    read: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()
+
+
 class Preset(Protocol):
     """How to start one kind of coding agent (Claude Code, Codex, ...) with conclave wired in."""
 
@@ -63,6 +82,10 @@ class Preset(Protocol):
 
     def command(self, spec: AgentSpec, paths: StatePaths, principal: Principal) -> list[str]:
         """The command the supervisor runs for this agent (writes nothing)."""
+        ...
+
+    def sandbox_needs(self, spec: AgentSpec) -> SandboxNeeds:
+        """Extra paths the binary reads or writes inside the agent's sandbox."""
         ...
 
 
