@@ -24,7 +24,7 @@ from typing import Any, Iterable, Sequence
 from broker.client import BlockingClient
 from broker.entry import conclave_argv, python_argv
 from broker.paths import StatePaths
-from agents.puppet import control_path
+from agents.puppet import control_address
 from broker.errors import ConclaveError, ErrorCode
 
 GIT_IDENTITY = ["-c", "user.name=conclave-test", "-c", "user.email=test@example.invalid"]
@@ -65,10 +65,10 @@ def toml_value(value: Any) -> str:
 class Puppet:
     """A handle on one puppet agent's control socket."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, address: str) -> None:
+        self.path = address
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.connect(str(path))
+        self._sock.connect(address)
         self._file = self._sock.makefile("rwb")
         hello = self._send({"whoami": True})
         self.identity: dict[str, Any] = hello["result"]
@@ -79,7 +79,7 @@ class Puppet:
         self._file.flush()
         line = self._file.readline()
         if not line:
-            raise ConnectionError(f"puppet at {self.path} went away")
+            raise ConnectionError(f"puppet at {self.path!r} went away")
         return json.loads(line)
 
     @property
@@ -183,14 +183,19 @@ class Run:
             out, err = self.process.communicate()
             raise RuntimeError(f"the broker exited with {self.process.returncode}: {err.strip() or out.strip()}")
 
-    def _wait_for_control(self, name: str, deadline: float) -> Path:
-        path = control_path(self.control, name)
-        while not path.exists():
+    def _wait_for_control(self, name: str, deadline: float) -> str:
+        address = control_address(self.control, name)
+        while True:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                try:
+                    probe.connect(address)
+                    return address
+                except ConnectionRefusedError:
+                    pass
             self._check_alive()
             if time.monotonic() > deadline:
-                raise TimeoutError(f"agent {name} did not come up (no {path})")
+                raise TimeoutError(f"agent {name} did not come up (its puppet is not listening)")
             time.sleep(0.02)
-        return path
 
     def puppet(self, name: str, *, timeout: float = 20, fresh: bool = False) -> Puppet:
         """The handle for agent ``name`` (a team agent, or a child ``parent/child``)."""

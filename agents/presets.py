@@ -98,7 +98,7 @@ REGISTRY: Final = {name: AgentPreset(name) for name in PRESETS}
 
 def agent_dir(paths: StatePaths, principal: Principal) -> Path:
     """Where one spawn of an agent keeps its generated files."""
-    return paths.state / "agents" / principal.agent.replace("/", "__") / principal.session
+    return paths.agent_dir(principal.agent, principal.session)
 
 
 def prepare(spec: AgentSpec, paths: StatePaths, principal: Principal) -> list[str]:

@@ -3,8 +3,11 @@
 Tests and the scenario runner need agents that are *real* processes with
 *real* broker-issued identities, yet act step by step on command.  A puppet
 is such an agent: the broker spawns it like any other (``python -m
-agents.puppet --control-dir DIR``); it listens on ``DIR/<agent>.sock`` and
-carries out one JSON command per line, replying with one JSON line:
+agents.puppet --control-dir DIR``); it listens on an abstract Unix socket
+named after ``DIR`` and its agent name (:func:`control_address` -- abstract,
+so a puppet needs no file outside its sandbox, and its own sandbox may not
+connect out to anyone else's) and carries out one JSON command per line,
+replying with one JSON line:
 
 ``{"call": OP, "args": {...}, "fresh": false}``
     send an op to the broker over the puppet's own authenticated connection
@@ -21,16 +24,19 @@ carries out one JSON command per line, replying with one JSON line:
 ``{"exit": CODE}``
     reply, then exit with that code.
 
-The controller is whoever can open the control socket (mode 0600 in a
-directory the test made); the puppet adds no identity of its own.
+The controller is a process of the same uid that knows ``DIR`` (a directory
+the test made); other uids are refused.  The puppet adds no identity of its
+own.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -40,8 +46,9 @@ from broker.client import BlockingClient, agent_credentials
 from broker.errors import ConclaveError
 
 
-def control_path(control_dir: Path, agent: str) -> Path:
-    return control_dir / (agent.replace("/", "__") + ".sock")
+def control_address(control_dir: Path, agent: str) -> str:
+    """The abstract socket address of ``agent``'s puppet for this controller."""
+    return "\0conclave-puppet-" + hashlib.sha256(f"{control_dir}\0{agent}".encode()).hexdigest()[:32]
 
 
 class Puppet:
@@ -75,19 +82,15 @@ class Puppet:
 
 def serve(control_dir: Path) -> int:
     puppet = Puppet()
-    path = control_path(control_dir, puppet.me["agent"])
-    tmp = path.with_suffix(".tmp")
-    for p in (path, tmp):
-        if p.exists():
-            p.unlink()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    server.bind(str(tmp))
-    os.umask(old)
-    server.listen(8)
-    os.rename(tmp, path)  # appears only once it accepts: the controller polls for it
+    server.bind(control_address(control_dir, puppet.me["agent"]))
+    server.listen(8)  # connectable only now: the controller polls for it
     while True:
         conn, _ = server.accept()
+        peer_uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]
+        if peer_uid != os.getuid():  # an abstract socket has no file mode: check who connects
+            conn.close()
+            continue
         with conn, conn.makefile("rwb") as stream:
             for line in stream:
                 try:
@@ -97,7 +100,6 @@ def serve(control_dir: Path) -> int:
                 stream.write(json.dumps(reply).encode() + b"\n")
                 stream.flush()
                 if code is not None:
-                    path.unlink(missing_ok=True)
                     return code
 
 

@@ -41,7 +41,11 @@ def run(
 
     from broker import composition
     from broker.main import BrokerAlreadyRunning, run_broker
+    from rich.markup import escape
+
     from broker.paths import StateError
+    from broker.sandbox import box as sandbox_box
+    from broker.sandbox import machine as sandbox_machine
     from broker.team import TeamError, load
 
     target = Target(json_out, repo, state_dir)
@@ -52,12 +56,22 @@ def run(
         team_spec = load(team, repo=paths.repo, rules=composition.team_rules())
     except TeamError as exc:
         die(str(exc), EXIT_USAGE)
+    machine = sandbox_machine.probe()
+    try:
+        chosen = sandbox_box.levels(((a.name, a.sandbox) for a in team_spec.agents), machine, state_in_work_tree=paths.inside_work_tree())
+        for agent in team_spec.agents:
+            sandbox_box.check_allowances(agent.name, (*agent.allow_read, *agent.allow_write), paths.state)
+    except ValueError as exc:
+        die(str(exc), EXIT_USAGE)
     paths.ensure()
     logging.basicConfig(filename=paths.logs / "broker.log", level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if not json_out:
         say(f"conclave: broker for {paths.repo} (state {paths.state}); {len(team_spec.agents)} agent(s); Ctrl-C stops")
+        for name, level in chosen.items():
+            line = f"  {escape(name)}: sandbox {level} -- {sandbox_box.DESCRIPTIONS[level]}"
+            say(f"[bold red]{line}[/]" if level == "off" else line)
     try:
-        summary = trio.run(lambda: run_broker(paths, team_spec, features=composition.features(), grace=grace))
+        summary = trio.run(lambda: run_broker(paths, team_spec, features=composition.features(), machine=machine, grace=grace))
     except (BrokerAlreadyRunning, StateError) as exc:
         die(str(exc))
     emit(target, _summary_json(summary), _print_summary)
@@ -164,6 +178,32 @@ def _static_ops() -> list[dict[str, Any]]:
     from broker.optable import describe_ops
 
     return describe_ops(spec for feature in composition.features() for spec in feature.ops.ops.values())
+
+
+@app.command()
+def doctor(json_out: JsonOpt = False) -> None:
+    """What this machine offers an agent's sandbox (Landlock ABI, user namespaces, cgroups) and what that means per threat."""
+    import attrs
+
+    from broker.sandbox import machine as sandbox_machine
+
+    found = sandbox_machine.probe()
+    report = {
+        **{k: (str(v) if isinstance(v, Path) else v) for k, v in attrs.asdict(found).items()},
+        "strongest": found.strongest,
+        "levels": {level: found.offers(level) or "available" for level in sandbox_machine.LEVELS},
+        "threats": found.threats(),
+    }
+
+    def human(r: dict[str, Any]) -> None:
+        abi = r["landlock_abi"]
+        say(f"Landlock: {f'ABI {abi}' if abi else 'not available'}")
+        say(f"user namespaces: {'yes' if found.user_namespaces else 'no (' + str(found.user_namespaces_error) + ')'}")
+        say(f"cgroup v2 for leftovers: {r['cgroup'] or 'not delegated to this user (the subreaper sweep is used)'}")
+        say(f"default sandbox: [bold]{r['strongest']}[/]" + ("" if r["strongest"] != "off" else " [bold red](agents are not contained)[/]"))
+        table("what each level means here", ["threat", "holds"], list(r["threats"].items()))
+
+    emit(Target(json_out), report, human)
 
 
 @app.command()

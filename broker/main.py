@@ -21,6 +21,8 @@ from broker import paths as paths_mod
 from broker.core import BrokerCore, Feature, open_core
 from broker.identity import make_child_subreaper, parent_pid
 from broker.paths import BrokerAlreadyRunning, StatePaths
+from broker.sandbox import sweep
+from broker.sandbox.machine import Machine
 from broker.server import bind, serve
 from broker.supervisor import AgentOutcome, Supervisor
 from broker.team import Team
@@ -48,6 +50,7 @@ async def run_broker(
     team: Team,
     *,
     features: Sequence[Feature],
+    machine: Machine,
     grace: float = 5.0,
     on_ready: Callable[[BrokerCore], None] | None = None,
 ) -> RunSummary:
@@ -62,7 +65,7 @@ async def run_broker(
             await core.record("broker.start", actor=events.BROKER_ACTOR, payload={"pid": os.getpid(), "agents": [a.name for a in team.agents]})
             listener = await bind(socket_path)
             paths.socket_pointer.write_text(str(socket_path))
-            supervisor = Supervisor(core, socket_path=socket_path, grace=grace)
+            supervisor = Supervisor(core, socket_path=socket_path, machine=machine, grace=grace)
             core.supervisor = supervisor
             try:
                 async with trio.open_nursery() as nursery:
@@ -142,12 +145,12 @@ def _is_zombie(pid: int) -> bool:
 
 
 def _kill_orphans() -> None:
-    """At shutdown nothing an agent started may outlive the broker."""
+    """At shutdown nothing an agent started may outlive the broker: freeze, kill, reap, until none is left."""
+    sweep.sweep(os.getpid(), ())
     for pid in _children_of(os.getpid()):
         try:
-            os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
+        except ChildProcessError:
             pass
 
 

@@ -78,6 +78,10 @@ class StatePaths:
         """Per-agent directories (identity files, generated configs): ``agents/<name>/<session>``."""
         return self.state / "agents"
 
+    def agent_dir(self, agent: str, session: str) -> Path:
+        """One spawn's private directory (identity file, generated configs): only that agent may use it."""
+        return self.agents / agent.replace("/", "__") / session
+
     def inside_work_tree(self) -> bool:
         """Is the state directory the repository or beneath it (where agents may write)?"""
         return self.state.resolve().is_relative_to(self.repo.resolve())
@@ -92,7 +96,10 @@ class StatePaths:
         try:
             return self.operator_key_file.read_text().strip()
         except FileNotFoundError:
-            raise StateError(f"no operator key at {self.operator_key_file}: no broker has run for {self.state} yet") from None
+            raise StateError(
+                f"no operator key at {self.operator_key_file}: no broker has run for {self.state} yet, or this process "
+                "cannot see it (an agent in a sandbox cannot); operator commands are for the person who started the broker"
+            ) from None
         except PermissionError:
             raise StateError(
                 f"this process may not read the operator key ({self.operator_key_file}); operator commands are for "

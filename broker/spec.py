@@ -46,6 +46,9 @@ class AgentSpec:
     prompt: str | None = None
     #: "strict" | "landlock" | "off"; None: the strongest this machine offers (broker.sandbox).
     sandbox: str | None = None
+    #: More paths the agent's box lets it read, or read and write (absolute).
+    allow_read: tuple[str, ...] = ()
+    allow_write: tuple[str, ...] = ()
 
 
 @final

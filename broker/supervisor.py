@@ -1,18 +1,24 @@
-"""The supervisor: spawns every agent, watches it, and cleans up after it.
+"""The supervisor: spawns every agent in its box, watches it, and cleans up after it.
 
-Each agent runs in its own process group with its stdout and stderr captured
+Each agent runs in its own process group, inside its sandbox
+(``broker.sandbox``: the launcher builds the box and execs the agent, so the
+agent keeps the pid registered here), with its stdout and stderr captured
 to ``<state>/logs/<agent>-<session>.log``.  When an agent's process exits the
-supervisor kills whatever is left of its group, revokes its principal (the
-ticket stops working, its connections close), records the exit, and tells
-the other owners (locks, mail) so they release what it held.  Cancelling the
-supervisor -- SIGINT or SIGTERM to the broker -- terminates every agent
-(SIGTERM, then SIGKILL after a grace period) before it returns.
+supervisor kills whatever is left of its group, then everything it left
+behind anywhere (its cgroup where one is delegated, and a freeze-and-sweep
+of the orphans it leaves the broker), revokes its principal (the ticket
+stops working, its connections close), records the exit with how many
+leftovers were killed, and tells the other owners (locks, mail) so they
+release what it held.  Cancelling the supervisor -- SIGINT or SIGTERM to
+the broker -- terminates every agent (SIGTERM, then SIGKILL after a grace
+period) before it returns.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +32,10 @@ from broker.errors import ConclaveError, ErrorCode
 from broker.identity import Principal
 from broker.paths import ENV_REPO, ENV_SOCKET, ENV_STATE_DIR, ENV_TICKET
 from broker.registry import LiveAgent
-from broker.spec import AgentSpec, SpecError, validate_name
+from broker.sandbox import box as sandbox
+from broker.sandbox import sweep
+from broker.sandbox.machine import Machine
+from broker.spec import AgentSpec, SandboxNeeds, SpecError, validate_name
 from broker.team import Team
 from store import events
 
@@ -53,15 +62,19 @@ class AgentOutcome:
     ended_at: str
     log: str
     error: str | None = None
+    sandbox: str | None = None
+    #: Processes it left behind that were killed at its exit (cgroup and sweep).
+    leftovers: int = 0
 
 
 @final
 class Supervisor:
     """Spawns and watches agent processes.  One per running broker."""
 
-    def __init__(self, core: BrokerCore, *, socket_path: Path, grace: float = DEFAULT_GRACE) -> None:
+    def __init__(self, core: BrokerCore, *, socket_path: Path, machine: Machine, grace: float = DEFAULT_GRACE) -> None:
         self.core = core
         self.socket_path = socket_path
+        self.machine = machine
         self.grace = grace
         self.outcomes: list[AgentOutcome] = []
         self._nursery: trio.Nursery | None = None
@@ -152,15 +165,36 @@ class Supervisor:
         env = self._environment(spec, ticket.secret)
         cwd = self.core.paths.repo / (spec.cwd or ".")
         command = list(spec.command)
+        needs = SandboxNeeds()
         if spec.preset is not None and parent is None:
             # The preset runs `conclave agent-launch` as the agent, which execs its binary.
             assert self.core.team is not None
-            command = self.core.team.presets[spec.preset].command(spec, self.core.paths, principal)
+            preset = self.core.team.presets[spec.preset]
+            command = preset.command(spec, self.core.paths, principal)
+            needs = preset.sandbox_needs(spec)
+        agent_dir = self.core.paths.agent_dir(principal.agent, principal.session)
+        agent_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        box = sandbox.build(
+            spec.sandbox or self.machine.strongest,
+            command,
+            machine=self.machine,
+            repo=self.core.paths.repo,
+            state=self.core.paths.state,
+            agent_dir=agent_dir,
+            socket_path=self.socket_path,
+            session=principal.session,
+            read=(*needs.read, *spec.allow_read),
+            write=(*needs.write, *spec.allow_write),
+        )
+        env.update(box.env)
         started = events.now()
         log_file = open(log_path, "ab")
+        missing = _missing_program(command, env, cwd)
         try:
+            if missing is not None:
+                raise missing
             process = await trio.lowlevel.open_process(
-                command,
+                list(box.argv),
                 cwd=str(cwd),
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -172,11 +206,14 @@ class Supervisor:
             log_file.write(f"conclave: could not start {command}: {exc}\n".encode())
             log_file.close()
             self.core.registry.end(principal)
+            box.release()
             error = f"could not start {command[0]!r}: {exc.strerror or exc}"
-            await self._persist_start(live, None, started, attempt, command)
-            await self._persist_end(principal, None, SPAWN_FAILED, error)
+            await self._persist_start(live, None, started, attempt, command, box.level)
+            await self._persist_end(principal, None, SPAWN_FAILED, error, 0)
             self.outcomes.append(
-                AgentOutcome(principal.agent, principal.session, principal.parent, None, SPAWN_FAILED, started, events.now(), str(log_path), error)
+                AgentOutcome(
+                    principal.agent, principal.session, principal.parent, None, SPAWN_FAILED, started, events.now(), str(log_path), error, box.level
+                )
             )
             return principal
         finally:
@@ -184,11 +221,11 @@ class Supervisor:
                 log_file.close()
         self._pids.add(process.pid)
         self.core.registry.started(principal, process.pid, started)
-        await self._persist_start(live, process.pid, started, attempt, command)
-        self._nursery.start_soon(self._watch, live, process, attempt, str(log_path))
+        await self._persist_start(live, process.pid, started, attempt, command, box.level)
+        self._nursery.start_soon(self._watch, live, process, attempt, str(log_path), box)
         return principal
 
-    async def _watch(self, live: LiveAgent, process: trio.Process, attempt: int, log_path: str) -> None:
+    async def _watch(self, live: LiveAgent, process: trio.Process, attempt: int, log_path: str, box: sandbox.Box) -> None:
         principal = live.principal
         cancelled = False
         try:
@@ -200,12 +237,16 @@ class Supervisor:
             with trio.CancelScope(shield=True):
                 await self._terminate(process)
                 self._pids.discard(process.pid)
+                leftovers = await trio.to_thread.run_sync(self._contain, box)
                 code = process.returncode
                 self.core.registry.end(principal)
-                await self._persist_end(principal, process.pid, code, "stopped by the broker" if cancelled else None)
+                await self._persist_end(principal, process.pid, code, "stopped by the broker" if cancelled else None, leftovers)
                 await self.core.principal_ended(principal)
                 self.outcomes.append(
-                    AgentOutcome(principal.agent, principal.session, principal.parent, process.pid, code, live.started_at, events.now(), log_path)
+                    AgentOutcome(
+                        principal.agent, principal.session, principal.parent, process.pid, code, live.started_at, events.now(), log_path,
+                        None, box.level, leftovers,
+                    )
                 )
         spec = live.spec
         revoked = principal.key in self._revoked
@@ -225,8 +266,13 @@ class Supervisor:
         # Whatever else is left in the group (background jobs of a shell) dies with it.
         _signal_group(process.pid, signal.SIGKILL)
 
+    def _contain(self, box: sandbox.Box) -> int:
+        """Kill what the exited agent left behind; how many processes that was."""
+        leftovers = box.release()
+        return leftovers + sweep.sweep(os.getpid(), self._pids)
+
     def _environment(self, spec: AgentSpec, secret: str) -> dict[str, str]:
-        env = dict(os.environ)
+        env = sandbox.clean_environment(os.environ)
         for key in [k for k in env if k.startswith("CONCLAVE_")]:
             del env[key]
         env.update(spec.env)
@@ -241,7 +287,7 @@ class Supervisor:
 
     # -- the database copy --------------------------------------------------------
 
-    async def _persist_start(self, live: LiveAgent, pid: int | None, started: str, attempt: int, argv: list[str]) -> None:
+    async def _persist_start(self, live: LiveAgent, pid: int | None, started: str, attempt: int, argv: list[str], level: str) -> None:
         p = live.principal
         command = json.dumps(argv)
 
@@ -255,12 +301,12 @@ class Supervisor:
                 "agent.spawn",
                 actor=p.parent or events.BROKER_ACTOR,
                 subject=p.key,
-                payload={"pid": pid, "domain": p.domain, "command": argv, "attempt": attempt},
+                payload={"pid": pid, "domain": p.domain, "command": argv, "attempt": attempt, "sandbox": level},
             )
 
         await self.core.store.call(write)
 
-    async def _persist_end(self, principal: Principal, pid: int | None, code: int | None, error: str | None) -> None:
+    async def _persist_end(self, principal: Principal, pid: int | None, code: int | None, error: str | None, leftovers: int) -> None:
         def write(conn):  # type: ignore[no-untyped-def]
             at = events.now()
             conn.execute(
@@ -272,11 +318,22 @@ class Supervisor:
                 "agent.exit",
                 actor=events.BROKER_ACTOR,
                 subject=principal.key,
-                payload={"pid": pid, "exit_code": code, "error": error},
+                payload={"pid": pid, "exit_code": code, "error": error, "leftovers_killed": leftovers},
                 at=at,
             )
 
         await self.core.store.call(write)
+
+
+def _missing_program(command: list[str], env: dict[str, str], cwd: Path) -> OSError | None:
+    """The error exec would give if the agent's program cannot be found (the launcher would only say so later)."""
+    program = command[0] if command else ""
+    if os.sep in program:
+        target = program if os.path.isabs(program) else str(cwd / program)
+        found = target if os.path.isfile(target) and os.access(target, os.X_OK) else None
+    else:
+        found = shutil.which(program, path=env.get("PATH"))
+    return None if found else FileNotFoundError(2, "No such file or directory", program)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -17,6 +17,7 @@ composition root passes those checks in as :class:`TeamRules`.
 
 from __future__ import annotations
 
+import os
 import shlex
 import tomllib
 from contextlib import contextmanager
@@ -30,7 +31,10 @@ from broker.spec import AgentSpec, Preset, SpecError, check_command, validate_na
 RESTART_POLICIES: Final = ("never", "on-failure")
 SANDBOX_LEVELS: Final = ("strict", "landlock", "off")
 AGENT_KEYS: Final = frozenset(
-    {"name", "command", "cwd", "env", "may_spawn", "restart", "max_restarts", "preset", "prompt", "description", "sandbox"}
+    {
+        "name", "command", "cwd", "env", "may_spawn", "restart", "max_restarts", "preset", "prompt", "description",
+        "sandbox", "allow_read", "allow_write",
+    }
 )
 #: Top-level tables other packages read (locks' slots, the trust policy).
 TOP_LEVEL_KEYS: Final = frozenset({"agent", "slot", "policy", "memory"})
@@ -130,6 +134,13 @@ def parse(raw: dict[str, Any], *, repo: Path, rules: TeamRules, source: Path | N
     return team
 
 
+def _allowed_paths(value: Any, key: str, repo: Path, where: str) -> tuple[str, ...]:
+    """``allow_read`` / ``allow_write``: paths the agent's box adds (absolute, or relative to the repository)."""
+    if not isinstance(value, list) or not all(isinstance(p, str) and p for p in value):
+        raise TeamError(f'{where}: {key} must be a list of paths, e.g. {key} = ["/data/sets"]')
+    return tuple(str((repo / os.path.expanduser(p)).resolve()) for p in value)
+
+
 def _parse_agent(entry: Any, where: str, repo: Path, rules: TeamRules, check_commands: bool) -> AgentSpec:
     if not isinstance(entry, dict):
         raise TeamError(f"{where}: must be a table")
@@ -172,6 +183,7 @@ def _parse_agent(entry: Any, where: str, repo: Path, rules: TeamRules, check_com
             f'{where}: sandbox must be one of {", ".join(SANDBOX_LEVELS)} (or left out for the strongest this machine '
             f"offers; `conclave doctor` says which)"
         )
+    allowed = {key: _allowed_paths(entry.get(key, []), key, repo, where) for key in ("allow_read", "allow_write")}
     for key in ("preset", "prompt"):
         if key in entry and not isinstance(entry[key], str):
             raise TeamError(f"{where}: {key} must be a string")
@@ -192,6 +204,8 @@ def _parse_agent(entry: Any, where: str, repo: Path, rules: TeamRules, check_com
         preset=entry.get("preset"),
         prompt=entry.get("prompt"),
         sandbox=sandbox,
+        allow_read=allowed["allow_read"],
+        allow_write=allowed["allow_write"],
     )
     with _as_team_error():
         if spec.preset is not None:

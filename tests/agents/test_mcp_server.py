@@ -150,7 +150,7 @@ def test_sibling_cannot_serve_mcp_with_alices_identity_file(run, tmp_path):
     server and starts `conclave mcp` with it, its own ticket stripped, to act as alice.
     The broker checks ancestry: bob's process does not descend from alice, so it is refused."""
     alice, bob = run.puppet("alice"), run.puppet("bob")
-    identity = tmp_path / "alice-identity.json"
+    identity = run.repo / "alice-identity.json"  # copied where bob can read it: the shared work tree
     wrote = alice.sh(sys.executable, "-c", f"from pathlib import Path; from agents.identity_file import write_identity_file; write_identity_file(Path({str(identity)!r}))")
     assert wrote.returncode == 0, wrote.stderr
     strip = ["env", "-u", "CONCLAVE_TICKET", "-u", "CONCLAVE_SOCKET"]

@@ -72,15 +72,17 @@ def launched(tmp_path_factory):
     bindir = fake_bin(root)
     reports = root / "reports"
     reports.mkdir()
-    gate = root / "gate"
+    gate = reports / "gate"
     (root / "cmd_agent.py").write_text(COMMAND_AGENT)
+    # The fake binaries live in the test's directory: their boxes may read it and write the reports.
+    box = {"allow_read": [str(bindir), str(root / "cmd_agent.py")], "allow_write": [str(reports)]}
     team = [
         {"name": "alice", "preset": "claude-code", "prompt": TASK, "restart": "on-failure", "max_restarts": 1,
-         "env": {"FAKE_AGENT_REPORT": str(reports / "alice.json"), "FAKE_AGENT_GATE": str(gate)}},
-        {"name": "cody", "preset": "codex", "prompt": TASK, "env": {"FAKE_AGENT_REPORT": str(reports / "cody.json")}},
-        {"name": "ada", "preset": "aider", "prompt": TASK, "env": {"FAKE_AGENT_REPORT": str(reports / "ada.json")}},
+         "env": {"FAKE_AGENT_REPORT": str(reports / "alice.json"), "FAKE_AGENT_GATE": str(gate)}, **box},
+        {"name": "cody", "preset": "codex", "prompt": TASK, "env": {"FAKE_AGENT_REPORT": str(reports / "cody.json")}, **box},
+        {"name": "ada", "preset": "aider", "prompt": TASK, "env": {"FAKE_AGENT_REPORT": str(reports / "ada.json")}, **box},
         {"name": "cmd", "preset": "command", "prompt": TASK, "command": [sys.executable, str(root / "cmd_agent.py"), "{prompt_file}", "{mcp_config}"],
-         "env": {"FAKE_AGENT_REPORT": str(reports / "cmd.json")}},
+         "env": {"FAKE_AGENT_REPORT": str(reports / "cmd.json")}, **box},
         {"name": "bob"}, {"name": "carol"}, {"name": "dave"},
     ]
     run = Run(root / "run", team, files={"src/a.py": "a = 1\n"})

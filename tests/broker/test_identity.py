@@ -6,6 +6,7 @@ import json
 import signal
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -53,8 +54,17 @@ def test_sibling_presenting_a_stolen_ticket_is_refused(start_run):
     assert refused.value.code is ErrorCode.AUTH_FAILED
 
 
-def test_agent_dropping_its_ticket_is_not_the_operator(start_run):
-    run = start_run([{"name": "alice"}])
+@pytest.mark.parametrize(
+    "sandbox, refusal",
+    [
+        # Unsandboxed, the agent reads the operator key like any file of its uid: its lineage refuses it.
+        ("off", "cannot act as the operator"),
+        # In its box (the default) it cannot even see the key.
+        (None, "cannot see it (an agent in a sandbox cannot)"),
+    ],
+)
+def test_agent_dropping_its_ticket_is_not_the_operator(start_run, sandbox, refusal):
+    run = start_run([{"name": "alice", **({"sandbox": sandbox} if sandbox else {})}])
     alice = run.puppet("alice")
     # The attack: unset the ticket and point the CLI at the socket, hoping to be taken for the operator.
     attack = alice.sh(
@@ -62,48 +72,75 @@ def test_agent_dropping_its_ticket_is_not_the_operator(start_run):
         sys.executable, "-m", "broker.cli", "stop", "--json", "--state-dir", str(run.state), "--repo", str(run.repo),
     )
     assert attack.returncode != 0
-    assert "cannot act as the operator" in attack.stderr
+    assert refusal in attack.stderr, attack.stderr
     # Operator-only ops are refused to the agent through its own identity too.
     assert alice.try_call("broker.stats")["error"]["code"] == "forbidden"
-    # Control: this test process, which descends from no agent, is the operator.
+    # Control: this test process, outside every agent's tree and holding the key, is the operator.
     assert run.op("whoami")["role"] == "operator"
     assert run.op("broker.stats")["live_agents"] == 1
 
 
-def test_orphan_of_an_agent_cannot_pose_as_operator_or_reuse_the_ticket(start_run, tmp_path):
-    # bob keeps the run alive after alice exits.
-    run = start_run([{"name": "alice"}, {"name": "bob"}])
-    alice = run.puppet("alice")
-    out = tmp_path / "orphan.json"
-    # The attack: alice leaves a detached process behind (new session, so it escapes the
-    # process group) that waits for alice to exit and then tries both doors.
-    script = textwrap.dedent(
-        f"""
-        import json, os, sys, time
-        sys.path[:0] = {sys.path!r}
-        from broker.client import BlockingClient
-        from broker.errors import ConclaveError
-        time.sleep(1.5)
-        results = {{}}
-        try:  # the operator key, if this process can read it (it cannot inside a sandbox)
-            key = open(os.path.join(os.environ["CONCLAVE_STATE_DIR"], "operator.key")).read().strip()
-        except OSError:
-            key = "guessed-" + "0" * 56
-        for label, proof in (("ticket", {{"ticket": os.environ["CONCLAVE_TICKET"]}}), ("operator", {{"operator_key": key}})):
-            try:
-                c = BlockingClient(os.environ["CONCLAVE_SOCKET"], **proof)
-                results[label] = c.identity
-            except ConclaveError as exc:
-                results[label] = exc.code.value
-        open({str(out)!r}, "w").write(json.dumps(results))
-        """
-    )
-    (tmp_path / "orphan.py").write_text(script)
-    launched = alice.sh("sh", "-c", f"setsid {sys.executable} {tmp_path / 'orphan.py'} </dev/null >/dev/null 2>&1 &")
+ORPHAN = """
+import json, os, sys, time
+sys.path[:0] = {path!r}
+from broker.client import BlockingClient
+from broker.errors import ConclaveError
+open({pid_file!r}, "w").write(str(os.getpid()))
+time.sleep({delay})
+results = {{}}
+key = open(os.path.join(os.environ["CONCLAVE_STATE_DIR"], "operator.key")).read().strip()  # unsandboxed: readable
+for label, proof in (("ticket", {{"ticket": os.environ["CONCLAVE_TICKET"]}}), ("operator", {{"operator_key": key}})):
+    try:
+        results[label] = BlockingClient(os.environ["CONCLAVE_SOCKET"], **proof).identity["role"]
+    except ConclaveError as exc:
+        results[label] = exc.code.value
+open({out!r}, "w").write(json.dumps(results))
+"""
+
+
+def _leave_orphan(alice, tmp_path, delay: float) -> tuple[Path, Path]:
+    """alice leaves a daemon behind (new session, so it escapes her process group) that tries both doors after ``delay``."""
+    out, pid_file, script = tmp_path / "orphan.json", tmp_path / "orphan.pid", tmp_path / "orphan.py"
+    script.write_text(ORPHAN.format(path=sys.path, pid_file=str(pid_file), delay=delay, out=str(out)))
+    launched = alice.sh("sh", "-c", f"setsid {sys.executable} {script} </dev/null >/dev/null 2>&1 &")
     assert launched.returncode == 0
-    alice.exit(0)
+    return out, pid_file
+
+
+def test_an_orphan_inside_a_live_agent_has_its_ticket_but_never_the_operator(start_run, tmp_path):
+    """While alice lives, her setsid'd daemon stays in her tree (she adopts her orphans): her ticket
+    works for it, as for any of her processes; the operator key, which it can read unsandboxed, does not."""
+    run = start_run([{"name": "alice", "sandbox": "off"}])
+    out, _ = _leave_orphan(run.puppet("alice"), tmp_path, delay=0)
     result = run.wait_until(lambda: out.exists() and json.loads(out.read_text()), timeout=15, what="orphan result")
-    assert result == {"ticket": "revoked", "operator": "auth_failed"}
+    assert result == {"ticket": "agent", "operator": "auth_failed"}
+
+
+def test_nothing_an_agent_left_behind_outlives_it(start_run, tmp_path):
+    """The attack: a daemon that waits for alice to exit, then tries both doors as an orphan.
+    It never gets to: everything alice started is killed when she exits, and counted."""
+    run = start_run([{"name": "alice", "sandbox": "off"}, {"name": "bob"}])  # bob keeps the run alive
+    out, pid_file = _leave_orphan(run.puppet("alice"), tmp_path, delay=1.5)
+    pid = int(run.wait_until(lambda: pid_file.exists() and pid_file.read_text(), what="the daemon to start"))
+    run.puppet("alice").exit(0)
+    run.wait_until(lambda: not Path(f"/proc/{pid}").exists() or _is_zombie(pid), timeout=10, what="the daemon to be killed")
+    time.sleep(2)  # past the daemon's own wake-up: it must not have written anything
+    assert not out.exists()
+    from store.database import connect
+
+    conn = connect(run.state / "conclave.db", readonly=True)
+    [payload] = [json.loads(p) for (p,) in conn.execute("SELECT payload FROM events WHERE kind = 'agent.exit' AND subject LIKE 'alice:%'")]
+    assert payload["leftovers_killed"] >= 1
+    # Control: bob, who left nothing behind, is untouched and still answers.
+    assert run.puppet("bob").call("whoami")["agent"] == "bob"
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return True
+    return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] == b"Z"
 
 
 def test_request_naming_an_identity_is_refused_and_logged(start_run):
@@ -183,7 +220,7 @@ def test_a_connection_whose_opener_exited_is_not_the_operator(start_run, tmp_pat
     # The attack: a child connects (the kernel records the child's pid), exits and is
     # reaped; the parent, still inside alice's tree, then says hello without a ticket,
     # hoping the broker finds no ancestry for the dead pid and takes it for the operator.
-    run = start_run([{"name": "alice"}])
+    run = start_run([{"name": "alice", "sandbox": "off"}])  # unsandboxed: it can read the operator key
     script = tmp_path / "fork_connect.py"
     script.write_text(textwrap.dedent(
         f"""
@@ -218,7 +255,8 @@ def test_a_connection_whose_opener_exited_is_not_the_operator(start_run, tmp_pat
 def test_hiding_the_broker_socket_does_not_open_the_store_to_an_agent(start_run):
     # The attack: alice points <state>/socket-path at nothing, drops her ticket, and runs an
     # operator command, hoping the CLI concludes "no broker" and opens the store as the operator.
-    run = start_run([{"name": "alice"}, {"name": "bob"}])
+    # Unsandboxed (in her box she could neither see the state nor read the key), lineage refuses her.
+    run = start_run([{"name": "alice", "sandbox": "off"}, {"name": "bob"}])
     alice = run.puppet("alice")
     claim = alice.call("memory.remember", kind="discovery", text="The linker needs the gold flag on arm64 builds.")
     pointer = run.state / "socket-path"
@@ -243,9 +281,10 @@ def test_an_agent_will_not_talk_to_a_fake_broker(start_run, tmp_path):
     # (as if bob had replaced the broker's socket file), hoping to collect her ticket
     # and feed her forged answers.
     run = start_run([{"name": "alice"}, {"name": "bob"}])
-    fake = tmp_path / "fake.sock"
-    seen = tmp_path / "seen"
-    server = tmp_path / "fake_broker.py"
+    # The one place both may write, even in their boxes: the shared work tree.
+    fake = run.repo / "fake.sock"
+    seen = run.repo / "seen"
+    server = run.repo / "fake_broker.py"
     server.write_text(textwrap.dedent(
         f"""
         import socket

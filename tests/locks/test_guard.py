@@ -98,11 +98,12 @@ def test_operator_commit_is_not_blocked(run: Run) -> None:
 
 def test_agent_hiding_its_ticket_cannot_commit_as_the_operator(run: Run) -> None:
     # The attack: alice holds nothing, drops CONCLAVE_TICKET so the hook's CLI
-    # connects without one and hopes to be taken for the operator (who is never blocked).
+    # connects as the operator (who is never blocked).  In her box she cannot even
+    # read the operator key the operator's CLI presents.
     alice = run.puppet("alice")
     refused = agent_commit(run, alice, "a.txt", "env", "-u", "CONCLAVE_TICKET")
     assert refused.returncode != 0
-    assert "cannot act as the operator" in refused.stderr
+    assert "cannot see it (an agent in a sandbox cannot)" in refused.stderr, refused.stderr
     # Positive control: with its ticket and its locks, the same commit goes in.
     alice.call("lock.acquire", resources=["a.txt", "git"])
     assert alice.sh("git", "-C", str(run.repo), *GIT_IDENTITY, "commit", "-m", "honest").returncode == 0
@@ -145,7 +146,8 @@ def test_an_existing_hook_is_chained_and_put_back_when_the_broker_stops(tmp_path
     run = Run(tmp_path, [{"name": "alice"}], files=FILES)
     hooks = guard.hooks_dir(run.repo)
     hooks.mkdir(parents=True, exist_ok=True)
-    original = f"#!/bin/sh\necho chained-ran >> {tmp_path}/chained.log\nexit 0\n"
+    # The chained hook runs inside alice's commit, in her box: it logs to the work tree, which she may write.
+    original = f"#!/bin/sh\necho chained-ran >> {run.repo}/.chained.log\nexit 0\n"
     (hooks / "pre-commit").write_text(original)
     (hooks / "pre-commit").chmod(0o755)
     run.start()
@@ -154,7 +156,7 @@ def test_an_existing_hook_is_chained_and_put_back_when_the_broker_stops(tmp_path
         alice = run.puppet("alice")
         alice.call("lock.acquire", resources=["a.txt", "git"])
         assert agent_commit(run, alice, "a.txt").returncode == 0
-        assert (tmp_path / "chained.log").read_text() == "chained-ran\n"
+        assert (run.repo / ".chained.log").read_text() == "chained-ran\n"
     finally:
         run.close()
     assert (hooks / "pre-commit").read_text() == original

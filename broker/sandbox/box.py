@@ -1,0 +1,245 @@
+"""One agent's box: the launcher command line the supervisor runs, and what it cleans up after.
+
+:func:`build` turns a level (``strict``, ``landlock``, ``off``) into the
+launcher's options for one agent:
+
+* **read**: the system, toolchains (``/opt``, ``/nix``, ...), conclave's own
+  installation, ``$HOME`` -- less the state directory, ``~/.ssh`` (keys for
+  ``ssh localhost``), ``~/.gnupg`` and ``/run/user/<uid>``;
+* **write**: its work tree, its own temporary space (a private ``/tmp`` in
+  ``strict``; a 0700 directory named in ``TMPDIR`` in ``landlock``), its own
+  per-agent directory, and what its preset declares (``SandboxNeeds``);
+* **strict** also hides deputies (private ``/tmp``, ``/dev/shm``,
+  ``/run/user/<uid>``; ``~/.ssh``, ``~/.gnupg``, ``~/.screen`` and container
+  sockets emptied) and makes ``.git/hooks`` and ``.git/config`` read-only,
+  so nothing an agent writes there runs later as the person;
+* every level strips the deputies' variables (:data:`DEPUTY_VARIABLES`) and
+  makes the agent adopt its own orphans; a root broker's agents lose every
+  capability.
+
+Never does a box name a secret on a command line: ``/proc/<pid>/cmdline``
+is readable to every process of the uid.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Final, Iterable, Mapping, final
+
+import attrs
+
+from broker.sandbox.machine import Machine, launcher_argv
+
+#: Variables that point at a same-uid deputy: a process the person runs that would act for
+#: the agent outside its box (a multiplexer opening a window, the session bus starting a
+#: unit, ssh-agent signing, an editor server running a command, a display taking keystrokes).
+DEPUTY_VARIABLES: Final = frozenset({
+    "TMUX", "TMUX_PANE", "TMUX_TMPDIR", "STY", "SCREENDIR", "ZELLIJ", "ZELLIJ_SESSION_NAME",
+    "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO",
+    "VSCODE_IPC_HOOK", "VSCODE_IPC_HOOK_CLI", "VSCODE_GIT_IPC_HANDLE", "VSCODE_GIT_ASKPASS_NODE",
+    "NVIM", "NVIM_LISTEN_ADDRESS", "EMACS_SOCKET_NAME", "KITTY_LISTEN_ON", "KITTY_WINDOW_ID",
+    "WEZTERM_UNIX_SOCKET", "WEZTERM_PANE", "DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY",
+    "DOCKER_HOST", "CONTAINER_HOST", "PODMAN_HOST", "GIT_ASKPASS", "SSH_ASKPASS",
+})  # fmt: skip
+SYSTEM_READ: Final = (
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/srv",
+    "/var/lib", "/var/cache", "/nix", "/snap", "/gnu", "/proc", "/sys", "/dev", "/run",
+)  # fmt: skip
+DEVICES: Final = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/pts", "/dev/ptmx")
+#: Deputies' sockets and keys outside /tmp and /run/user, emptied in a strict box.
+HIDDEN: Final = ("~/.ssh", "~/.gnupg", "~/.screen", "/run/screen", "/var/run/screen", "/run/docker.sock", "/var/run/docker.sock", "/run/podman")
+SECRETS_IN_HOME: Final = ("~/.ssh", "~/.gnupg")
+DESCRIPTIONS: Final = {
+    "strict": "Landlock + namespaces (private /tmp, deputies hidden, .git/hooks read-only)",
+    "landlock": "Landlock only (a deputy's named socket can still be reached; .git/hooks writable)",
+    "off": "NO SANDBOX: this agent can read the operator key and the database as you",
+}
+
+
+@final
+@attrs.frozen
+class Box:
+    """What the supervisor runs for one agent, and what to undo when it exits."""
+
+    level: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    temp: Path | None = None
+    cgroup: Path | None = None
+
+    def describe(self) -> str:
+        return DESCRIPTIONS[self.level]
+
+    def release(self) -> int:
+        """Kill what is left in the agent's cgroup, remove it and the temp directory; return how many were killed."""
+        killed = kill_cgroup(self.cgroup) if self.cgroup is not None else 0
+        if self.temp is not None:
+            shutil.rmtree(self.temp, ignore_errors=True)
+        return killed
+
+
+def check_allowances(name: str, paths: Iterable[str], state: Path) -> None:
+    """Refuse an ``allow_read``/``allow_write`` path that would open the state directory to an agent.
+
+    Raises:
+        ValueError: naming the agent and the path.
+    """
+    real_state = state.resolve()
+    for path in paths:
+        real = Path(path).resolve()
+        if real.is_relative_to(real_state) or real_state.is_relative_to(real):
+            raise ValueError(f"agent {name!r}: {path} would let it reach the state directory {state}; allow something else")
+
+
+def levels(agents: Iterable[tuple[str, str | None]], machine: Machine, *, state_in_work_tree: bool) -> dict[str, str]:
+    """Each agent's level: what its team entry asks, else the strongest this machine offers.
+
+    Raises:
+        ValueError: an agent asks for a level this machine cannot honour, or the
+            state directory is inside the work tree while any agent is boxed (a
+            box that may write the tree could read the state beneath it).
+    """
+    chosen = {name: asked or machine.strongest for name, asked in agents}
+    for name, level in chosen.items():
+        why = machine.offers(level)
+        if why is not None:
+            raise ValueError(f"agent {name!r} asks for sandbox {level!r}, but {why}; `conclave doctor` says what this machine offers")
+    boxed = [n for n, level in chosen.items() if level != "off"]
+    if state_in_work_tree and boxed:
+        raise ValueError(
+            f"the state directory is inside the work tree, which {', '.join(boxed)} may write: no sandbox can hide it there. "
+            "Leave --state-dir out (the default is outside the tree) or choose one outside it"
+        )
+    return chosen
+
+
+def clean_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without the deputies' variables (at every level, ``off`` included)."""
+    return {k: v for k, v in env.items() if k not in DEPUTY_VARIABLES}
+
+
+def build(
+    level: str,
+    command: Iterable[str],
+    *,
+    machine: Machine,
+    repo: Path,
+    state: Path,
+    agent_dir: Path,
+    socket_path: Path,
+    session: str,
+    read: Iterable[str] = (),
+    write: Iterable[str] = (),
+    home: str | None = None,
+) -> Box:
+    """The box for one agent.
+
+    Raises:
+        ValueError: ``level`` is not one this machine offers (the message says why).
+    """
+    why = machine.offers(level)
+    if why is not None:
+        raise ValueError(f"sandbox {level!r} is not available: {why}")
+    home = home if home is not None else os.environ.get("HOME")
+    expand = lambda p: p.replace("~", home, 1) if home and p.startswith("~") else p  # noqa: E731
+    cgroup = _new_cgroup(machine.cgroup, session) if machine.cgroup is not None else None
+    options: list[str] = ["--subreaper"] + (["--cgroup", str(cgroup)] if cgroup else [])
+    env: dict[str, str] = {}
+    temp: Path | None = None
+    if level != "off":
+        writable = [str(repo), str(agent_dir), *(expand(p) for p in write)]
+        if level == "strict":
+            options.append("--ns")
+            for path in HIDDEN:
+                options += ["--hide", expand(path)]
+            for path in _git_files(repo):
+                options += ["--read-only", path]
+            writable += ["/tmp", "/dev/shm"]
+            env["TMPDIR"] = "/tmp"
+        else:
+            temp = Path(tempfile.mkdtemp(prefix=f"conclave-{session}-"))
+            writable.append(str(temp))
+            env["TMPDIR"] = str(temp)
+        readable = [*SYSTEM_READ, *_installation(), *(expand(p) for p in read)]
+        if home:
+            readable.append(home)
+        denied = [str(state), f"/run/user/{machine.uid}", *(expand(p) for p in SECRETS_IN_HOME)]
+        if level == "strict":
+            # What lives under the private mounts (a work tree in /tmp, the socket) is bound back in;
+            # what is denied there is simply not in the box.
+            private = ("/tmp", "/dev/shm", f"/run/user/{machine.uid}")
+            kept = [p for p in (*readable, *writable, str(socket_path)) if _under(Path(p), private) and os.path.lexists(p)]
+            for path in dict.fromkeys(kept):
+                options += ["--keep", path]
+            denied = [p for p in denied if not _under(Path(p), private) and p != f"/run/user/{machine.uid}"]
+        options.append("--landlock")
+        for flag, paths in (("--ro", readable), ("--rw", writable), ("--dev", DEVICES), ("--deny", denied), ("--connect", [str(socket_path)])):
+            for path in dict.fromkeys(paths):
+                options += [flag, path]
+        if os.geteuid() == 0:
+            options.append("--drop-caps")
+    return Box(level=level, argv=(*launcher_argv(), *options, "--", *command), env=env, temp=temp, cgroup=cgroup)
+
+
+def _under(path: Path, bases: Iterable[str]) -> bool:
+    return any(str(path).startswith(base.rstrip("/") + "/") for base in bases)
+
+
+def _installation() -> list[str]:
+    """conclave's own interpreter and packages (wherever an editable install keeps them): agents run `conclave`."""
+    found = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    found.update(p for p in sys.path if p and os.path.isdir(p))
+    for name in ("store", "broker", "memory", "locks", "agents", "scenarios"):
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__file__", None):
+            found.add(os.path.dirname(os.path.dirname(os.path.realpath(module.__file__))))
+    return sorted(found)
+
+
+@functools.lru_cache(maxsize=8)
+def _git_files(repo: Path) -> list[str]:
+    """The hooks directory and config file git will honour for ``repo`` (code the person runs later)."""
+    out = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--git-path", "hooks", "--git-path", "config"], capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        return []
+    return [str(p if p.is_absolute() else repo / p) for p in map(Path, out.stdout.split())]
+
+
+def _new_cgroup(parent: Path, session: str) -> Path | None:
+    path = parent / f"conclave-{os.getpid()}" / f"agent-{session}"
+    try:
+        path.mkdir(parents=True)
+    except OSError:
+        return None
+    return path
+
+
+def kill_cgroup(path: Path) -> int:
+    """Kill every process in an agent's cgroup, wait until it is empty, and remove it; return how many there were."""
+    try:
+        members = len((path / "cgroup.procs").read_text().split())
+        (path / "cgroup.kill").write_text("1")
+    except OSError:
+        return 0
+    for _ in range(2000):
+        try:
+            if "populated 0" in (path / "cgroup.events").read_text():
+                break
+        except OSError:
+            break
+        time.sleep(0.001)
+    try:
+        path.rmdir()
+        path.parent.rmdir()  # the broker's own directory, once its last agent is gone
+    except OSError:
+        pass
+    return members

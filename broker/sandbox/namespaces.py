@@ -1,0 +1,147 @@
+"""Unprivileged user and mount namespaces: an agent's private ``/tmp``, no deputies in sight.
+
+In a new user namespace (the uid maps to itself, so the broker's
+``SO_PEERCRED`` still sees the real uid) a process may own a new mount
+namespace and mount in it.  The launcher uses that to give each agent:
+
+* a private, empty ``/tmp``, ``/dev/shm`` and ``/run/user/<uid>`` -- where a
+  terminal multiplexer, the D-Bus session bus, ssh-agent, gpg-agent and
+  editor servers keep their sockets, which a Landlocked process could
+  otherwise still ``connect`` to;
+* named paths hidden (an empty read-only tmpfs over a directory, ``/dev/null``
+  over a file or socket) -- ``~/.ssh``, ``~/.gnupg``, container sockets;
+* read-only views of files conclave or the person will later execute from a
+  writable tree (``.git/hooks``, ``.git/config``): a bind mount of the same
+  inode, so what the broker installs there stays visible;
+* sockets that must stay reachable bound back in (the broker's, when it
+  lives under ``/tmp``).
+
+Order matters and this module keeps it: namespaces, then mounts, then
+Landlock (its rules name inodes, and a Landlocked process may not mount).
+Standard library only: the launcher imports it under ``python -I -S``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import stat
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_NOATIME = 1024
+MS_NODIRATIME = 2048
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MS_RELATIME = 1 << 21
+# statvfs f_flag bits (ST_*) that a bind remount inside a user namespace must keep ("locked" flags).
+_LOCKED = {1: MS_RDONLY, 2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC, 1024: MS_NOATIME, 2048: MS_NODIRATIME, 4096: MS_RELATIME}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.unshare.argtypes = [ctypes.c_int]
+
+
+class NamespaceError(OSError):
+    """A namespace or mount step failed; the message names it."""
+
+
+def _fail(what: str) -> None:
+    err = ctypes.get_errno()
+    raise NamespaceError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = lambda s: None if s is None else os.fsencode(s)  # noqa: E731
+    if _libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
+        _fail(f"mount {source or ''} on {target}")
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def enter() -> None:
+    """A new user and mount namespace with an identity uid/gid map; nothing propagates back out."""
+    uid, gid = os.getuid(), os.getgid()
+    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
+        _fail("unshare(CLONE_NEWUSER | CLONE_NEWNS)")
+    _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
+    try:
+        _write("/proc/self/setgroups", "deny\n")  # must precede gid_map for an unprivileged writer
+    except FileNotFoundError:
+        pass
+    _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+
+
+def private_tmpfs(path: str, mode: str, keep: dict[str, int]) -> bool:
+    """An empty writable tmpfs over directory ``path``; bind back the kept sockets beneath it."""
+    real = os.path.realpath(path)
+    if not os.path.isdir(real):
+        return False
+    _mount("tmpfs", real, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode}")
+    _restore(real, keep)
+    return True
+
+
+def hide(path: str, keep: dict[str, int]) -> bool:
+    """Make ``path`` empty: a read-only tmpfs over a directory, ``/dev/null`` over anything else."""
+    real = os.path.realpath(path)
+    if os.path.isdir(real):
+        _mount("tmpfs", real, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755")
+        _restore(real, keep)
+        _mount(None, real, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        return True
+    if os.path.lexists(real):
+        _mount("/dev/null", real, None, MS_BIND)
+        return True
+    return False
+
+
+def read_only(path: str) -> bool:
+    """Bind ``path`` (a file or directory) over itself read-only: the same inode, no writes, no renames."""
+    real = os.path.realpath(path)
+    if not os.path.lexists(real):
+        return False
+    _mount(real, real, None, MS_BIND | MS_REC)
+    locked = 0
+    flags = os.statvfs(real).f_flag
+    for bit, ms in _LOCKED.items():
+        if flags & bit:
+            locked |= ms
+    _mount(None, real, None, MS_REMOUNT | MS_BIND | MS_RDONLY | locked)
+    return True
+
+
+def open_kept(paths) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """O_PATH descriptors of what must stay visible under a private or hidden directory (the
+    work tree, the broker's socket, conclave itself when they live in /tmp), opened before
+    anything is mounted over them."""
+    return {os.path.realpath(p): os.open(p, os.O_PATH | os.O_CLOEXEC) for p in paths if os.path.lexists(p)}
+
+
+def _restore(mounted: str, keep: dict[str, int]) -> None:
+    # Outermost first, so a kept directory is in place before anything kept inside it.
+    for path, fd in sorted(keep.items()):
+        if not path.startswith(mounted.rstrip("/") + "/"):
+            continue
+        if any(path.startswith(other.rstrip("/") + "/") for other in keep if other != path and other.startswith(mounted)):
+            continue  # inside another kept directory: it came back with it
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            os.makedirs(path, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "wb").close()  # a mount point for a file or socket
+        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)

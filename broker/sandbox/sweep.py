@@ -1,0 +1,89 @@
+"""Nothing an agent starts may outlive it: freeze and sweep what it left behind.
+
+The broker is a child subreaper, and every sandboxed agent adopts its own
+orphans (the launcher's ``--subreaper``), so while an agent lives everything
+it started stays in its tree, however it double-forks or ``setsid``\\ s.
+When the agent exits, what is left becomes the broker's children.  The
+broker's own helpers (``git`` for the commit guard) run in the broker's
+process group, which no agent descendant can join (another session), so
+every other child of the broker that is not a live agent is an orphan.
+
+:func:`sweep` stops (SIGSTOP) every orphan and all its descendants first,
+so nothing can fork its way out during the kill, then SIGKILLs them, and
+repeats until a pass finds none.  Where the broker has a delegated cgroup
+v2 (``broker.sandbox.machine``), ``cgroup.kill`` catches even a process
+that escaped the tree, and the sweep runs after it anyway.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Iterable
+
+MAX_PASSES = 50
+
+
+def _stat(pid: int) -> tuple[int, int, str] | None:
+    """(ppid, pgid, state) from /proc/<pid>/stat, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    rest = raw[raw.rindex(b")") + 2 :].split()
+    return int(rest[1]), int(rest[2]), rest[0].decode()
+
+
+def _table() -> dict[int, tuple[int, int, str]]:
+    table = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            info = _stat(int(name))
+            if info is not None:
+                table[int(name)] = info
+    return table
+
+
+def orphans(broker: int, live: Iterable[int]) -> list[int]:
+    """Every process under the broker that no live agent accounts for (zombies excluded)."""
+    table = _table()
+    keep = set(live)
+    own_group = os.getpgid(broker)
+    roots = [pid for pid, (ppid, pgid, state) in table.items() if ppid == broker and pid not in keep and pgid != own_group and state != "Z"]
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, stack = [], list(roots)
+    while stack:
+        pid = stack.pop()
+        if table[pid][2] != "Z":
+            found.append(pid)
+        stack.extend(children.get(pid, ()))
+    return found
+
+
+def sweep(broker: int, live: Iterable[int]) -> int:
+    """Kill every orphan under ``broker`` and everything below it; return how many were killed."""
+    keep = frozenset(live)
+    killed: set[int] = set()
+    for _ in range(MAX_PASSES):
+        found = orphans(broker, keep)
+        if not found:
+            break
+        for pid in found:
+            _signal(pid, signal.SIGSTOP)
+        for pid in found:
+            if _signal(pid, signal.SIGKILL):
+                killed.add(pid)
+        time.sleep(0.001)  # let the kernel re-parent the children of the dead
+    return len(killed)
+
+
+def _signal(pid: int, sig: signal.Signals) -> bool:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
