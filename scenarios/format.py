@@ -35,7 +35,10 @@ CHECK_KEYS: Final = frozenset(
     {"claim", "tier", "counted", "witnesses", "context", "recall", "actor", "contains", "excludes", "verify",
      "event", "subject", "count", "locks", "holder", "resources", "note", "inbox", "op", "args", "expect_result", "expect_error"}
 )
-AGENT_KEYS: Final = frozenset({"name", "may_spawn", "restart", "command", "env"})
+AGENT_KEYS: Final = frozenset({"name", "may_spawn", "restart", "command", "env", "sandbox"})
+#: Names every scenario may use: ``${state}`` and ``${repo}`` (the run's directories) and
+#: ``${pid.NAME}`` (an agent's process), for attacks that name what they go after.
+BUILTIN_BINDINGS: Final = frozenset({"state", "repo", "pid"})
 TOP_KEYS: Final = frozenset({"name", "description", "tier", "policy", "memory", "agents", "step", "check", "files", "slot", "expected_outcome"})
 BINDING: Final = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)((?:\.[A-Za-z0-9_]+)*)\}")
 
@@ -127,7 +130,7 @@ def load(path: Path, known_ops: frozenset[str]) -> Scenario:
     step_lines = _header_lines(text, "step")
     check_lines = _header_lines(text, "check")
     steps = []
-    bound: set[str] = set()
+    bound: set[str] = set(BUILTIN_BINDINGS)
     spawned: set[str] = set()
     for n, entry in enumerate(raw.get("step", []), start=1):
         line = step_lines[n - 1] if n - 1 < len(step_lines) else 0

@@ -107,8 +107,10 @@ class ScenarioRun:
 
     def start(self) -> None:
         self.run.start()
+        self.bindings.update(state=str(self.run.state), repo=str(self.run.repo), pid={})
         for agent in self.scenario.agents:
             self._remember_ticket(agent["name"])
+            self.bindings["pid"][agent["name"]] = self.puppet(agent["name"]).pid
 
     def _remember_ticket(self, name: str) -> None:
         # What a thief would read from /proc/<pid>/environ.

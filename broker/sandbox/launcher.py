@@ -111,6 +111,7 @@ def main(argv: list[str]) -> None:
         import namespaces
 
         try:
+            cwd = os.getcwd()
             namespaces.enter()
             # Opened in the new namespace (a bind source must be a mount of it), before anything covers them.
             kept = namespaces.open_kept(lists["keep"])
@@ -121,6 +122,10 @@ def main(argv: list[str]) -> None:
                 namespaces.hide(path, kept)
             for path in lists["read_only"]:
                 namespaces.read_only(path)
+            # Look the working directory up again: the one inherited may sit under a mount
+            # made since (a work tree in /tmp, bound back over the private tmpfs), where a
+            # relative path would miss the read-only views.
+            os.chdir(cwd)
         except OSError as exc:
             fail(f"namespaces: {exc}")
     if "landlock" in flags:
