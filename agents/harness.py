@@ -4,7 +4,7 @@ The test suite, the scenario runner and the benchmarks all need the same
 thing: start ``conclave run`` as a real process on a throwaway git
 repository, with a team of :mod:`agents.puppet` agents, and then act as each
 agent (through its puppet) or as the operator (from this process, which
-descends from no agent).  Everything lives under a directory the caller
+holds the operator key and is outside every agent's tree).  Everything lives under a directory the caller
 made; nothing is resolved from the running process.
 """
 

@@ -8,10 +8,12 @@ the broker's and its pid must be the agent's process or a descendant of it.
 A ticket copied out of ``/proc/<pid>/environ`` by a sibling is therefore
 useless to the sibling.
 
-The operator is the person at the terminal: the broker's uid, connecting from
-a process that descends from no agent and not from the broker itself (the
-broker is a child subreaper, so orphans of agents are re-parented to it and
-cannot pass for the operator).
+The operator is the person at the terminal, and must prove it: with the
+operator key (``operator.key`` in the state directory, which no boxed agent
+can read), from a process of the broker's uid that is not in a live agent's
+tree and does not descend from the broker (the broker is a child subreaper,
+so what agents leave behind is re-parented to it).  The key is the proof;
+the lineage check stands behind it for agents that run unboxed.
 """
 
 from __future__ import annotations
@@ -194,8 +196,8 @@ def lineage(pid: int) -> list[int] | None:
 
     None when the chain cannot be read all the way (the process, or an
     ancestor, exited meanwhile): a caller deciding who may act must then
-    refuse, never guess -- a gone process would otherwise look like one that
-    descends from nobody, which is what the operator looks like.
+    refuse, never guess -- a gone process would otherwise look like one in
+    no agent's tree.
     """
     chain = [pid]
     seen = {pid}

@@ -173,7 +173,7 @@ class PrincipalRegistry:
             self._refuse("wrong_uid", peer, f"uid {peer.uid} is not the broker's uid {self.uid}")
         chain = lineage(peer.pid)
         # Fail closed: a process that connected and exited (or whose ancestry
-        # cannot be read) would otherwise look like one descending from no agent.
+        # cannot be read) would otherwise look like one in nobody's tree.
         if chain is None or not peer.still_there():
             self._refuse(
                 "peer_gone",

@@ -3,8 +3,8 @@
 Each scenario gets its own temporary directory, a scratch git repository, a
 real ``conclave run`` broker and real puppet agents (``agents.puppet``) with
 broker-issued identities.  Steps are carried out in order as the named agent
-(through its own puppet process), as the operator (from the runner, which
-descends from no agent), or as an outside attacker with the database file
+(through its own puppet process), as the operator (from the runner, with the
+operator key, outside every agent's tree), or as an outside attacker with the database file
 (``edit-db``).  The first step or check whose outcome differs from what the
 scenario expects fails the scenario, with what was expected and what happened.
 """

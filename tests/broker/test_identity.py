@@ -248,7 +248,7 @@ def test_a_connection_whose_opener_exited_is_not_the_operator(start_run, tmp_pat
     ))
     out = run.puppet("alice").sh(sys.executable, str(script))
     assert json.loads(out.stdout) == {"attack": "auth_failed", "control": "auth_failed"}
-    # Control: the same hello from the test process (descending from no agent) is the operator.
+    # Control: the same hello from the test process (outside every agent's tree) is the operator.
     assert run.op("whoami")["role"] == "operator"
 
 

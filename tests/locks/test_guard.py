@@ -20,7 +20,7 @@ FILES = {"README.md": "scratch\n", "a.txt": "a\n", "b.txt": "b\n", "src/x.py": "
 
 
 def operator_git(run: Run, *args: str) -> subprocess.CompletedProcess[str]:
-    """git run by this test process, which descends from no agent: the operator."""
+    """git run by this test process, outside every agent's tree with the operator key: the operator."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
     return subprocess.run(["git", "-C", str(run.repo), *GIT_IDENTITY, *args], capture_output=True, text=True, env=env)
 
