@@ -104,13 +104,14 @@ AGENT = textwrap.dedent(
 )
 
 
-def spawn_and_authenticate(tmp: Path, n: int) -> dict[str, float]:
-    marks = tmp / f"marks{n}"
+def spawn_and_authenticate(tmp: Path, n: int, sandbox: str) -> dict[str, float]:
+    marks = tmp / f"marks{n}-{sandbox}"
     marks.mkdir()
     script = tmp / "agent.py"
     script.write_text(AGENT)
-    agents = [{"name": f"a{i}", "command": [sys.executable, str(script), str(marks)]} for i in range(n)]
-    run = Run(tmp / f"run{n}", agents)
+    box = {"sandbox": sandbox, "allow_read": [str(script)], "allow_write": [str(marks)]}
+    agents = [{"name": f"a{i}", "command": [sys.executable, str(script), str(marks)], **box} for i in range(n)]
+    run = Run(tmp / f"run{n}-{sandbox}", agents)
     env_path = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + (os.pathsep + env_path if env_path else "")
     t0 = time.time()
@@ -124,6 +125,43 @@ def spawn_and_authenticate(tmp: Path, n: int) -> dict[str, float]:
     finally:
         run.close()
     return {"seconds": last - t0, "peak_rss_mb": rss / 1024, "op_samples": ops}
+
+
+def box_overhead(tmp: Path, rounds: int = 100) -> dict[str, list[float]]:
+    """What the box adds to one spawn: the launcher and its setup, then `true`, against `true` alone.
+
+    Interleaved, one spawn of each in turn, from a fresh thread each time (as trio spawns).
+    """
+    import threading
+
+    from broker.sandbox import box, machine
+
+    found = machine.probe()
+    repo = tmp / "box-repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (tmp / "box-agent").mkdir()
+    argv = {"plain": ["/bin/true"]}
+    for level in ("off", "landlock", "strict"):
+        if found.offers(level) is None:
+            built = box.build(level, ["/bin/true"], machine=found, repo=repo, state=tmp / "box-state", agent_dir=tmp / "box-agent",
+                              socket_path=tmp / "box.sock", session=f"bench-{level}")
+            argv[level] = list(built.argv)
+            built.release()
+    samples: dict[str, list[float]] = {k: [] for k in argv}
+
+    def spawn(command: list[str], out: list[float]) -> None:
+        t0 = time.perf_counter()
+        subprocess.run(command, cwd=repo, check=True)
+        out.append(time.perf_counter() - t0)
+
+    for _ in range(rounds):
+        for name, command in argv.items():
+            got: list[float] = []
+            worker = threading.Thread(target=spawn, args=(command, got))
+            worker.start()
+            worker.join()
+            samples[name] += got
+    return samples
 
 
 def _status_kb(pid: int, field: str) -> int:
@@ -172,11 +210,21 @@ def main() -> None:
         echo = echo_round_trip(tmp)
         rows = []
         results: dict[str, object] = {}
-        for n in (1, 8, 32):
-            r = spawn_and_authenticate(tmp, n)
-            results[f"spawn_auth_{n}"] = r["seconds"]
-            rows.append((f"spawn + authenticate {n} agents", f"{r['seconds'] * 1000:.0f} ms", "target < 3000 ms at 32" if n == 32 else ""))
-            if n == 32:
+        from broker.sandbox import machine
+
+        strongest = machine.probe().strongest
+        overhead = box_overhead(tmp)
+        plain = statistics.median(overhead.pop("plain"))
+        rows.append(("spawn `true`, no box (baseline) p50", f"{plain * 1000:.1f} ms", "baseline"))
+        for level, samples in overhead.items():
+            added = statistics.median(samples) - plain
+            rows.append((f"spawn `true` in a {level} box p50 / p90", f"{statistics.median(samples) * 1000:.1f} / {pct(samples, .9) * 1000:.1f} ms", f"+{added * 1000:.1f} ms (target <= +20 ms)"))
+            results[f"box_added_ms_{level}"] = added * 1000
+        for n, level in ((1, strongest), (8, strongest), (32, "off"), (32, strongest)):
+            r = spawn_and_authenticate(tmp, n, level)
+            results[f"spawn_auth_{n}_{level}"] = r["seconds"]
+            rows.append((f"spawn + authenticate {n} agents ({level})", f"{r['seconds'] * 1000:.0f} ms", "target < 3000 ms at 32" if n == 32 else ""))
+            if n == 32 and level == strongest:
                 results["peak_rss_mb_32"] = r["peak_rss_mb"]
                 ops = r["op_samples"]
         e50, o50 = statistics.median(echo), statistics.median(ops)
