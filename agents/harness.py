@@ -16,6 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -295,3 +296,30 @@ class Run:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def source_venv(base: Path, source: Path, *, python: str | None = None, packages: Path | None = None) -> Path:
+    """A throwaway venv under ``base`` whose interpreter imports conclave from ``source``.
+
+    Everything conclave starts runs ``python -I`` (no ``PYTHONPATH``, no current
+    directory), so a copy of the tree is only ever run by an interpreter whose
+    site directory names it: a ``.pth`` with ``source`` first, then this
+    environment's dependencies (``packages``, default this interpreter's).
+    ``python`` is the base interpreter (default this one).  Returns the
+    venv's ``python``; a ``conclave`` script sits beside it.
+    """
+    import sysconfig
+
+    venv = base / "venv"
+    subprocess.run([python or sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    purelib = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    deps = packages or Path(sysconfig.get_paths()["purelib"])
+    (Path(purelib) / "conclave-source.pth").write_text(f"{source}\n{deps}\n")
+    conclave = venv / "bin" / "conclave"
+    conclave.write_text(f"#!{venv / 'bin' / 'python'} -I\nfrom broker.cli import main\nmain()\n")
+    conclave.chmod(0o755)
+    return venv / "bin" / "python"
+

@@ -27,6 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from agents.harness import source_venv
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -40,12 +42,11 @@ def copy_tree(dest: Path) -> None:
             shutil.copy2(source, target)
 
 
-def run_scenario(tree: Path, scenario: str) -> str:
+def run_scenario(tree: Path, python: Path, scenario: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
-    env["PYTHONPATH"] = str(tree)
+    # The copy's own interpreter: everything the broker starts (-I) imports the patched tree too.
     out = subprocess.run(
-        # -P, not -I: the patched copy must be imported through PYTHONPATH, never the current directory.
-        [sys.executable, "-P", "-m", "broker.cli", "scenario", "run", str(tree / "scenarios" / scenario), "--json", "-j", "1"],
+        [str(python), "-I", "-m", "broker.cli", "scenario", "run", str(tree / "scenarios" / scenario), "--json", "-j", "1"],
         capture_output=True, text=True, cwd=tree, env=env, timeout=600,
     )
     try:
@@ -57,9 +58,10 @@ def run_scenario(tree: Path, scenario: str) -> str:
 
 def check(defence: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="cvd-") as tmp:
-        tree = Path(tmp)
+        tree = Path(tmp) / "tree"
         copy_tree(tree)
-        with_defence = run_scenario(tree, defence["scenario"])
+        python = source_venv(Path(tmp), tree)
+        with_defence = run_scenario(tree, python, defence["scenario"])
         target = tree / defence["file"]
         text = target.read_text()
         finds, replaces = _as_list(defence["find"]), _as_list(defence["replace"])
@@ -69,7 +71,7 @@ def check(defence: dict[str, Any]) -> dict[str, Any]:
                 return {**defence, "with": with_defence, "without": f"patch does not apply ({count} matches of {find!r})", "ok": False}
             text = text.replace(find, replace)
         target.write_text(text)
-        without = run_scenario(tree, defence["scenario"])
+        without = run_scenario(tree, python, defence["scenario"])
     ok = with_defence == "passed" and without.startswith("failed")
     return {**defence, "with": with_defence, "without": without, "ok": ok}
 

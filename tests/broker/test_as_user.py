@@ -23,6 +23,8 @@ from typing import Iterator
 
 import pytest
 
+from agents.harness import source_venv
+
 ROOT = Path(__file__).resolve().parents[2]
 UID = GID = 65534
 SUITES = ["tests/containment", "tests/broker/test_identity.py"]
@@ -49,20 +51,15 @@ def user_python() -> Iterator[tuple[Path, Path]]:
     base = Path(tempfile.mkdtemp(prefix="conclave-as-user-"))
     base.chmod(0o755)
     try:
-        subprocess.run([system, "-m", "venv", "--without-pip", str(base / "venv")], check=True)
         packages = Path(sysconfig.get_paths()["purelib"])
         source = ROOT
-        probe = _as_user([str(base / "venv" / "bin" / "python"), "-c", f"import os; assert os.access({str(packages)!r}, os.R_OK) and os.access({str(ROOT / 'broker')!r}, os.R_OK)"])
+        probe = _as_user([system, "-c", f"import os; assert os.access({str(packages)!r}, os.R_OK) and os.access({str(ROOT / 'broker')!r}, os.R_OK)"])
         if subprocess.run(probe, capture_output=True).returncode != 0:
             # This checkout or its venv is not readable by that uid (under a private home): copy them.
             packages = Path(shutil.copytree(packages, base / "site-packages", symlinks=True))
             source = base / "source"
             shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__"), symlinks=True)
-        target = Path(subprocess.run([str(base / "venv" / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip())
-        (target / "conclave-as-user.pth").write_text(f"{source}\n{packages}\n")
-        conclave = base / "venv" / "bin" / "conclave"
-        conclave.write_text(f"#!{base / 'venv' / 'bin' / 'python'} -I\nfrom broker.cli import main\nmain()\n")
-        conclave.chmod(0o755)
+        source_venv(base, source, python=system, packages=packages)
         home = base / "home"
         home.mkdir()
         if os.geteuid() == 0:
