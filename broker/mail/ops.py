@@ -18,7 +18,7 @@ from broker.core import Call, Feature
 from broker.errors import ConclaveError, ErrorCode
 from broker.mail import mailbox, schema
 from broker.mail.board import Board, StatusLine, read_board, set_status
-from broker.mail.message import MAX_ACK, MAX_WAIT, Message, check_body, check_limit, check_line, check_unicode
+from broker.mail.message import MAX_ACK, MAX_WAIT, Message, check_body, check_limit, check_line
 from broker.mail.service import EXTENSION, Mail, MailStatistics
 from broker.optable import Access, OpTable
 from broker.router import wait_while_connected
@@ -81,7 +81,6 @@ async def start(core: BrokerCore, nursery: trio.Nursery) -> None:
 @OPS.op("msg.send", SendArgs)
 async def send(call: Call, args: SendArgs) -> Message:
     """Send mail from this connection's principal to an agent, all, or operator."""
-    check_unicode("msg.send", to=args.to, body=args.body, thread=args.thread, subject=args.subject)
     body = check_body(args.body)
     subject = None if args.subject is None else check_line(args.subject, "msg.send: the subject") or None
     core, mail = call.core, Mail.of(call.core)
@@ -139,7 +138,6 @@ async def ack(call: Call, args: AckArgs) -> mailbox.Acknowledgement:
 async def thread(call: Call, args: ThreadArgs) -> list[Message]:
     """A thread's messages you sent or received (the operator: every one, for audit)."""
     limit = check_limit(args.limit, "msg.thread")
-    check_unicode("msg.thread", thread=args.thread)
     return await Mail.of(call.core).job(lambda conn: mailbox.read_thread(conn, call.principal, args.thread, limit))
 
 
@@ -147,14 +145,12 @@ async def thread(call: Call, args: ThreadArgs) -> list[Message]:
 async def search(call: Call, args: SearchArgs) -> list[Message]:
     """Full-text search over mail you sent or received (the operator: all mail)."""
     limit = check_limit(args.limit, "msg.search")
-    check_unicode("msg.search", query=args.query)
     return await Mail.of(call.core).job(lambda conn: mailbox.search(conn, call.principal, args.query, limit))
 
 
 @OPS.op("status.set", StatusArgs, access=Access.AGENT)
 async def status_set(call: Call, args: StatusArgs) -> StatusLine:
     """Say what this agent is doing now (an empty text clears it)."""
-    check_unicode("status.set", text=args.text)
     text = check_line(args.text, "status.set: the status")
     return await Mail.of(call.core).job(lambda conn: set_status(conn, call.principal, text))
 
