@@ -18,7 +18,8 @@ from broker.core import Call, Feature
 from broker.errors import ConclaveError, ErrorCode
 from broker.mail import mailbox, schema
 from broker.mail.board import Board, StatusLine, read_board, set_status
-from broker.mail.message import MAX_ACK, MAX_WAIT, Message, check_body, check_limit, check_line
+from broker.mail.budget import check_team
+from broker.mail.message import MAX_ACK, MAX_WAIT, TO_ALL, Message, check_body, check_limit, check_line
 from broker.mail.service import EXTENSION, Mail, MailStatistics
 from broker.optable import Access, OpTable
 from broker.router import wait_while_connected
@@ -86,6 +87,12 @@ async def send(call: Call, args: SendArgs) -> Message:
     core, mail = call.core, Mail.of(call.core)
     live_boxes = [a.principal.agent for a in core.registry.live()]
     team_names = [a.name for a in core.team.agents] if core.team is not None else []
+    if not call.principal.is_operator:
+        # Charged before the store job, refused or not: a flood of sends that fail later costs the store nothing either.
+        own = mailbox.mailbox_of(call.principal)
+        deliveries = len({b for b in live_boxes if b != own}) if args.to == TO_ALL else 1
+        size = len(body.encode()) + len((subject or "").encode())
+        mail.budget.charge(call.principal.domain, deliveries=max(1, deliveries), size=size)
     message = await mail.job(
         lambda conn: mailbox.post(
             conn,
@@ -167,4 +174,4 @@ async def stats(call: Call, _args: NoArgs) -> MailStatistics:
     return Mail.of(call.core).statistics()
 
 
-FEATURE = Feature("mail", OPS, schema=schema.SCHEMA, start=start)
+FEATURE = Feature("mail", OPS, schema=schema.SCHEMA, start=start, check_team=check_team)
