@@ -21,13 +21,20 @@ look-alikes *of ASCII* matter):
 * three corrections, so a folded word reads as it looks: a capital whose
   prototype is ``l`` (Cyrillic ``І``, Greek ``Ι``) folds to ``I``; a double
   quote whose prototype is ``''`` folds to ``"``; the apostrophe a hooked
-  letter's prototype carries (``Ɓ`` is ``'B``) is dropped.
+  letter's prototype carries (``Ɓ`` is ``'B``) is dropped;
+* and, beside confusables.txt, the Latin letters that are an ASCII letter by
+  name with a shape added -- small capitals (``ɢ`` LATIN LETTER SMALL
+  CAPITAL G is ``G``), hooks, strokes, tails (``ɠ``, ``ł``) -- which
+  Unicode does not list as confusable (they are "distinct letters") but a
+  reader reads as the letter; those that decompose are left out (the
+  prefilter drops combining marks itself).
 
 Nothing here runs in the broker; the output is reviewed and committed.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import unicodedata
 from pathlib import Path
@@ -96,7 +103,18 @@ def fold(ucd: Path, script_of: dict[int, str]) -> dict[int, str]:
         elif "'" in prototype and any(c.isalnum() for c in prototype):
             prototype = prototype.replace("'", "")
         out[code] = prototype
+    for code, script in script_of.items():
+        char = chr(code)
+        if script != "Latin" or code < 0x80 or code in out or unicodedata.normalize("NFD", char) != char:
+            continue
+        named = _LATIN_NAME.match(unicodedata.name(char, ""))
+        if named and unicodedata.normalize("NFKC", char) == char:
+            small_capital, capital, letter = named.group("sc"), named.group("cap"), named.group("letter")
+            out[code] = letter if (capital or small_capital) else letter.lower()
     return out
+
+
+_LATIN_NAME = re.compile(r"^LATIN (?:(?P<cap>CAPITAL )|SMALL )?LETTER (?P<sc>SMALL CAPITAL )?(?P<letter>[A-Z])(?: WITH .+)?$")
 
 
 def main(argv: list[str]) -> int:
