@@ -226,7 +226,7 @@ def test_hostile_numbers_nesting_and_text_are_refused_by_name_never_internal(run
         (b'{"id": 13, "op": "ping", "args": {"\\ud800\\u001b": 1}}\n', "invalid_args", "unknown field"),
         (b'{"id": 14, "op": "ping", "args": {}}\xff\n', "bad_json", "not valid JSON"),
     ]
-    with BlockingClient.for_operator(run.socket_path()) as client:
+    with run.operator() as client:
         for payload, code, words in cases:
             reply = client.send_raw(payload)
             assert reply["ok"] is False and reply["error"]["code"] == code, (payload[:80], reply)
