@@ -36,8 +36,8 @@ AGENT_KEYS: Final = frozenset(
         "sandbox", "allow_read", "allow_write",
     }
 )
-#: Top-level tables other packages read (locks' slots, the trust policy).
-TOP_LEVEL_KEYS: Final = frozenset({"agent", "slot", "policy", "memory"})
+#: Top-level tables other packages read (locks' slots, the trust policy, mail's budget).
+TOP_LEVEL_KEYS: Final = frozenset({"agent", "slot", "policy", "memory", "mail"})
 
 
 class TeamError(SpecError):
@@ -62,6 +62,8 @@ class Team:
     memory: dict[str, Any] = attrs.Factory(dict)
     #: The presets the file was checked against; the supervisor starts preset agents through them.
     presets: Mapping[str, Preset] = attrs.Factory(dict)
+    #: ``[mail]``: the mail feature's budget (broker.mail.budget).
+    mail: dict[str, Any] = attrs.Factory(dict)
 
     def spec(self, name: str) -> AgentSpec | None:
         return next((a for a in self.agents if a.name == name), None)
@@ -125,7 +127,10 @@ def parse(raw: dict[str, Any], *, repo: Path, rules: TeamRules, source: Path | N
     memory = raw.get("memory", {})
     if not isinstance(memory, dict):
         raise TeamError(f"{where}: memory must be a table ([memory])")
-    team = Team(agents=tuple(agents), slots=tuple(slots), policy=policy, source=source, memory=memory, presets=rules.presets)
+    mail = raw.get("mail", {})
+    if not isinstance(mail, dict):
+        raise TeamError(f"{where}: mail must be a table ([mail])")
+    team = Team(agents=tuple(agents), slots=tuple(slots), policy=policy, source=source, memory=memory, presets=rules.presets, mail=mail)
     for check in rules.checks:
         try:
             check(team, where)

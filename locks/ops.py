@@ -25,7 +25,7 @@ from broker.optable import Access, OpTable
 from broker.team import Team
 from locks import guard, schema
 from locks.journal import Journal
-from locks.resources import Resource, ResourceError
+from locks.resources import Kind, Resource, ResourceError
 from locks.slots import parse_slots
 from locks.table import LockTable, Mode, Request, Scope
 from store import events
@@ -192,7 +192,15 @@ async def list_locks(call: Call, args: ListArgs) -> dict[str, Any]:
 async def force_release(call: Call, args: ForceArgs) -> dict[str, Any]:
     """Take a resource from every holder, with a reason (operator only; logged)."""
     table = table_of(call)
-    (resource,) = _resources(table, [args.resource])
+    try:
+        (resource,) = _resources(table, [args.resource])
+    except ConclaveError:
+        # What can no longer be granted (a file that has since become a hard link) can still be taken back.
+        key = table.normalizer.lexical(args.resource)
+        held = next((h for h in table.snapshot()["holdings"] if h["resource"] == key), None) if key is not None else None
+        if held is None:
+            raise
+        resource = Resource(key, Kind(held["kind"]))
     return {"released": [h.as_dict() for h in table.force_release(call.principal, resource, args.reason)], "reason": args.reason.strip()}
 
 

@@ -18,6 +18,13 @@ absolute path elsewhere, and a symlink that leads out of the repository are
 refused.  A symlink that stays inside the repository is recorded under both
 names (``aliases``) so locking the link conflicts with locking its target.
 A resource never names ``.git/`` directly: the ``git`` resource stands for it.
+
+A **hard link** is refused: a file with more than one name (``st_nlink > 1``)
+cannot be locked by any of them, nor committed under the guard.  A symlink
+names its target, so the target can be recorded beside it; a hard link names
+nothing -- the other names of an inode can only be found by searching the
+whole repository -- so two agents could otherwise hold "different" paths to
+one file.  The refusal says how to break the link (see docs/LOCKS.md).
 """
 
 from __future__ import annotations
@@ -135,8 +142,8 @@ class Normalizer:
                 if not self._watch.changed():
                     return plain
                 self._plain.clear()  # something moved somewhere: look again, at everything
-            elif self._still_plain(text):
-                return plain
+            elif self._still_plain(text) and _names_of(f"{self.real_repo}/{text}") <= 1:
+                return plain  # without inotify a new hard link shows nowhere: look at this name's links too
         if not isinstance(text, str):
             raise ResourceError("a resource must be a string")
         raw = text.strip()
@@ -230,6 +237,13 @@ class Normalizer:
         real, is_dir = self._probe("/".join(segments[:fixed]))
         if real != self.real_repo and not real.startswith(self.real_repo + "/"):
             raise ResourceError(f"{raw!r} leads outside the repository through a symlink (to {real})")
+        if not wildcard and not is_dir:
+            names = _names_of(real)
+            if names > 1:
+                raise ResourceError(
+                    f"{raw!r} is a hard link: its file has {names} names, and a lock on one name would not cover "
+                    f"the others. Give it a file of its own (cp {raw} {raw}.copy && mv {raw}.copy {raw}), then lock it"
+                )
         if not literal and not wildcard and (raw.endswith("/") or is_dir):
             segments.append("**")
             wildcard = True
@@ -315,6 +329,15 @@ class Normalizer:
     def _slow_probe(self, relative: str) -> tuple[str, bool]:
         full = os.path.realpath(f"{self.repo}/{relative}")
         return full, os.path.isdir(full)
+
+
+def _names_of(real: str) -> int:
+    """How many names (hard links) the file at ``real`` has; 0 when none is there, 1 for a directory."""
+    try:
+        st = os.stat(real, follow_symlinks=False)
+    except OSError:
+        return 0
+    return 1 if stat.S_ISDIR(st.st_mode) else st.st_nlink
 
 
 def _named(raw: str, scheme: str, rest: str) -> Resource:

@@ -4,6 +4,16 @@ Each function is one store-owner job.  The acting principal is always the
 connection's (the router passes it in); nothing here accepts a name for the
 author or a witness.  Text has already passed the prefilter (``memory.ops``
 runs it before the job, so rejected text never reaches the writer thread).
+
+A reply that carries a claim's text *shows* it.  ``corroborate`` and
+``dispute`` answer with the claim after the change, so each logs an exposure
+(via ``show``) for the caller in the same job -- after judging the witness,
+so a corroboration's own verdict is not changed by its reply.  Otherwise a
+witness could read a claim through a dispute's reply, or through its own
+first corroboration, and then vouch for it -- or for its next edition -- as
+"blind".  ``remember`` and ``revise`` echo only the caller's own words to its
+own trust domain, which is never blind for its own claims (the author's
+domain never counts); they log nothing (see docs/MEMORY.md, "Blind witnesses").
 """
 
 from __future__ import annotations
@@ -68,7 +78,9 @@ def corroborate(conn: apsw.Connection, policy: TrustPolicy, witness: Principal, 
     )
     row = conn.last_insert_rowid()
     verdict = _record_witness(conn, policy, witness, claim, "memory.corroborate", row, at, {"blind": blind}, evidence)
-    return _after(conn, policy, claim.id, verdict, blind=blind)
+    out = _after(conn, policy, claim.id, verdict, blind=blind)
+    exposures.record(conn, witness, [claim], "show", at)  # the reply carries the text: from now on, informed
+    return out
 
 
 def dispute(conn: apsw.Connection, policy: TrustPolicy, witness: Principal, claim_id: int, *, reason: str) -> dict[str, Any]:
@@ -81,7 +93,9 @@ def dispute(conn: apsw.Connection, policy: TrustPolicy, witness: Principal, clai
     )
     row = conn.last_insert_rowid()
     verdict = _record_witness(conn, policy, witness, claim, "memory.dispute", row, at, {"reason_sha256": claims.digest(reason)}, None)
-    return _after(conn, policy, claim.id, verdict)
+    out = _after(conn, policy, claim.id, verdict)
+    exposures.record(conn, witness, [claim], "show", at)  # the reply carries the text
+    return out
 
 
 def _record_witness(

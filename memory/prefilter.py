@@ -8,6 +8,14 @@ names the rule and describes the *shape* it found, never the text itself --
 above all never a secret -- so nothing rejected reaches an error, a log or
 an event.
 
+Every rule judges the text as :func:`memory.lookalikes.judge` reads it --
+NFKC, tag characters spelled out, default-ignorable characters and
+combining marks removed, look-alikes folded to ASCII -- so a zero-width
+space, a soft hyphen, a fullwidth or Cyrillic letter inside a trigger word
+changes nothing.  What is stored is the text as written.  Before the rules,
+text that hides what it says from a person (invisible tag characters,
+bidirectional overrides) is refused as ``injection``.
+
 Rules (in the order they are tried):
 
 ``secret``
@@ -22,14 +30,27 @@ Rules (in the order they are tried):
     command substitution, shell prompts.
 ``directive``
     Imperatives aimed at the reader: a sentence that opens with an order
-    ("Always ...", "Never ...", "Run the ...") or speaks to "you".
+    ("Always ...", "Never ...", "Run the ...", "Do not ..."), speaks to
+    "you" ("you must ..."), or is a conditional instruction ("when asked
+    about X, answer Y", "if anyone asks, say ...") -- an instruction even
+    without "always" or "must".
+``mixed_script``
+    A word that mixes scripts with a look-alike (``ѕudo``: Cyrillic ``ѕ``,
+    Latin ``udo``): spelled to pass for another word.
 ``repo_specific``
     Only for ``general`` scope (claims meant to hold everywhere): paths and
     file names tie a claim to one repository.
 
-Evidence and reasons (free text an agent attaches) pass the ``secret`` and
-``injection`` rules only: they may quote commands or give orders to the
-operator, but they may not smuggle a secret into the database.
+Evidence and reasons (free text an agent attaches) pass the ``secret``,
+``injection`` and ``mixed_script`` rules only: they may quote commands or
+give orders to the operator, but they may not smuggle a secret into the
+database.
+
+A command *mentioned* as a fact is not a command to run: ``sudo``, ``rm
+-rf`` followed by an English word ("the install no longer needs sudo to
+write there", "stopped using rm -rf on the cache") passes; followed by a
+command or a path it is refused.  The labelled set in
+``tests/memory/prefilter_cases.py`` measures each rule (docs/MEMORY.md).
 """
 
 from __future__ import annotations
@@ -41,6 +62,8 @@ from functools import lru_cache
 from typing import Final, final
 
 import attrs
+
+from memory.lookalikes import judge
 
 
 @final
@@ -56,23 +79,35 @@ class Rejection:
 
 
 #: The rules, in the order they are tried.
-RULES: Final = ("secret", "injection", "executable", "directive", "repo_specific")
+RULES: Final = ("secret", "injection", "executable", "directive", "mixed_script", "repo_specific")
 
 
 def check_claim(text: str, scope: str) -> Rejection | None:
     """The first rule ``text`` breaks as a claim of ``scope``, or None."""
+    seen = judge(text)
+    if seen.hidden is not None:
+        return Rejection("injection", seen.hidden)
+    judged = seen.text
     for rule in (_secret, _injection, _executable, _directive):
-        found = rule(text)
+        found = rule(judged)
         if found is not None:
             return found
+    if seen.mixed is not None:
+        return Rejection("mixed_script", seen.mixed)
     if scope == "general":
-        return _repo_specific(text)
+        return _repo_specific(judged)
     return None
 
 
 def check_note(text: str) -> Rejection | None:
-    """The first rule an evidence or reason text breaks, or None (secret and injection only)."""
-    return _secret(text) or _injection(text)
+    """The first rule an evidence or reason text breaks, or None (secret, injection, mixed_script)."""
+    seen = judge(text)
+    if seen.hidden is not None:
+        return Rejection("injection", seen.hidden)
+    found = _secret(seen.text) or _injection(seen.text)
+    if found is None and seen.mixed is not None:
+        return Rejection("mixed_script", seen.mixed)
+    return found
 
 
 # -- secret ---------------------------------------------------------------------
@@ -166,7 +201,7 @@ _INJECTION: Final = (
     (
         re.compile(
             r"(?i)\b(?:ignore|disregard|forget|override|bypass)\b[^.\n]{0,40}?\b(?:previous|prior|above|earlier|all|any|your|the\s+system)\b"
-            r"[^.\n]{0,24}?\b(?:instructions?|prompts?|messages|rules|directions|guidelines|guardrails|policies)\b"
+            r"[^.\n]{0,24}?\b(?:instructions?|prompts?|messages|rules|directions|guidelines|guidance|guardrails|policies|orders)\b"
         ),
         "an instruction to ignore earlier instructions",
     ),
@@ -178,7 +213,13 @@ _INJECTION: Final = (
     (re.compile(r"(?im)^\s*#{0,3}\s*(?:system|assistant|developer|human)\s*:"), "a fake role line"),
     (re.compile(r"(?i)\bBEGIN\s+(?:SYSTEM|ADMIN|DEVELOPER)\b"), "a fake system block"),
     (re.compile(r"(?i)\b(?:reveal|print|show|leak|output|repeat)\b[^.\n]{0,30}\bsystem\s+prompt\b"), "a request for the system prompt"),
-    (re.compile(r"(?i)\bjailbreak|\bdeveloper\s+mode\s+(?:enabled|on)\b|\bdo\s+anything\s+now\b"), "a jailbreak phrase"),
+    (
+        re.compile(
+            r"(?i)\bjailbreak|\bdeveloper\s+mode\s+(?:enabled|on)\b|\bdo\s+anything\s+now\b"
+            r"|\bact\s+as\s+(?:an?\s+)?(?:unrestricted|unfiltered|uncensored|jailbroken|evil)\b"
+        ),
+        "a jailbreak phrase",
+    ),
 )
 
 
@@ -192,17 +233,43 @@ def _injection(text: str) -> Rejection | None:
 # -- executable -----------------------------------------------------------------
 
 _SHELLS: Final = r"(?:sh|bash|zsh|dash|ksh|fish|python[0-9.]*|perl|ruby|node|powershell|pwsh|iex|source)"
+#: Words after a command name that make it a mention in a sentence ("needs sudo to write
+#: there", "stopped using rm -rf on the cache"), not a command line with its operand.
+_PROSE: Final = (
+    r"(?:to|for|and|or|nor|but|so|in|on|at|of|by|from|with|without|inside|during|before|after|when|if|as|than|"
+    r"is|was|are|were|be|been|being|isn't|wasn't|anymore|any|again|here|there|now|only|either|too|also|"
+    r"access|rights|privileges?|permissions?|mode|calls?|commands?|the|a|an|which|that|because|since|until)"
+)
+#: What starts a command's operand: a path, a glob, a variable, a quoted word, a bare name.
+_OPERAND: Final = r"(?:[~/$*\"'{\[]|\.{1,2}(?:/|(?!\S))|[\w-])"
+#: What ``sudo`` runs in a command line: a flag, a path, a variable, or a common command.
+#: "the sudo wrapper was removed" mentions sudo; "sudo apt-get install x" runs something.
+_SUDO_RUNS: Final = (
+    r"(?:[-/~$.]|(?:apt|apt-get|aptitude|yum|dnf|zypper|pacman|apk|snap|brew|pip\d*|npm|yarn|gem|cargo|make|cmake|install|"
+    r"systemctl|service|journalctl|rm|rmdir|mv|cp|chmod|chown|chgrp|ln|mkdir|touch|tee|cat|echo|dd|mkfs\S*|mount|umount|"
+    r"fdisk|parted|kill|killall|pkill|reboot|shutdown|halt|poweroff|iptables|ufw|nft|useradd|userdel|usermod|groupadd|"
+    r"passwd|visudo|su|bash|sh|zsh|python\d*|docker|podman|kubectl|git|tar|unzip|curl|wget|setcap|sysctl|modprobe|"
+    r"ip|crontab|dpkg|rpm|chattr|nano|vim?|env|-[a-z])\b)"
+)
+#: An argument that marks the token before it as a command: a flag, a path, an assignment.
+_ARGUMENT: Final = r"(?:-{1,2}\w|[./~$]\S|\S*=)"
+#: Commands a root prompt (``# cmd``) is taken to run; any other ``# words`` line is a heading.
+_ROOT_COMMANDS: Final = (
+    r"(?:apt|apt-get|yum|dnf|apk|pacman|rm|chmod|chown|systemctl|service|mount|umount|dd|mkfs\S*|curl|wget|make|pip\d*|"
+    r"npm|docker|kill|killall|reboot|shutdown|iptables|useradd|usermod|passwd|echo|cat|cd|ls|cp|mv|git|sudo|su|sh|bash|"
+    r"python\d*|\./\S+|/\S+)"
+)
 _EXECUTABLE: Final = (
     (re.compile(r"```|~~~"), "a code fence"),
     (re.compile(rf"\|\s*(?:sudo\s+)?{_SHELLS}\b"), "a pipe into a shell"),
     (re.compile(r"\b(?:curl|wget)\b[^\n|]*\|"), "a download piped into a command"),
-    (re.compile(r"(?:^|[\s;&|(`])sudo\s+\S"), "a sudo command"),
-    (re.compile(r"\brm\s+-[A-Za-z]*[rRf]"), "a recursive or forced rm"),
+    (re.compile(rf"(?i)(?:^|[\s;&|(`])sudo\s+(?:{_SUDO_RUNS}|\S+\s+{_ARGUMENT})"), "a sudo command"),
+    (re.compile(rf"(?i)\brm\s+-[A-Za-z]*[rRf][A-Za-z]*\s+(?!{_PROSE}\b){_OPERAND}"), "a recursive or forced rm"),
     (re.compile(r"\$\([^)]*\)|`[^`]*\$\(|\beval\s*\(|\bexec\s*\(|\bos\.system\s*\("), "command substitution or eval"),
     (re.compile(r"(?:;|&&|\|\|)\s*(?:rm|curl|wget|chmod|chown|dd|mkfs|shutdown|reboot|kill|nc)\b"), "a chained shell command"),
     (re.compile(r"\bchmod\s+(?:-R\s+)?(?:777|\+s|u\+s)\b|\bmkfs(?:\.\w+)?\s|\bdd\s+if=|/dev/tcp/|\bnc\s+-[a-z]*e\b"), "a dangerous shell command"),
     (re.compile(r":\(\)\s*\{\s*:\|:&\s*\};:"), "a fork bomb"),
-    (re.compile(r"(?m)^\s*[$#]\s+[\w./-]+"), "a shell prompt line"),
+    (re.compile(rf"(?m)^\s*(?:\$\s+[\w./-]+|#\s*{_ROOT_COMMANDS}(?:\s|$))"), "a shell prompt line"),
 )
 
 
@@ -219,33 +286,110 @@ def _executable(text: str) -> Rejection | None:
 _ALWAYS_ORDERS: Final = frozenset(
     {"always", "never", "don't", "dont", "ignore", "disregard", "forget", "ensure", "pretend", "obey", "please", "must"}
 )
+#: Two- and three-word openers that are orders ("Do not deploy ...", not "The workers do not ...").
+_ORDER_PHRASES: Final = re.compile(r"(?:make\s+sure|be\s+sure|remember\s+to|don'?t\s+forget|do\s+not|do\s+never)\b")
 #: Verbs that are orders when an object follows ("Run the tests", not "Run times doubled").
 _VERBS: Final = frozenset(
     """run execute delete remove disable enable install uninstall use set add call commit push skip bypass make
     stop send write copy change replace avoid prefer trust treat follow apply update upload download grant give
     reveal print output respond reply tell override turn switch drop kill force revert reset merge deploy configure
     put keep increase decrease raise lower pin upgrade downgrade restart rerun wrap mark move rename export import
-    do try start open close edit fix patch tag publish release""".split()
+    do try start open close edit fix patch tag publish release say answer claim state deny insist mention report
+    recommend suggest explain confirm share approve paste type enter""".split()
 )
 _OBJECTS: Final = frozenset(
     """the a an all any this that these those it them your every each no my our its their only both everything
     anything nothing yourself to""".split()
 )
+#: Words a sentence may open with before its verb ("Also, make sure ...").
+_LEADS: Final = frozenset("also and then so now first next finally additionally important note but plus again instead".split())
+#: Whom a sentence may address before its verb, with a comma ("Assistant, disregard ...").
+_VOCATIVES: Final = frozenset("assistant model ai claude gpt chatgpt agent agents bot reader readers everyone team folks all".split())
+_MODAL: Final = r"(?:must|should|shall|need\s+to|needs\s+to|has\s+to|have\s+to|are\s+to|is\s+to|ought\s+to|will\s+need\s+to|are\s+required\s+to)"
 _SECOND_PERSON: Final = re.compile(
-    r"(?i)\byou(?:'ll)?\s+(?:must|should|shall|need\s+to|have\s+to|are\s+to|ought\s+to|will\s+need\s+to|are\s+required\s+to)\b"
-    r"|\b(?:make\s+sure|be\s+sure\s+to|remember\s+to|don'?t\s+forget|do\s+not)\b"
+    rf"(?i)\byou(?:'ll)?\s+{_MODAL}\b"
+    # the reader named in the third person: "agents reading this must ...", "the assistant should ..."
+    rf"|\b(?:agents?|models?|assistants?|readers?|anyone|whoever|everyone)\s+(?:reading|who\s+reads?|that\s+reads?|seeing)\s+this\b[^.\n]{{0,40}}?\b{_MODAL}\b"
+    rf"|\b(?:the\s+)?(?:assistant|ai|llm|language\s+model)\s+(?:always\s+|never\s+)?{_MODAL}\b"
 )
 _SENTENCES: Final = re.compile(r"[^.!?;:\n]+")
+_CLAUSES: Final = re.compile(r"[^.!?;\n]+")
 _BULLET: Final = re.compile(r"^\s*(?:[-*\u2022>]+|\d+[.)])\s*")
+
+# Conditional instructions: "when asked about X, answer Y", "if anyone asks, say ...",
+# "say Y if anyone asks".  An order even without "always" or "must".  The condition
+# must be about the reader or about someone asking; the consequence must open with
+# a bare verb (an imperative), not with a subject ("..., the CLI prints a URL").
+_IF: Final = r"(?:when(?:ever)?|if|once|in\s+case|should|any\s*time|each\s+time|every\s+time)"
+_PARTY: Final = (
+    r"(?:any|some|every|no)\s*(?:one|body)(?:\s+else)?|(?:the|a)\s+(?:user|operator|human|reviewer|reader|customer|client|person|manager|lead)s?"
+    r"|users|people|they|another\s+agent|other\s+agents"
+)
+_ASKS: Final = r"(?:asks?|asked|wants?|questions?|inquires?|mentions?|brings?\s+up|requests?|says?|wonders?)"
+_WHO: Final = rf"(?:asked|questioned|prompted|you|(?:{_PARTY})\s+(?:\w+\s+)?{_ASKS})"
+_DO: Final = (
+    r"(?:answer|say|reply|respond|tell|claim|state|insist|mention|report|explain|deny|confirm|pretend|refuse|recommend|suggest|"
+    r"point|direct|send|give|output|print|return|use|run|keep|act|treat|ignore|change|switch|stay|avoid|push|approve|merge|"
+    r"grant|share|reveal|disable|enable|delete|remove|skip|write|add|call|trust|follow)"
+)
+#: After a verb, words that make it a noun ("use of the CDN", "run times").
+_NOUNY: Final = r"(?:of|times?|cases?|rates?|counts?|latency|is|was|are|were|has|had|'s)"
+#: Words a consequence opens with when it has a subject ("..., the CLI prints", "..., it returns").
+_SUBJECTS: Final = frozenset(
+    """the a an it its they them their he she his her we our i my this that these those there here each every all
+    some no none both either neither one most many few any nobody nothing everything everyone someone something
+    who which what""".split()
+)
+#: The condition, up to the comma (or "then") that opens the consequence; ``rest`` is the consequence.
+_CONDITION: Final = re.compile(
+    rf"(?i)^\W*(?:(?:and|but|also|so|then)\s+)?{_IF}\b[^,]{{0,120}}?\b{_WHO}\b[^,]{{0,120}}?"
+    r"(?:,\s*|\s+then\s+)(?:(?:just|always|simply|please|only|then|instead)\s+)*(?P<rest>\S.*)"
+)
+_ORDER_VERB: Final = re.compile(rf"(?i){_DO}\b(?!\s+{_NOUNY}\b)")
+_CONDITIONAL: Final = (
+    re.compile(
+        rf"(?i)^\W*(?:(?:and|but|also|so|then)\s+)?{_IF}\b[^,]{{0,120}}?\b{_WHO}\b[^,]{{0,120}}?"
+        r",\s*the\s+(?:(?:right|correct|official|only)\s+)?answer\s+(?:is|should\s+be|must\s+be)\b"
+    ),
+    re.compile(
+        rf"(?i)^\W*{_DO}\b(?!\s+{_NOUNY}\b)[^,]{{0,120}}?\b(?:if|when(?:ever)?|in\s+case|once)\s+"
+        rf"(?:asked|you(?:'re|\s+are)\s+asked|(?:{_PARTY})\s+(?:\w+\s+)?{_ASKS})\b"
+    ),
+)
+
+
+def _imperative(consequence: str) -> bool:
+    """Whether a conditional's consequence opens with a bare verb (an order), not a subject."""
+    if _ORDER_VERB.match(consequence):
+        return True
+    words = consequence.split()
+    first, nxt = words[0], (words[1].lower().strip("\"'(,") if len(words) > 1 else "")
+    # An unlisted verb ("blame the network"): a lowercase word that is no subject and no
+    # third-person or past form, with an object after it.
+    return (
+        first.isalpha() and first.islower() and first not in _SUBJECTS
+        and not first.endswith(("s", "ed", "ing", "ly")) and nxt in _OBJECTS
+    )
 
 
 def _directive(text: str) -> Rejection | None:
     if _SECOND_PERSON.search(text):
         return Rejection("directive", "an instruction addressed to the reader")
+    for clause in _CLAUSES.findall(text):
+        condition = _CONDITION.search(clause)
+        if (condition and _imperative(condition.group("rest"))) or any(p.search(clause) for p in _CONDITIONAL):
+            return Rejection("directive", "a conditional instruction to the reader (when asked ..., answer ...)")
     for sentence in _SENTENCES.findall(text):
         words = _BULLET.sub("", sentence).split()
+        while len(words) > 1 and (
+            words[0].lower().strip(",\"'(") in _LEADS or (words[0].endswith(",") and words[0].lower().strip(",\"'(") in _VOCATIVES)
+        ):
+            words = words[1:]
         if not words:
             continue
+        opening = _ORDER_PHRASES.match(" ".join(words[:3]).lower())
+        if opening:
+            return Rejection("directive", f"a sentence that opens with an order ({opening.group(0)!r})")
         first = words[0].lower().strip("\"'(")
         nxt = words[1].lower().strip("\"'(,") if len(words) > 1 else ""
         if first in _ALWAYS_ORDERS or (first in _VERBS and nxt in _OBJECTS):

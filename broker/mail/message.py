@@ -7,18 +7,20 @@ error.  Subjects and status lines are shown *outside* the fence that holds a
 body, so they must be one line without control characters -- otherwise a
 subject could close the fence and print a forged ``from: operator`` header.
 Bodies may have newlines and tabs, but no other control characters (a
-terminal escape in a body could rewrite what the operator sees).
+terminal escape in a body could rewrite what the operator sees).  What text
+is acceptable at all is defined once, in ``broker.wire`` (every string of
+every request passes it before a handler runs); the checks here apply that
+definition again and add mail's own: one line, a size.
 """
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from typing import Final, final
 
 import attrs
 
 from broker.errors import ConclaveError, ErrorCode
+from broker.wire import check_text
 
 #: The largest body, in bytes of UTF-8.  Mail is for coordination ("I'm taking
 #: the storage module"); logs and patches belong in the repository.
@@ -35,9 +37,6 @@ MAX_ACK: Final = 1000
 #: Recipients that are not agent names.
 TO_ALL: Final = "all"
 TO_OPERATOR: Final = "operator"
-
-_BODY_FORBIDDEN: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_LINE_FORBIDDEN: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 @final
@@ -79,21 +78,6 @@ class Message:
         return self.sender_agent == TO_OPERATOR
 
 
-def check_unicode(op: str, **fields: str | None) -> None:
-    """Refuse text SQLite cannot store: JSON may carry lone surrogates (``"\\ud800"``).
-
-    Raises:
-        ConclaveError: ``invalid_args`` naming the field.
-    """
-    for name, value in fields.items():
-        try:
-            (value or "").encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ConclaveError(
-                ErrorCode.INVALID_ARGS, f"{op}: {name} is not valid Unicode text (a lone surrogate at offset {exc.start})"
-            ) from None
-
-
 def check_body(body: str) -> str:
     """The body as it will be stored.
 
@@ -103,19 +87,13 @@ def check_body(body: str) -> str:
     """
     if not body.strip():
         raise ConclaveError(ErrorCode.INVALID_ARGS, "msg.send: the body is empty; say something")
+    check_text("msg.send: the body", body)
     size = len(body.encode("utf-8"))
     if size > MAX_BODY_BYTES:
         raise ConclaveError(
             ErrorCode.TOO_LARGE,
             f"msg.send: the body is {size} bytes; the limit is {MAX_BODY_BYTES} bytes of UTF-8 "
             "(put long text in a file in the repository and send its path)",
-        )
-    bad = _BODY_FORBIDDEN.search(body)
-    if bad:
-        raise ConclaveError(
-            ErrorCode.INVALID_ARGS,
-            f"msg.send: the body contains the control character {_name(bad.group())} at offset {bad.start()}; "
-            "only newlines and tabs are allowed",
         )
     return body
 
@@ -128,12 +106,7 @@ def check_line(text: str, what: str) -> str:
     """
     if len(text) > MAX_LINE_CHARS:
         raise ConclaveError(ErrorCode.INVALID_ARGS, f"{what} is {len(text)} characters; at most {MAX_LINE_CHARS}")
-    bad = _LINE_FORBIDDEN.search(text)
-    if bad:
-        raise ConclaveError(
-            ErrorCode.INVALID_ARGS,
-            f"{what} contains {_name(bad.group())}; it must be one line of printable text",
-        )
+    check_text(what, text, one_line=True)
     return text.strip()
 
 
@@ -143,7 +116,3 @@ def check_limit(limit: int | None, op: str) -> int:
     if not 1 <= limit <= MAX_LIMIT:
         raise ConclaveError(ErrorCode.INVALID_ARGS, f"{op}: limit must be between 1 and {MAX_LIMIT}, not {limit}")
     return limit
-
-
-def _name(char: str) -> str:
-    return f"U+{ord(char):04X} ({unicodedata.name(char, 'control')})"

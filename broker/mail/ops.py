@@ -18,7 +18,8 @@ from broker.core import Call, Feature
 from broker.errors import ConclaveError, ErrorCode
 from broker.mail import mailbox, schema
 from broker.mail.board import Board, StatusLine, read_board, set_status
-from broker.mail.message import MAX_ACK, MAX_WAIT, Message, check_body, check_limit, check_line, check_unicode
+from broker.mail.budget import check_team
+from broker.mail.message import MAX_ACK, MAX_WAIT, TO_ALL, Message, check_body, check_limit, check_line
 from broker.mail.service import EXTENSION, Mail, MailStatistics
 from broker.optable import Access, OpTable
 from broker.router import wait_while_connected
@@ -81,12 +82,17 @@ async def start(core: BrokerCore, nursery: trio.Nursery) -> None:
 @OPS.op("msg.send", SendArgs)
 async def send(call: Call, args: SendArgs) -> Message:
     """Send mail from this connection's principal to an agent, all, or operator."""
-    check_unicode("msg.send", to=args.to, body=args.body, thread=args.thread, subject=args.subject)
     body = check_body(args.body)
     subject = None if args.subject is None else check_line(args.subject, "msg.send: the subject") or None
     core, mail = call.core, Mail.of(call.core)
     live_boxes = [a.principal.agent for a in core.registry.live()]
     team_names = [a.name for a in core.team.agents] if core.team is not None else []
+    if not call.principal.is_operator:
+        # Charged before the store job, refused or not: a flood of sends that fail later costs the store nothing either.
+        own = mailbox.mailbox_of(call.principal)
+        deliveries = len({b for b in live_boxes if b != own}) if args.to == TO_ALL else 1
+        size = len(body.encode()) + len((subject or "").encode())
+        mail.budget.charge(call.principal.domain, deliveries=max(1, deliveries), size=size)
     message = await mail.job(
         lambda conn: mailbox.post(
             conn,
@@ -139,7 +145,6 @@ async def ack(call: Call, args: AckArgs) -> mailbox.Acknowledgement:
 async def thread(call: Call, args: ThreadArgs) -> list[Message]:
     """A thread's messages you sent or received (the operator: every one, for audit)."""
     limit = check_limit(args.limit, "msg.thread")
-    check_unicode("msg.thread", thread=args.thread)
     return await Mail.of(call.core).job(lambda conn: mailbox.read_thread(conn, call.principal, args.thread, limit))
 
 
@@ -147,14 +152,12 @@ async def thread(call: Call, args: ThreadArgs) -> list[Message]:
 async def search(call: Call, args: SearchArgs) -> list[Message]:
     """Full-text search over mail you sent or received (the operator: all mail)."""
     limit = check_limit(args.limit, "msg.search")
-    check_unicode("msg.search", query=args.query)
     return await Mail.of(call.core).job(lambda conn: mailbox.search(conn, call.principal, args.query, limit))
 
 
 @OPS.op("status.set", StatusArgs, access=Access.AGENT)
 async def status_set(call: Call, args: StatusArgs) -> StatusLine:
     """Say what this agent is doing now (an empty text clears it)."""
-    check_unicode("status.set", text=args.text)
     text = check_line(args.text, "status.set: the status")
     return await Mail.of(call.core).job(lambda conn: set_status(conn, call.principal, text))
 
@@ -171,4 +174,4 @@ async def stats(call: Call, _args: NoArgs) -> MailStatistics:
     return Mail.of(call.core).statistics()
 
 
-FEATURE = Feature("mail", OPS, schema=schema.SCHEMA, start=start)
+FEATURE = Feature("mail", OPS, schema=schema.SCHEMA, start=start, check_team=check_team)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Callable, Final, TypeVar, final
 import apsw
 import attrs
 
+from broker.mail.budget import MailBudget, MailLimits
 from broker.mail.notifier import Notifier
 
 if TYPE_CHECKING:
@@ -30,6 +31,8 @@ class MailStatistics:
     rings: int
     wakeups: int
     store_jobs: int
+    #: Sends refused for being over a domain's budget (none of them reached the store).
+    over_budget: int
 
 
 @final
@@ -37,6 +40,7 @@ class Mail:
     def __init__(self, core: BrokerCore) -> None:
         self.core = core
         self.notifier = Notifier()
+        self.budget = MailBudget(MailLimits.from_table(core.team.mail) if core.team is not None else MailLimits())
         self._jobs = 0
 
     @classmethod
@@ -51,4 +55,4 @@ class Mail:
 
     def statistics(self) -> MailStatistics:
         bell = self.notifier.statistics()
-        return MailStatistics(waiting=bell.waiting, rings=bell.rings, wakeups=bell.wakeups, store_jobs=self._jobs)
+        return MailStatistics(waiting=bell.waiting, rings=bell.rings, wakeups=bell.wakeups, store_jobs=self._jobs, over_budget=self.budget.refused)

@@ -172,6 +172,9 @@ def test_the_fast_path_builds_exactly_what_the_converter_builds_and_nothing_else
     pool = [
         "a.txt", "", "agent", "connection", "x" * 3, 0, 1, -5, 2**40, 0.5, math.inf, math.nan, True, False, None,
         [], ["a", "b"], ["a", 1], [1, 2], [True], {}, {"k": "v"}, ["a", None],
+        # what the wire refuses inside a value: unfit text, integers past 64 bits, numbers past a float
+        "a\x00b", "\x1b[2J", "x\ud800", "\udfff", "tab\tand\nnewline", "\x85", ["ok", "b\x00"], ["\ud800"],
+        2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**70, 10**400, [1, 2**64], -math.inf, 1e308,
     ]  # fmt: skip
     rng = random.Random(20261129)
     classes = {spec.args for feature in composition.features() for spec in feature.ops.ops.values()}
@@ -198,3 +201,45 @@ def test_the_fast_path_builds_exactly_what_the_converter_builds_and_nothing_else
     from locks.ops import AcquireArgs
 
     assert wire._fast_structure(AcquireArgs)({"resources": ["a.txt"]}) == AcquireArgs(resources=["a.txt"])
+
+
+def test_hostile_numbers_nesting_and_text_are_refused_by_name_never_internal(run):
+    """Attack: inputs that used to reach the store or the decoder's limits and
+    came back `internal`.  Each now gets bad_json (the line is not JSON we take)
+    or invalid_args (a JSON value an argument cannot be), and the same connection
+    goes on serving; the broker is unharmed."""
+    deep = b'{"id": 1, "op": "ping", "args": {"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}\n"
+    cases = [
+        (deep, "bad_json", "nested too deeply"),
+        (b'{"id": 2, "op": "memory.show", "args": {"id": ' + b"9" * 5000 + b"}}\n", "bad_json", "4300 digits"),
+        (b'{"id": 3, "op": "memory.show", "args": {"id": %d}}\n' % 2**63, "invalid_args", "args.id"),
+        (b'{"id": 4, "op": "memory.show", "args": {"id": %d}}\n' % -(2**63 + 1), "invalid_args", "args.id"),
+        (b'{"id": 5, "op": "msg.ack", "args": {"ids": [1, %d]}}\n' % 2**70, "invalid_args", "args.ids[1]"),
+        (b'{"id": 6, "op": "memory.recall", "args": {"query": "x", "limit": %d}}\n' % 2**64, "invalid_args", "args.limit"),
+        (b'{"id": 7, "op": "msg.inbox", "args": {"wait": NaN}}\n', "bad_json", "NaN"),
+        (b'{"id": 8, "op": "msg.inbox", "args": {"wait": Infinity}}\n', "bad_json", "Infinity"),
+        (b'{"id": 9, "op": "msg.inbox", "args": {"wait": -Infinity}}\n', "bad_json", "Infinity"),
+        (b'{"id": 10, "op": "msg.inbox", "args": {"wait": 1e400}}\n', "invalid_args", "finite"),
+        (b'{"id": 11, "op": "msg.inbox", "args": {"wait": %d}}\n' % 10**400, "invalid_args", "too large"),
+        (b'{"id": 12, "op": "memory.recall", "args": {"query": "a\\ud800"}}\n', "invalid_args", "U+D800"),
+        (b'{"id": "r\\udc00", "op": "ping", "args": {}}\n', "bad_request", "request id"),
+        (b'{"id": 13, "op": "ping", "args": {"\\ud800\\u001b": 1}}\n', "invalid_args", "unknown field"),
+        (b'{"id": 14, "op": "ping", "args": {}}\xff\n', "bad_json", "not valid JSON"),
+    ]
+    with run.operator() as client:
+        for payload, code, words in cases:
+            reply = client.send_raw(payload)
+            assert reply["ok"] is False and reply["error"]["code"] == code, (payload[:80], reply)
+            assert words in reply["error"]["message"], (payload[:80], reply)
+            # The reply is strict JSON any client can decode and print: no lone surrogate, no raw control.
+            json.dumps(reply, ensure_ascii=False).encode("utf-8")
+            assert client.call("ping") == {}, payload[:80]
+        # Controls: the edges of the ranges are accepted (and then not found, or served).
+        for claim_id in (2**63 - 1, -(2**63)):
+            with pytest.raises(ConclaveError) as missing:
+                client.call("memory.show", {"id": claim_id})
+            assert missing.value.code is ErrorCode.NOT_FOUND
+        assert client.send_raw(b'{"id": "r\\ud83d\\ude80", "op": "ping", "args": {}}\n') == {"id": "r\U0001f680", "ok": True, "result": {}}
+        assert client.send_raw(b'{"id": %d, "op": "ping", "args": {}}\n' % (2**63 - 1))["ok"] is True
+    assert run.puppet("alice").call("msg.inbox", wait=0.0) == []
+    assert run.puppet("alice").call("ping") == {}

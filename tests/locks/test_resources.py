@@ -272,3 +272,48 @@ def test_the_watch_reports_names_not_contents(tmp_path: Path) -> None:
     assert watch.changed()
     assert not watch.watch(str(tmp_path / "link"))  # never through a symlink
     assert not watch.watch(str(tmp_path / "renamed"))  # nor a file
+
+
+def test_a_hard_link_cannot_be_locked_by_any_of_its_names(repo: Path, fast: bool) -> None:
+    """Attack: a second name for a file (os.link) is a second path to one inode;
+    a lock on either name would not cover the other.  Every name is refused,
+    saying why and how to break the link -- directly, literally (a staged
+    path) and through a symlink.  Control: distinct files parse as themselves
+    and do not overlap."""
+    os.link(repo / "src" / "a.py", repo / "twin.py")
+    os.symlink("twin.py", repo / "to-twin.py")
+    n = Normalizer(repo, fast=fast)
+    for text in ("src/a.py", "twin.py", "./twin.py", str(repo / "twin.py"), "to-twin.py"):
+        with pytest.raises(ResourceError, match="hard link") as refused:
+            n.resource(text)
+        assert "2 names" in str(refused.value) and "cp " in str(refused.value)
+        with pytest.raises(ResourceError, match="hard link"):
+            n.path(text)
+    # Control: two ordinary files lock as themselves, independently.
+    a, b = n.resource("real.py"), n.resource("src/sub/new.py")
+    assert (a.key, b.key) == ("real.py", "src/sub/new.py") and not overlaps(a, b)
+    # A glob names files by pattern, not by inode: it parses (the guard catches a hard link it covers, see docs/LOCKS.md).
+    assert n.resource("src/**").key == "src/**"
+    # Breaking the link as the refusal says makes both names lockable, as two files.
+    os.unlink(repo / "twin.py")
+    assert Normalizer(repo, fast=fast).resource("src/a.py").key == "src/a.py"
+
+
+def test_a_hard_link_made_after_a_name_was_looked_at_is_still_refused(repo: Path, fast: bool) -> None:
+    """Attack: the lock table keeps the parse of plain paths while nothing moved
+    in their directories -- but a hard link made elsewhere moves nothing in the
+    file's own directory.  The new name is refused, and where no watch exists
+    (no inotify) the old name is looked at again too."""
+    n = Normalizer(repo, fast=fast)
+    assert n.resource("src/a.py").key == "src/a.py"
+    (repo / "elsewhere").mkdir()
+    os.link(repo / "src" / "a.py", repo / "elsewhere" / "b.py")
+    with pytest.raises(ResourceError, match="hard link"):
+        n.resource("elsewhere/b.py")
+    blind = Normalizer(repo, fast=fast)
+    os.unlink(repo / "elsewhere" / "b.py")
+    assert blind.resource("src/a.py").key == "src/a.py"  # kept as plain
+    blind._watch = None  # as on a machine without inotify
+    os.link(repo / "src" / "a.py", repo / "elsewhere" / "b.py")
+    with pytest.raises(ResourceError, match="hard link"):
+        blind.resource("src/a.py")

@@ -42,6 +42,8 @@ def age(store: apsw.Connection, claim: int, days: float) -> None:
     stamp = (datetime.now(timezone.utc) - timedelta(days=days)).isoformat()
     with store:
         store.execute("UPDATE claims SET created_at = ?, last_used_at = NULL WHERE id = ?", (stamp, claim))
+        # A witness's reply shows the claim (an exposure), which is use too.
+        store.execute("UPDATE exposures SET at = ? WHERE claim = ?", (stamp, claim))
 
 
 def counts(store: apsw.Connection) -> dict[str, int]:
