@@ -1,0 +1,108 @@
+"""What `conclave run` and `conclave doctor` say about boxes, and what they refuse."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from agents.harness import make_repo
+from broker.sandbox import machine as sandbox_machine
+
+MACHINE = sandbox_machine.probe()
+
+
+def conclave(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    return subprocess.run([sys.executable, "-I", "-m", "broker.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+
+
+def team(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "team.toml"
+    path.write_text(body)
+    return path
+
+
+def test_doctor_reports_what_the_kernel_allows(tmp_path: Path) -> None:
+    out = conclave("doctor", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["landlock_abi"] == MACHINE.landlock_abi and report["user_namespaces"] == MACHINE.user_namespaces
+    assert report["strongest"] == MACHINE.strongest
+    assert set(report["levels"]) == {"strict", "landlock", "off"} and report["levels"]["off"] == "available"
+    assert any("T2" in k for k in report["threats"]) and any("T3" in k for k in report["threats"])
+    human = conclave("doctor")
+    assert human.returncode == 0 and f"default sandbox: {MACHINE.strongest}" in human.stdout
+
+
+def test_run_prints_each_agents_box_and_off_is_loud(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    path = team(tmp_path, '[[agent]]\nname = "alice"\ncommand = ["true"]\n\n[[agent]]\nname = "bob"\ncommand = ["true"]\nsandbox = "off"\n')
+    out = conclave("run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / "state"))
+    assert out.returncode == 0, out.stderr
+    assert f"alice: sandbox {MACHINE.strongest}" in out.stdout
+    assert "bob: sandbox off -- NO SANDBOX" in out.stdout
+    summary = conclave("run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / "state2"), "--json")
+    boxes = {a["agent"]: a["sandbox"] for a in json.loads(summary.stdout)["agents"]}
+    assert boxes == {"alice": MACHINE.strongest, "bob": "off"}
+
+
+def test_a_state_dir_inside_the_work_tree_is_refused_while_any_agent_is_boxed(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    boxed = team(tmp_path, '[[agent]]\nname = "alice"\ncommand = ["true"]\n')
+    inside = repo / ".conclave"
+    out = conclave("run", "--team", str(boxed), "--repo", str(repo), "--state-dir", str(inside))
+    assert out.returncode == 2 and "inside the work tree" in out.stderr and "alice" in out.stderr
+    assert not inside.exists()  # refused before anything was written
+    # Control: every agent unboxed, the old layout still runs (and stays out of git's way).
+    unboxed = team(tmp_path, '[[agent]]\nname = "alice"\ncommand = ["true"]\nsandbox = "off"\n')
+    out = conclave("run", "--team", str(unboxed), "--repo", str(repo), "--state-dir", str(inside))
+    assert out.returncode == 0, out.stderr
+    assert subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True).stdout == ""
+
+
+def test_a_box_that_would_open_the_state_dir_is_refused(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    state = tmp_path / "state"
+    path = team(tmp_path, f'[[agent]]\nname = "alice"\ncommand = ["true"]\nallow_read = ["{tmp_path}"]\n')
+    out = conclave("run", "--team", str(path), "--repo", str(repo), "--state-dir", str(state))
+    assert out.returncode == 2 and "would let it reach the state directory" in out.stderr
+    # Control: a path beside the state directory is fine.
+    (tmp_path / "data").mkdir()
+    path = team(tmp_path, f'[[agent]]\nname = "alice"\ncommand = ["true"]\nallow_read = ["{tmp_path / "data"}"]\n')
+    assert conclave("run", "--team", str(path), "--repo", str(repo), "--state-dir", str(state)).returncode == 0
+
+
+def test_a_level_this_machine_cannot_honour_is_refused_at_start(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    path = team(tmp_path, '[[agent]]\nname = "alice"\ncommand = ["true"]\nsandbox = "sometimes"\n')
+    out = conclave("run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / "state"))
+    assert out.returncode == 2 and "sandbox must be one of strict, landlock, off" in out.stderr
+    missing = [level for level in ("strict", "landlock") if MACHINE.offers(level) is not None]
+    for level in missing:  # on this machine both are offered; elsewhere the refusal names why
+        path = team(tmp_path, f'[[agent]]\nname = "alice"\ncommand = ["true"]\nsandbox = "{level}"\n')
+        out = conclave("run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / "state"))
+        assert out.returncode == 2 and "conclave doctor" in out.stderr
+    # Control: every level the machine offers runs.
+    for level in ("strict", "landlock", "off"):
+        if MACHINE.offers(level) is None:
+            path = team(tmp_path, f'[[agent]]\nname = "alice"\ncommand = ["true"]\nsandbox = "{level}"\n')
+            out = conclave("run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / f"s-{level}"), "--json")
+            assert out.returncode == 0 and json.loads(out.stdout)["agents"][0]["exit_code"] == 0, out.stderr
+
+
+def test_deputies_variables_never_reach_an_agent(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    report = repo / "env.txt"
+    path = team(tmp_path, f'[[agent]]\nname = "alice"\ncommand = ["sh", "-c", "env > {report}"]\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    env.update(TMUX="/tmp/tmux-0/default,1,0", DBUS_SESSION_BUS_ADDRESS="unix:path=/run/user/0/bus", SSH_AUTH_SOCK="/tmp/ssh-x/agent.1",
+               VSCODE_IPC_HOOK_CLI="/run/user/0/vscode.sock", KEEP_ME="yes")
+    out = subprocess.run([sys.executable, "-I", "-m", "broker.cli", "run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / "s")],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    seen = dict(line.split("=", 1) for line in report.read_text().splitlines() if "=" in line)
+    assert not {"TMUX", "DBUS_SESSION_BUS_ADDRESS", "SSH_AUTH_SOCK", "VSCODE_IPC_HOOK_CLI"} & set(seen)
+    assert seen["KEEP_ME"] == "yes" and "CONCLAVE_TICKET" in seen  # control: the rest of the environment arrives
