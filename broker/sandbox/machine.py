@@ -97,7 +97,8 @@ def probe() -> Machine:
 
     abi = landlock.abi_version()
     try:
-        done = subprocess.run([*launcher_argv(), "--ns", "--", "/bin/true"], capture_output=True, text=True, timeout=30)
+        # From "/": a working directory under the private /tmp would not be there to return to.
+        done = subprocess.run([*launcher_argv(), "--ns", "--", "/bin/true"], capture_output=True, text=True, timeout=30, cwd="/")
         userns, error = done.returncode == 0, (done.stderr.strip().removeprefix("conclave-sandbox: ") or None)
     except (OSError, subprocess.TimeoutExpired) as exc:
         userns, error = False, str(exc)

@@ -35,6 +35,9 @@ def test_doctor_reports_what_the_kernel_allows(tmp_path: Path) -> None:
     assert any("T2" in k for k in report["threats"]) and any("T3" in k for k in report["threats"])
     human = conclave("doctor")
     assert human.returncode == 0 and f"default sandbox: {MACHINE.strongest}" in human.stdout
+    # From a directory under /tmp (which a strict box replaces) the answer is the same.
+    elsewhere = conclave("doctor", "--json", cwd=tmp_path)
+    assert json.loads(elsewhere.stdout)["strongest"] == MACHINE.strongest
 
 
 def test_run_prints_each_agents_box_and_off_is_loud(tmp_path: Path) -> None:
