@@ -141,12 +141,13 @@ def box_overhead(tmp: Path, rounds: int = 100) -> dict[str, list[float]]:
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     (tmp / "box-agent").mkdir()
     argv = {"plain": ["/bin/true"]}
+    boxes = []
     for level in ("off", "landlock", "strict"):
         if found.offers(level) is None:
             built = box.build(level, ["/bin/true"], machine=found, repo=repo, state=tmp / "box-state", agent_dir=tmp / "box-agent",
                               socket_path=tmp / "box.sock", session=f"bench-{level}")
             argv[level] = list(built.argv)
-            built.release()
+            boxes.append(built)
     samples: dict[str, list[float]] = {k: [] for k in argv}
 
     def spawn(command: list[str], out: list[float]) -> None:
@@ -161,6 +162,8 @@ def box_overhead(tmp: Path, rounds: int = 100) -> dict[str, list[float]]:
             worker.start()
             worker.join()
             samples[name] += got
+    for built in boxes:
+        built.release()
     return samples
 
 
