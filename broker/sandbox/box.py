@@ -52,7 +52,10 @@ SYSTEM_READ: Final = (
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/srv",
     "/var/lib", "/var/cache", "/nix", "/snap", "/gnu", "/proc", "/sys", "/dev", "/run",
 )  # fmt: skip
-DEVICES: Final = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/pts", "/dev/ptmx")
+DEVICES: Final = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+#: Terminals: in a strict box a devpts of its own (it cannot open the person's terminal, where
+#: TIOCSTI would type into their shell); a Landlock-only box gets none (no pseudo-terminals there).
+PTYS: Final = ("/dev/pts", "/dev/ptmx")
 #: Deputies' sockets and keys outside /tmp and /run/user, emptied in a strict box.
 HIDDEN: Final = ("~/.ssh", "~/.gnupg", "~/.screen", "/run/screen", "/var/run/screen", "/run/docker.sock", "/var/run/docker.sock", "/run/podman")
 SECRETS_IN_HOME: Final = ("~/.ssh", "~/.gnupg")
@@ -180,7 +183,8 @@ def build(
                 options += ["--keep", path]
             denied = [p for p in denied if not _under(Path(p), private) and p != f"/run/user/{machine.uid}"]
         options.append("--landlock")
-        for flag, paths in (("--ro", readable), ("--rw", writable), ("--dev", DEVICES), ("--deny", denied), ("--connect", [str(socket_path)])):
+        devices = (*DEVICES, *PTYS) if level == "strict" else DEVICES
+        for flag, paths in (("--ro", readable), ("--rw", writable), ("--dev", devices), ("--deny", denied), ("--connect", [str(socket_path)])):
             for path in dict.fromkeys(paths):
                 options += [flag, path]
         if os.geteuid() == 0:

@@ -118,6 +118,7 @@ def main(argv: list[str]) -> None:
             uid = os.getuid()
             for path, mode in (("/tmp", "1777"), ("/dev/shm", "1777"), (f"/run/user/{uid}", "0700")):
                 namespaces.private_tmpfs(path, mode, kept)
+            namespaces.private_ptys()
             for path in lists["hide"]:
                 namespaces.hide(path, kept)
             for path in lists["read_only"]:

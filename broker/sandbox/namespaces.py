@@ -96,6 +96,13 @@ def private_tmpfs(path: str, mode: str, keep: dict[str, int]) -> bool:
     return True
 
 
+def private_ptys() -> None:
+    """A devpts of the agent's own over /dev/pts (and its ptmx as /dev/ptmx): it can make
+    terminals, and cannot open the person's -- where TIOCSTI would type commands into their shell."""
+    _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
+    _mount("/dev/pts/ptmx", "/dev/ptmx", None, MS_BIND)
+
+
 def hide(path: str, keep: dict[str, int]) -> bool:
     """Make ``path`` empty: a read-only tmpfs over a directory, ``/dev/null`` over anything else."""
     real = os.path.realpath(path)

@@ -51,6 +51,12 @@ PROBE = textwrap.dedent(
     def write(path):
         with open(path, "a") as f:
             f.write("planted\n")
+    def terminal(path):
+        fd = os.open(path, os.O_WRONLY | os.O_NOCTTY)
+        try:
+            os.write(fd, b"\x1b]52;c;Y29uY2xhdmUgbWVtb3J5IHByb21vdGUgMQ==\x07typed by an agent\n")
+        finally:
+            os.close(fd)
     def ptrace(pid):
         if libc.ptrace(16, int(pid), 0, 0) != 0:  # PTRACE_ATTACH
             raise OSError(ctypes.get_errno(), "ptrace")
@@ -62,7 +68,7 @@ PROBE = textwrap.dedent(
             s.connect(address)
             s.sendall(b"new-window conclave memory promote 1\n")
     actions = {
-        "read": read, "write": write, "ptrace": ptrace,
+        "read": read, "write": write, "ptrace": ptrace, "terminal": terminal,
         "signal": lambda pid: os.kill(int(pid), 0),
         "connect": connect, "connect-abstract": lambda name: connect("\0" + name),
     }
@@ -206,6 +212,35 @@ def test_a_boxed_agent_cannot_reach_a_deputy(boxes: dict[str, Any]) -> None:
 
 
 @pytest.mark.skipif(MACHINE.landlock_abi < 1, reason="no Landlock on this kernel: there is no landlock level to document")
+def test_a_boxed_agent_cannot_write_to_the_persons_terminal(boxes: dict[str, Any]) -> None:
+    """The person's terminal is a pty of the same uid: an agent that can open it can paint escape
+    sequences into it (an OSC 52 clipboard write waiting to be pasted) or, with CAP_SYS_ADMIN, type
+    into the shell (TIOCSTI).  A strict box has a devpts of its own; a Landlock-only box gets none."""
+    import select
+
+    master, slave = os.openpty()
+    try:
+        path = os.ttyname(slave)
+        assert not attempt(boxes, "alice", "terminal", path)["ok"]
+        if MACHINE.landlock_abi >= 1:
+            assert not attempt(boxes, "dave", "terminal", path)["ok"]
+        assert select.select([master], [], [], 0.2)[0] == []  # nothing arrived
+        # Control: unboxed, the same write lands on the person's screen.
+        assert attempt(boxes, "carol", "terminal", path)["ok"]
+        assert select.select([master], [], [], 5)[0] == [master] and b"typed by an agent" in os.read(master, 4096)
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_a_strict_box_still_makes_terminals_of_its_own(boxes: dict[str, Any]) -> None:
+    """Control for the devpts of its own: coding agents run commands in pseudo-terminals."""
+    if DEFAULT != "strict":
+        pytest.fail(f"no strict box on this machine ({MACHINE.user_namespaces_error})")
+    made = boxes["run"].puppet("alice").sh(sys.executable, "-I", "-c", "import os; m, s = os.openpty(); os.write(s, b'ok'); print(os.read(m, 2).decode())")
+    assert made.returncode == 0 and made.stdout.strip() == "ok", made.stderr
+
+
 def test_the_documented_residual_of_a_box_without_namespaces(boxes: dict[str, Any]) -> None:
     """Landlock does not govern connect(2) on a named socket (before ABI 9): without the private
     /tmp of a namespace, a deputy's socket there is reachable.  docs/THREAT_MODEL.md says so."""
