@@ -356,7 +356,7 @@ class DashboardApp(App[None]):
 
     def render_mail(self) -> None:
         threads = model.thread_rows(self.sends or [])
-        rows = [(t.thread, _cells(t.thread + (" *" if t.to_operator else ""), ", ".join(t.participants), t.messages, t.last_at[11:19])) for t in threads]
+        rows = [(t.thread, _cells(t.thread, ", ".join(t.participants), t.messages, t.last_at[11:19])) for t in threads]
         if self._changed("threads", [(k, [c.plain for c in cs]) for k, cs in rows]):
             _refill(self.query_one("#threads", DataTable), rows)
         inbox = self.inbox or []
@@ -507,6 +507,8 @@ class DashboardApp(App[None]):
         return False
 
     def action_promote(self) -> None:
+        if not self._needs_broker("promoting a claim"):
+            return
         key = self._row_key("#claims")
         if key is None:
             return self.say("select a claim to promote first", error=True)
@@ -519,6 +521,8 @@ class DashboardApp(App[None]):
         )
 
     def action_retire(self) -> None:
+        if not self._needs_broker("retiring a claim"):
+            return
         key = self._row_key("#claims")
         if key is None:
             return self.say("select a claim to retire first", error=True)
@@ -531,6 +535,8 @@ class DashboardApp(App[None]):
         )
 
     def action_revoke(self) -> None:
+        if not self._needs_broker("revoking a principal"):
+            return
         key = self._row_key("#agents")
         if key is None or ":" not in key:
             return self.say("select an agent's session to revoke first", error=True)
@@ -542,6 +548,8 @@ class DashboardApp(App[None]):
         )
 
     def action_force_release(self) -> None:
+        if not self._needs_broker("force-releasing a lock"):
+            return
         key = self._row_key("#holdings")
         if key is None:
             return self.say("select a held lock to force-release first", error=True)
@@ -554,6 +562,8 @@ class DashboardApp(App[None]):
         )
 
     def action_reply(self) -> None:
+        if not self._needs_broker("replying"):
+            return
         if self.selected_thread is None:
             return self.say("select a thread (or an inbox message) to reply to first", error=True)
         to = model.reply_target(self.thread_messages)
@@ -571,9 +581,6 @@ class DashboardApp(App[None]):
         return next((c for c in self.claims or [] if c["id"] == cid), {"id": cid, "text": "", "tier": "?", "author": "?"})
 
     def _confirm(self, ask: Ask, op: str, args: Callable[[str], dict[str, Any]], done: Callable[[Any], str]) -> None:
-        if not self._needs_broker(ask.confirm.lower()):
-            return
-
         def answered(value: str | None) -> None:
             if value is None:
                 self.say(f"{ask.confirm.lower()}: cancelled; nothing was sent")
