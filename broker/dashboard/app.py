@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -42,11 +43,12 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.coordinate import Coordinate
-from textual.widgets import DataTable, Footer, Input, Label, Log, Select, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Footer, Input, Label, Select, Static, TabbedContent, TabPane
 
 from broker.clikit import Target
 from broker.dashboard import model
 from broker.dashboard.link import BrokerLink, NoBroker, Refused
+from broker.dashboard.output import OutputView
 from broker.dashboard.screens import Ask
 from broker.dashboard.tail import LogName, LogTailer, OutputBuffer, clean
 from broker.errors import ConclaveError
@@ -149,7 +151,7 @@ class DashboardApp(App[None]):
                 with Vertical():
                     yield DataTable(id="agents", cursor_type="row", zebra_stripes=True)
                     yield Label(Text("output: select an agent"), id="output-title")
-                    yield Log(id="output", max_lines=self.output.keep, auto_scroll=True)
+                    yield OutputView(id="output")
             with TabPane("2 Locks", id="locks-tab"):
                 with Vertical():
                     yield Label(Text("held"), classes="caption")
@@ -179,13 +181,16 @@ class DashboardApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#agents", DataTable).add_columns("agent", "state", "status", "holds", "waits for", "unread", "lines")
+        self.query_one("#agents", DataTable).add_columns("agent", "state", "status", "holds", "waits for", "unread")
         self.query_one("#holdings", DataTable).add_columns("resource", "mode", "holder", "held for", "token", "expires")
         self.query_one("#waiting", DataTable).add_columns("#", "waiter", "resources", "mode", "waiting for")
         self.query_one("#threads", DataTable).add_columns("thread", "between", "msgs", "last")
         self.query_one("#inbox", DataTable).add_columns("id", "from", "thread", "at", "message")
         self.query_one("#claims", DataTable).add_columns("id", "tier", "kind", "author", "witnesses", "text")
         self.query_one("#agents", DataTable).focus()
+        # A full collection walks every widget, style and cache Textual made at start-up:
+        # 115-160 ms pauses, measured.  Those objects live as long as the app; park them.
+        self.call_after_refresh(gc.freeze)
         self.run_worker(self._poll_loop(), name="poll", group="loops")
         self.run_worker(self._tail_loop(), name="tail", group="loops")
 
@@ -266,7 +271,8 @@ class DashboardApp(App[None]):
         for key, lines in new.items():
             self.output.add(key, lines)
         if self.selected_agent in new:
-            self.query_one("#output", Log).write_lines(new[self.selected_agent])
+            self.query_one("#output", OutputView).grew(len(new[self.selected_agent]), self.output.view(self.selected_agent))
+            self.render_output_title()
         if fresh and self.broker != "running":
             self.render_agents()  # with no broker the agent list is the log files
 
@@ -336,7 +342,9 @@ class DashboardApp(App[None]):
         rows = self.agent_rows()
         table = self.query_one("#agents", DataTable)
         cells = [
-            (r.key, _cells(r.key, r.state, r.status, "; ".join(r.holds), "; ".join(r.waits), r.unread or "", r.lines))
+            # No running line count here: a table row costs milliseconds to redraw, and 32 busy
+            # agents would redraw every row every second (the output title counts instead).
+            (r.key, _cells(r.key, r.state, r.status, "; ".join(r.holds), "; ".join(r.waits), r.unread or ""))
             for r in rows
         ]
         if not self._changed("agents", [(k, [c.plain for c in cs]) for k, cs in cells]):
@@ -363,7 +371,7 @@ class DashboardApp(App[None]):
         unread = (self.board or {}).get("operator_unread", 0)
         title = f"operator's inbox ({len(inbox)} shown" + (f", {unread} unread: open this tab to read" if self._tab() != "mail" and unread else "") + ")"
         if self._changed("inbox-title", title):
-            self.query_one("#inbox-title", Label).update(Text(title))
+            self.query_one("#inbox-title", Label).update(Text(title), layout=False)
         rows = [
             (str(m["id"]), _cells(m["id"], m["sender"], m["thread"], m["at"][11:19], ("" if m.get("read") else "new: ") + (m["body"].splitlines() or [""])[0]))
             for m in inbox
@@ -398,7 +406,7 @@ class DashboardApp(App[None]):
     def say(self, text: str, *, error: bool = False) -> None:
         status = self.query_one("#status", Static)
         status.set_class(error, "error")
-        status.update(Text(text))
+        status.update(Text(text), layout=False)
 
     # -- selections ------------------------------------------------------------------------
 
@@ -413,13 +421,19 @@ class DashboardApp(App[None]):
         if key == self.selected_agent:
             return
         self.selected_agent = key
-        log = self.query_one("#output", Log)
-        log.clear()
-        log.write_lines(self.output.lines(key))
-        where = self.lognames.get(key)
-        self.query_one("#output-title", Label).update(
-            Text(f"output of {key}" + ("" if where else " (no log file yet)") + f"  [last {self.output.keep} lines kept]")
-        )
+        self.query_one("#output", OutputView).show(self.output.view(key))
+        self.render_output_title()
+
+    def render_output_title(self) -> None:
+        key = self.selected_agent
+        if key is None:
+            return
+        count = self.output.counts.get(key, 0)
+        where = "" if key in self.lognames else "  (no log file yet)"
+        text = f"output of {key}: {count:,} line(s) read, the last {self.output.keep:,} kept{where}  (Tab here to scroll back; End follows)"
+        if self._changed("output-title", text):
+            # One line high either way: repaint it, do not re-lay out the screen.
+            self.query_one("#output-title", Label).update(Text(text), layout=False)
 
     @on(DataTable.RowHighlighted, "#claims")
     def _claim_highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -622,10 +636,12 @@ def _refill(table: DataTable, rows: list[tuple[str, list[Text]]]) -> None:
     after = [(key, [c.plain for c in cells]) for key, cells in rows]
     table._conclave_rows = after  # type: ignore[attr-defined]
     if [k for k, _ in before] == [k for k, _ in after]:
+        columns = table.ordered_columns
         for y, ((_, old), (_, cells)) in enumerate(zip(before, rows)):
             for x, (was, cell) in enumerate(zip(old, cells)):
                 if was != cell.plain:
-                    table.update_cell_at(Coordinate(y, x), cell, update_width=True)
+                    # Widening a column re-measures the whole table: only when the text no longer fits.
+                    table.update_cell_at(Coordinate(y, x), cell, update_width=cell.cell_len > columns[x].content_width)
         return
     current = _cursor_key(table)
     table.clear()

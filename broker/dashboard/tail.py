@@ -170,6 +170,10 @@ class OutputBuffer:
     def lines(self, key: str) -> list[str]:
         return list(self._lines.get(key, ()))
 
+    def view(self, key: str) -> deque[str]:
+        """The live buffer of one log (the UI reads it in place; only :meth:`add` changes it)."""
+        return self._lines.setdefault(key, deque(maxlen=self.keep))
+
     def last(self, key: str) -> str | None:
         held = self._lines.get(key)
         return held[-1] if held else None

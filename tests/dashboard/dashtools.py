@@ -10,11 +10,12 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 from rich.text import Text
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Log, Static
+from textual.widgets import DataTable, Static
 
 from agents.harness import Run
 from broker.clikit import Target
 from broker.dashboard.app import DashboardApp
+from broker.dashboard.output import OutputView
 
 T = TypeVar("T")
 
@@ -89,7 +90,7 @@ def shown(app: DashboardApp, selector: str) -> str:
 
 
 def output_lines(app: DashboardApp) -> list[str]:
-    return list(app.query_one("#output", Log).lines)
+    return app.query_one("#output", OutputView).lines
 
 
 async def select_row(pilot: Pilot[None], table: str, first_cell: str) -> None:
