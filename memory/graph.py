@@ -242,6 +242,7 @@ def to_dot(graph: TrustGraph) -> str:
         "digraph trust {",
         f"  label={_dot_string('trust graph of ' + graph.subject)};",
         '  labelloc="t";',
+        '  fontname="Helvetica";',
         "  rankdir=LR;",
         '  node [shape=box, style="rounded", fontname="Helvetica"];',
         '  edge [fontname="Helvetica", fontsize=10];',

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from broker.clikit import EXIT_USAGE, JsonOpt, RepoOpt, StateOpt, Target, die, emit, in_agent
+from broker.clikit import JsonOpt, RepoOpt, StateOpt, Target, die, emit, in_agent
 
 
 def register(app: typer.Typer) -> None:
@@ -33,7 +33,7 @@ def dashboard(
     """
     target = Target(json_out, repo, state_dir)
     if in_agent():
-        die("the dashboard is the operator's view; inside an agent use conclave status, conclave msg inbox, conclave memory recall", EXIT_USAGE)
+        die("the dashboard is the operator's view; inside an agent use conclave status, conclave msg inbox, conclave memory recall")
     if json_out:
         emit(target, snapshot(target))
         return
