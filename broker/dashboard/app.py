@@ -42,6 +42,7 @@ from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Footer, Input, Label, Select, Static, TabbedContent, TabPane
 
@@ -180,14 +181,23 @@ class DashboardApp(App[None]):
         yield Static(Text(""), id="status")
         yield Footer()
 
+    @property
+    def main(self) -> Screen[None]:
+        """The dashboard's own screen: queries go there, not to a dialog that may be on top."""
+        return self.screen_stack[0] if self.screen_stack else self.screen
+
+    def _shutting_down(self) -> bool:
+        # Textual clears `_running` as its shutdown starts; the widgets go soon after.
+        return not getattr(self, "_running", True)
+
     def on_mount(self) -> None:
-        self.query_one("#agents", DataTable).add_columns("agent", "state", "status", "holds", "waits for", "unread")
-        self.query_one("#holdings", DataTable).add_columns("resource", "mode", "holder", "held for", "token", "expires")
-        self.query_one("#waiting", DataTable).add_columns("#", "waiter", "resources", "mode", "waiting for")
-        self.query_one("#threads", DataTable).add_columns("thread", "between", "msgs", "last")
-        self.query_one("#inbox", DataTable).add_columns("id", "from", "thread", "at", "message")
-        self.query_one("#claims", DataTable).add_columns("id", "tier", "kind", "author", "witnesses", "text")
-        self.query_one("#agents", DataTable).focus()
+        self.main.query_one("#agents", DataTable).add_columns("agent", "state", "status", "holds", "waits for", "unread")
+        self.main.query_one("#holdings", DataTable).add_columns("resource", "mode", "holder", "held for", "token", "expires")
+        self.main.query_one("#waiting", DataTable).add_columns("#", "waiter", "resources", "mode", "waiting for")
+        self.main.query_one("#threads", DataTable).add_columns("thread", "between", "msgs", "last")
+        self.main.query_one("#inbox", DataTable).add_columns("id", "from", "thread", "at", "message")
+        self.main.query_one("#claims", DataTable).add_columns("id", "tier", "kind", "author", "witnesses", "text")
+        self.main.query_one("#agents", DataTable).focus()
         # A full collection walks every widget, style and cache Textual made at start-up:
         # 115-160 ms pauses, measured.  Those objects live as long as the app; park them.
         self.call_after_refresh(gc.freeze)
@@ -201,7 +211,7 @@ class DashboardApp(App[None]):
     # -- reading the broker ----------------------------------------------------------------
 
     async def _poll_loop(self) -> None:
-        while True:
+        while not self._shutting_down():
             await self.poll_once()
             self._wake.clear()
             with contextlib.suppress(asyncio.TimeoutError):
@@ -249,7 +259,8 @@ class DashboardApp(App[None]):
             self.broker, self.broker_note = "refused", str(exc)
         except ConclaveError as exc:
             self.broker, self.broker_note = "refused", f"{exc.message} [{exc.code.value}]"
-        self.render_panes()
+        if not self._shutting_down():
+            self.render_panes()
 
     # -- reading the log files -------------------------------------------------------------
 
@@ -260,6 +271,8 @@ class DashboardApp(App[None]):
         loop = asyncio.get_running_loop()
         while True:
             new, names = await loop.run_in_executor(self._tail_thread, self._tail_poll)
+            if self._shutting_down():
+                return
             started = time.perf_counter()
             self.apply_output(new, names)
             self.tick_seconds.append(time.perf_counter() - started)
@@ -271,7 +284,7 @@ class DashboardApp(App[None]):
         for key, lines in new.items():
             self.output.add(key, lines)
         if self.selected_agent in new:
-            self.query_one("#output", OutputView).grew(len(new[self.selected_agent]), self.output.view(self.selected_agent))
+            self.main.query_one("#output", OutputView).grew(len(new[self.selected_agent]), self.output.view(self.selected_agent))
             self.render_output_title()
         if fresh and self.broker != "running":
             self.render_agents()  # with no broker the agent list is the log files
@@ -280,7 +293,7 @@ class DashboardApp(App[None]):
 
     def _tab(self) -> str:
         try:
-            active = self.query_one("#tabs", TabbedContent).active
+            active = self.main.query_one("#tabs", TabbedContent).active
         except Exception:
             return "agents"
         return (active or "agents-tab").removesuffix("-tab")
@@ -301,7 +314,7 @@ class DashboardApp(App[None]):
         self.tick_seconds.append(time.perf_counter() - started)
 
     def render_banner(self) -> None:
-        banner = self.query_one("#banner", Static)
+        banner = self.main.query_one("#banner", Static)
         state = str(self.paths.state)
         if self.broker == "running":
             live = len((self.board or {}).get("agents", ()))
@@ -340,7 +353,7 @@ class DashboardApp(App[None]):
 
     def render_agents(self) -> None:
         rows = self.agent_rows()
-        table = self.query_one("#agents", DataTable)
+        table = self.main.query_one("#agents", DataTable)
         cells = [
             # No running line count here: a table row costs milliseconds to redraw, and 32 busy
             # agents would redraw every row every second (the output title counts instead).
@@ -358,53 +371,59 @@ class DashboardApp(App[None]):
         holdings = model.holding_rows(self.locks, now)
         waiting = model.waiting_rows(self.locks, now)
         if self._changed("holdings", holdings):
-            _refill(self.query_one("#holdings", DataTable), [(h[0], _cells(*h)) for h in holdings])
+            _refill(self.main.query_one("#holdings", DataTable), [(h[0], _cells(*h)) for h in holdings])
         if self._changed("waiting", waiting):
-            _refill(self.query_one("#waiting", DataTable), [(f"{w[0]}:{w[1]}", _cells(*w)) for w in waiting])
+            _refill(self.main.query_one("#waiting", DataTable), [(f"{w[0]}:{w[1]}", _cells(*w)) for w in waiting])
 
     def render_mail(self) -> None:
         threads = model.thread_rows(self.sends or [])
         rows = [(t.thread, _cells(t.thread, ", ".join(t.participants), t.messages, t.last_at[11:19])) for t in threads]
         if self._changed("threads", [(k, [c.plain for c in cs]) for k, cs in rows]):
-            _refill(self.query_one("#threads", DataTable), rows)
+            _refill(self.main.query_one("#threads", DataTable), rows)
         inbox = self.inbox or []
         unread = (self.board or {}).get("operator_unread", 0)
         title = f"operator's inbox ({len(inbox)} shown" + (f", {unread} unread: open this tab to read" if self._tab() != "mail" and unread else "") + ")"
         if self._changed("inbox-title", title):
-            self.query_one("#inbox-title", Label).update(Text(title), layout=False)
+            self.main.query_one("#inbox-title", Label).update(Text(title), layout=False)
         rows = [
             (str(m["id"]), _cells(m["id"], m["sender"], m["thread"], m["at"][11:19], ("" if m.get("read") else "new: ") + (m["body"].splitlines() or [""])[0]))
             for m in inbox
         ]
         if self._changed("inbox", [(k, [c.plain for c in cs]) for k, cs in rows]):
-            _refill(self.query_one("#inbox", DataTable), rows)
+            _refill(self.main.query_one("#inbox", DataTable), rows)
 
     def render_claims(self) -> None:
-        tier = self.query_one("#tier", Select).value
-        search = self.query_one("#search", Input).value
+        tier = self.main.query_one("#tier", Select).value
+        search = self.main.query_one("#search", Input).value
         shown = model.claim_rows(self.claims or [], tier=None if tier == "all" else str(tier), search=search)
         rows = [
             (str(c["id"]), _cells(c["id"], c["tier"], c["kind"], c["author"], c.get("counted_corroborations", ""), " ".join(c["text"].split())))
             for c in shown
         ]
         if self._changed("claims", [(k, [c.plain for c in cs]) for k, cs in rows]):
-            _refill(self.query_one("#claims", DataTable), rows)
+            _refill(self.main.query_one("#claims", DataTable), rows)
 
     def render_claim_detail(self) -> None:
+        if self._shutting_down():
+            return
         if self.claim_detail is None:
             return
-        self.query_one("#bio", Static).update(Text("\n".join(model.biography(self.claim_detail))))
-        self.query_one("#graph", Static).update(Text("\n" + self.claim_graph))
+        self.main.query_one("#bio", Static).update(Text("\n".join(model.biography(self.claim_detail))))
+        self.main.query_one("#graph", Static).update(Text("\n" + self.claim_graph))
 
     def render_thread(self) -> None:
+        if self._shutting_down():
+            return
         if self.selected_thread is None:
             return
         target = model.reply_target(self.thread_messages)
         lines = [f"thread {self.selected_thread}" + (f"  (r replies to {target})" if target else ""), "", *model.message_lines(self.thread_messages)]
-        self.query_one("#thread-view", Static).update(Text("\n".join(lines)))
+        self.main.query_one("#thread-view", Static).update(Text("\n".join(lines)))
 
     def say(self, text: str, *, error: bool = False) -> None:
-        status = self.query_one("#status", Static)
+        if self._shutting_down():
+            return
+        status = self.main.query_one("#status", Static)
         status.set_class(error, "error")
         status.update(Text(text), layout=False)
 
@@ -421,7 +440,7 @@ class DashboardApp(App[None]):
         if key == self.selected_agent:
             return
         self.selected_agent = key
-        self.query_one("#output", OutputView).show(self.output.view(key))
+        self.main.query_one("#output", OutputView).show(self.output.view(key))
         self.render_output_title()
 
     def render_output_title(self) -> None:
@@ -433,7 +452,7 @@ class DashboardApp(App[None]):
         text = f"output of {key}: {count:,} line(s) read, the last {self.output.keep:,} kept{where}  (Tab here to scroll back; End follows)"
         if self._changed("output-title", text):
             # One line high either way: repaint it, do not re-lay out the screen.
-            self.query_one("#output-title", Label).update(Text(text), layout=False)
+            self.main.query_one("#output-title", Label).update(Text(text), layout=False)
 
     @on(DataTable.RowHighlighted, "#claims")
     def _claim_highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -494,7 +513,7 @@ class DashboardApp(App[None]):
 
     @on(TabbedContent.TabActivated)
     def _tab_changed(self) -> None:
-        self.query_one(FOCUS[self._tab()], DataTable).focus()
+        self.main.query_one(FOCUS[self._tab()], DataTable).focus()
         self.refresh_bindings()
         if self._tab() in ("mail", "claims"):
             self.wake()
@@ -506,13 +525,13 @@ class DashboardApp(App[None]):
         return tab is None or tab == self._tab()
 
     def action_tab(self, name: str) -> None:
-        self.query_one("#tabs", TabbedContent).active = f"{name}-tab"
+        self.main.query_one("#tabs", TabbedContent).active = f"{name}-tab"
 
     def action_search(self) -> None:
-        self.query_one("#search", Input).focus()
+        self.main.query_one("#search", Input).focus()
 
     def _row_key(self, table_id: str) -> str | None:
-        return _cursor_key(self.query_one(table_id, DataTable))
+        return _cursor_key(self.main.query_one(table_id, DataTable))
 
     def _needs_broker(self, what: str) -> bool:
         if self.broker == "running":
