@@ -327,12 +327,13 @@ class DashboardApp(App[None]):
             )
         elif self.broker == "none":
             since = f" (last seen {self.last_seen}; the panes show what it said then)" if self.last_seen else ""
+            missing = "" if self.paths.state.exists() else " (nothing is there yet: is --state-dir right?)"
             text = (
-                f"no broker is running for {state}{since}. Waiting for one: start it with `conclave run --team TEAM.toml`. "
+                f"no broker is running for {state}{missing}{since}. Waiting for one: start it with `conclave run --team TEAM.toml`. "
                 f"Agents' output is read from {self.paths.logs}; locks, mail, claims and actions need a running broker."
             )
         elif self.broker == "refused":
-            text = f"the broker refused this dashboard: {self.broker_note}"
+            text = f"cannot act as the operator here: {self.broker_note}"
         else:
             text = "connecting to the broker..."
         banner.set_class(self.broker != "running", "down")
@@ -536,7 +537,10 @@ class DashboardApp(App[None]):
     def _needs_broker(self, what: str) -> bool:
         if self.broker == "running":
             return True
-        self.say(f"{what} needs a running broker ({self.broker_note or 'none answers'})", error=True)
+        if self.broker == "refused":
+            self.say(f"{what}: cannot act as the operator here ({self.broker_note})", error=True)
+        else:
+            self.say(f"{what} needs a running broker ({self.broker_note or 'none answers yet'})", error=True)
         return False
 
     def action_promote(self) -> None:

@@ -296,3 +296,27 @@ def test_with_no_broker_it_says_so_shows_the_logs_and_connects_when_one_starts(t
         drive(app_for(first), scenario)
     finally:
         second.close()
+
+
+def test_a_wrong_operator_key_gets_no_view_and_the_right_one_does(start_run: Any) -> None:
+    """The dashboard proves it is the operator exactly as the CLI does: with the state directory's key."""
+    run = start_run([{"name": "alice"}])
+    run.puppet("alice").call("memory.remember", kind="discovery", text="The key file sits in the state directory.")
+    key_file = run.state / "operator.key"
+    real = key_file.read_text()
+    key_file.write_text("f" * len(real.strip()) + "\n")  # a forged key of the right shape
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        app = pilot.app
+        banner = await until(pilot, lambda: "cannot act as the operator here" in shown(app, "#banner") and shown(app, "#banner"), "the refusal")
+        assert "broker running" not in banner and app.claims is None and rows(app, "#claims") == []
+        await pilot.press("4", "p")
+        await until(pilot, lambda: "promoting a claim: cannot act as the operator here" in shown(app, "#status"), "actions to be refused")
+        key_file.write_text(real)  # control: the real key, and the same dashboard gets in
+        await until(pilot, lambda: "broker running" in shown(app, "#banner"), "the connection with the real key")
+        await until(pilot, lambda: rows(app, "#claims"), "the claims")
+
+    try:
+        drive(app_for(run), scenario)
+    finally:
+        key_file.write_text(real)
