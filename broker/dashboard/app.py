@@ -514,7 +514,11 @@ class DashboardApp(App[None]):
 
     @on(TabbedContent.TabActivated)
     def _tab_changed(self) -> None:
-        self.main.query_one(FOCUS[self._tab()], DataTable).focus()
+        pane = self.main.query_one(f"#{self._tab()}-tab", TabPane)
+        focused = self.focused
+        # Keys typed right after the tab key (4 then /) may already have moved focus into the pane.
+        if focused is None or pane not in focused.ancestors:
+            self.main.query_one(FOCUS[self._tab()], DataTable).focus()
         self.refresh_bindings()
         if self._tab() in ("mail", "claims"):
             self.wake()

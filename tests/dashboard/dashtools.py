@@ -42,6 +42,10 @@ def drive(app: DashboardApp, scenario: Callable[[Pilot[None]], Awaitable[None]],
 
     async def main() -> None:
         async with app.run_test(size=size) as pilot:
+            # As a person would: look at the first screen before pressing keys (a tab key
+            # pressed while the tabs are still mounting is overridden by their initial tab).
+            await until(pilot, lambda: app.broker != "connecting" and app.main.query_one("#tabs").active == "agents-tab", "the first screen")
+            await pilot.pause(0.1)
             await scenario(pilot)
 
     asyncio.run(main())
@@ -59,8 +63,20 @@ async def until(pilot: Pilot[None], check: Callable[[], T], what: str, timeout: 
                 print(f"  {time.monotonic() - t0:6.2f} s  {what}")
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; {_state(pilot.app)}")
         await pilot.pause(0.05)
+
+
+def _state(app: Any) -> str:
+    """What the dashboard was showing, for a failure message."""
+    try:
+        return (
+            f"tab {app._tab()!r}, focus {app.focused!r}, broker {app.broker!r} ({app.broker_note!r}), "
+            f"status {shown(app, '#status')!r}, search {app.main.query_one('#search').value!r}, "
+            f"inbox {[m['id'] for m in app.inbox or []]}, claims table {[r[0] for r in rows(app, '#claims')]}"
+        )
+    except Exception as exc:  # the app may be half shut down
+        return f"(state unavailable: {exc!r})"
 
 
 async def type_text(pilot: Pilot[None], text: str) -> None:
@@ -69,7 +85,7 @@ async def type_text(pilot: Pilot[None], text: str) -> None:
 
 def rows(app: DashboardApp, table: str) -> list[list[str]]:
     """A table's rows as the person sees the cells (plain text)."""
-    widget = app.query_one(table, DataTable)
+    widget = app.main.query_one(table, DataTable)
     return [[str(cell) for cell in widget.get_row_at(i)] for i in range(widget.row_count)]
 
 
@@ -84,19 +100,19 @@ def row_for(app: DashboardApp, table: str, first_cell: str) -> list[str] | None:
 
 def shown(app: DashboardApp, selector: str) -> str:
     """The text a Static (or the active screen's Static) shows."""
-    widget = app.screen.query_one(selector, Static)
+    widget = (app.screen if selector.startswith("#ask") else app.main).query_one(selector, Static)
     content = widget.content
     return content.plain if isinstance(content, Text) else str(content)
 
 
 def output_lines(app: DashboardApp) -> list[str]:
-    return app.query_one("#output", OutputView).lines
+    return app.main.query_one("#output", OutputView).lines
 
 
 async def select_row(pilot: Pilot[None], table: str, first_cell: str) -> None:
     """Move the table's cursor onto the row whose first cell is ``first_cell`` (see ``_matches``), with the keyboard."""
     app = pilot.app
-    widget = app.query_one(table, DataTable)
+    widget = app.main.query_one(table, DataTable)
     widget.focus()
     await until(pilot, lambda: row_for(app, table, first_cell) is not None, f"a row {first_cell!r} in {table}")
     target = next(i for i, r in enumerate(rows(app, table)) if _matches(r[0], first_cell))

@@ -58,7 +58,7 @@ def test_agents_pane_shows_status_locks_held_and_waited_for_unread_mail_and_live
             later = await until(pilot, lambda: (lines := output_lines(app)) and lines[-1] != first[-1] and lines, "more output")
             assert all(line.startswith("printer line ") and line.endswith("done") for line in later)
             assert not any("\x1b" in line or "\x07" in line for line in later)  # the escapes never reach the screen
-            title = str(app.query_one("#output-title").content)
+            title = str(app.main.query_one("#output-title").content)
             assert title.startswith("output of printer:") and " line(s) read, the last 1,000 kept" in title
             # The Locks tab: the holder and the wait line with each waiter's time.
             await pilot.press("2")
@@ -163,7 +163,7 @@ def test_retire_needs_a_reason_and_then_tombstones_the_claim(team: Run) -> None:
         await until(pilot, lambda: f"claim #{cid} is now retired" in shown(app, "#status"), "the retirement")
         # Retired claims leave the live view; the tier filter brings them back.
         await until(pilot, lambda: row_for(app, "#claims", str(cid)) is None, "the claim to leave the live list")
-        app.query_one("#tier").value = "retired"
+        app.main.query_one("#tier").value = "retired"
         await until(pilot, lambda: row_for(app, "#claims", str(cid)), "the claim under retired")
 
     drive(app_for(team), scenario)
@@ -196,7 +196,7 @@ def test_claims_pane_searches_and_shows_biography_witnesses_and_trust_graph(team
         assert f"trust graph of claim {cid}" in graph and "[bob]" in graph and "[carol]" in graph
         assert f"#{cid} blind, counted" in graph and f"#{cid} informed, counted" in graph and "--x" in graph
         # Control: a search for words no claim has empties the table.
-        app.query_one("#search", Input).value = "no such words anywhere"
+        app.main.query_one("#search", Input).value = "no such words anywhere"
         await until(pilot, lambda: rows(app, "#claims") == [], "the empty result")
 
     drive(app_for(team), scenario)
