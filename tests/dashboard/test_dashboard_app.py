@@ -320,3 +320,24 @@ def test_a_wrong_operator_key_gets_no_view_and_the_right_one_does(start_run: Any
         drive(app_for(run), scenario)
     finally:
         key_file.write_text(real)
+
+
+def test_biography_tells_editions_and_every_step_to_the_tier_from_the_brokers_own_reply(team: Run) -> None:
+    """The claims pane's biography, built from a real `memory.show`: a claim revised, promoted, then retired."""
+    from broker.dashboard.model import biography
+
+    alice = team.puppet("alice")
+    first = alice.call("memory.remember", kind="pattern", text="Fixtures for the lexer live beside its tests.")["id"]
+    second = alice.call("memory.revise", id=first, text="Fixtures for the lexer live in tests/lexer/fixtures.")["id"]
+    team.op("memory.promote", id=second, reason="read the tree")
+    team.op("memory.retire", id=second, reason="the lexer moved")
+    text = "\n".join(biography(team.op("memory.show", id=second)))
+    assert "editions:" in text and f"#{first} edition 1 [superseded]" in text and f"#{second} edition 2 [retired]" in text
+    assert "<- this one" in text.split(f"#{second} edition 2")[1].splitlines()[0]
+    steps = text.split("how it got its tier:")[1]
+    order = [f"#{second} revise by alice:", f"#{second} promote by operator", f"#{second} unverified -> trusted (promoted by operator", f"#{second} retire by operator"]
+    assert all(step in steps for step in order) and [steps.index(s) for s in order] == sorted(steps.index(s) for s in order)
+    assert "read the tree" in steps and "the lexer moved" in steps
+    # Control: a claim nothing happened to says so.
+    fresh = alice.call("memory.remember", kind="pattern", text="The lexer tests use golden files.")["id"]
+    assert "written unverified; nothing has changed it" in "\n".join(biography(team.op("memory.show", id=fresh)))
