@@ -25,6 +25,8 @@ from typing import Any, Final, Iterable, Literal, Mapping, final
 
 import attrs
 
+from broker.terminal import printable
+
 #: How a verdict's stored reason reads in a label (``memory.policy.NotCounted``'s values).
 REASONS: Final[Mapping[str, str]] = {
     "author_domain": "author's own domain",
@@ -147,7 +149,8 @@ def build(subject: str, claims: Iterable[Mapping[str, Any]], *, omitted: int = 0
         author = _field(claim, "author", f"claim {cid}")
         domain_of.setdefault(author, _field(claim, "author_domain", f"claim {cid}"))
         authored.setdefault(author, []).append(cid)
-        refs[cid] = ClaimRef(cid, claim.get("tier", "unverified"), author, " ".join(str(claim.get("text", "")).split()))
+        # A claim's words are an agent's: no escape sequence of theirs reaches the operator's terminal.
+        refs[cid] = ClaimRef(cid, claim.get("tier", "unverified"), author, " ".join(printable(str(claim.get("text", ""))).split()))
         for kind, rows in (("corroborated", _field(claim, "corroborations", f"claim {cid}")), ("disputed", _field(claim, "disputes", f"claim {cid}"))):
             for row in rows:
                 witness = _field(row, "principal", f"a witness of claim {cid}")

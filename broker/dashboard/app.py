@@ -410,7 +410,7 @@ class DashboardApp(App[None]):
         if self.claim_detail is None:
             return
         self.main.query_one("#bio", Static).update(Text("\n".join(model.biography(self.claim_detail))))
-        self.main.query_one("#graph", Static).update(Text("\n" + self.claim_graph))
+        self.main.query_one("#graph", Static).update(Text("\n" + "\n".join(clean(line) for line in self.claim_graph.splitlines())))
 
     def render_thread(self) -> None:
         if self._shutting_down():

@@ -24,12 +24,13 @@ cursor, or hide text in the operator's view.
 from __future__ import annotations
 
 import os
-import re
 from collections import deque
 from pathlib import Path
 from typing import Final, Iterable, final
 
 import attrs
+
+from broker.terminal import printable
 
 #: The broker's own log sits beside the agents'; it is shown too, under this key.
 BROKER_LOG: Final = "broker.log"
@@ -37,13 +38,9 @@ MAX_LINE: Final = 2000
 #: On first sight of a file, read at most this much of its end (its earlier lines are history).
 FIRST_READ: Final = 256 * 1024
 
-# CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), other two-byte escapes, then any C0/C1 control but tab.
-_CONTROL: Final = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
 def clean(line: str) -> str:
-    """``line`` without terminal control sequences, tabs expanded, at most ``MAX_LINE`` characters."""
-    text = _CONTROL.sub("", line).expandtabs(4)
+    """One line without terminal control sequences, tabs expanded, at most ``MAX_LINE`` characters."""
+    text = printable(line).replace("\n", " ").expandtabs(4)
     return text if len(text) <= MAX_LINE else text[: MAX_LINE - 1] + "\u2026"
 
 

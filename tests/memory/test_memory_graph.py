@@ -261,3 +261,12 @@ def test_svg_without_graphviz_says_so_and_writes_nothing(vouched: tuple[Run, dic
     svg = out.read_text()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg and "domain bob" in svg and "blind, counted" in svg
     assert shutil.which("dot") is not None  # the same machine, asked directly
+
+
+def test_a_claims_escape_sequences_never_reach_the_operators_terminal() -> None:
+    """An agent writes a claim that would retitle the operator's window and clear the screen."""
+    drawn = graph.build("claim 1", [claim(1, "alice:s1", text="The build is fast\x1b]0;pwned\x07\x1b[2J on linux.")])
+    for fmt in ("text", "dot", "mermaid"):
+        out = graph.render(drawn, fmt)
+        assert "\x1b" not in out and "\x07" not in out, fmt
+    assert "The build is fast on linux." in graph.to_text(drawn)  # control: the words themselves stay
