@@ -116,7 +116,7 @@ async def measure_phase(pilot: Any, broker_pid: int, seconds: float, clock: Fram
     clock.samples.clear()
     clock.cpu.clear()
     clock.recording = True
-    ticks_before = len(app.tick_seconds)
+    app.tick_seconds.clear()
     cpu_b, cpu_me, wall = cpu_seconds(broker_pid), time.process_time(), time.monotonic()
     deadline = wall + seconds
     next_key = wall + 1.0
@@ -146,7 +146,7 @@ async def measure_phase(pilot: Any, broker_pid: int, seconds: float, clock: Fram
         "frame_cpu": list(clock.cpu),
         "lag": lag,
         "keys": keys,
-        "ticks": app.tick_seconds[ticks_before:],
+        "ticks": list(app.tick_seconds),
         "broker_cpu": (cpu_seconds(broker_pid) - cpu_b) / wall,
         "dash_cpu": (time.process_time() - cpu_me) / wall,
         "wall": wall,

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+from collections import deque
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -140,8 +141,8 @@ class DashboardApp(App[None]):
         self.claim_detail: dict[str, Any] | None = None
         self.claim_graph: str = ""
         self._shown: dict[str, Any] = {}
-        # Figures for the benchmark: how long each of our refreshes took.
-        self.tick_seconds: list[float] = []
+        # Figures for the benchmark: how long our latest refreshes took (bounded: the app may run for days).
+        self.tick_seconds: deque[float] = deque(maxlen=10_000)
 
     # -- layout --------------------------------------------------------------------------
 
