@@ -2,8 +2,8 @@
 
 Run: ``.venv/bin/python bench/dashboard_bench.py [--seconds 12]`` (about a minute on 2 cores).
 
-A real broker (``conclave run``) spawns 32 agents; each prints 10 lines every
-100 ms while ``<dir>/go`` exists (so the same agents can be silent or loud).
+A real broker (``conclave run``) spawns 32 agents (each in its default box);
+each prints 10 lines every 100 ms while ``<repo>/.bench-go`` exists (so the same agents can be silent or loud).
 The dashboard runs in this process, headless under Textual's own driver, with
 its default settings (broker read every 1 s, logs every 0.2 s, 1,000 lines
 kept per agent), one agent's output selected so the output pane scrolls live.
@@ -190,7 +190,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=12.0, help="Length of each measured phase.")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="conclave-dash-bench-"))
-    go = root / "go"
+    # The flag lives in the work tree: each agent runs in a box with a /tmp of its own.
+    go = root / "run" / "repo" / ".bench-go"
     team = [{"name": f"p{i:02d}", "command": [sys.executable, "-I", "-c", PRINTER, str(go), f"p{i:02d}"]} for i in range(AGENTS)]
     run = Run(root / "run", team)
     run.start(wait_for=[])
@@ -205,6 +206,8 @@ def main() -> None:
         wall = time.monotonic() - t0
         no_dash = {"broker_cpu": (cpu_seconds(run.process.pid) - cpu0) / wall}  # type: ignore[union-attr]
         rate = (log_lines(logs) - lines_before) / wall
+        if rate < 0.8 * AGENTS * LINES_PER_TICK * 10:
+            raise SystemExit(f"the agents printed {rate:.0f} lines/s, not {AGENTS * LINES_PER_TICK * 10}: the load did not happen; see {logs}")
     finally:
         go.unlink(missing_ok=True)
         run.close()
