@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean-venv
+.PHONY: demo test bench clean-venv tools
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "conclave needs Python 3.11 or newer; set PYTHON=python3.11")'
@@ -16,8 +16,22 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/conclave demo
 
+# System programs some tests drive: tmux (the dashboard in a real terminal) and
+# Graphviz's dot (memory graph --format svg).  As root with apt-get -- a fresh CI
+# machine -- they are installed; elsewhere this says what to install, and the
+# tests that need them fail naming it (they never skip).
+tools:
+	@missing=""; for tool in tmux dot; do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "make: installing tmux and graphviz (missing:$$missing)"; \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux graphviz >/dev/null; \
+	else \
+		echo "make: missing$$missing; install tmux and graphviz (sudo apt-get install tmux graphviz) or the tests that drive them fail" >&2; \
+	fi
+
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
-test: $(STAMP)
+test: $(STAMP) tools
 	@$(VENV)/bin/python -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$rc
 

@@ -50,6 +50,7 @@ def team_rules() -> TeamRules:
 def mount(app: typer.Typer) -> None:
     """Add each package's commands to the root ``conclave`` app."""
     from agents import cli as agents_cli
+    from broker.dashboard import cli as dashboard_cli
     from broker.mail import cli as mail_cli
     from locks import cli as locks_cli
     from memory import cli as memory_cli
@@ -63,7 +64,7 @@ def mount(app: typer.Typer) -> None:
         sub = module.app
         if sub.registered_commands or sub.registered_groups:
             app.add_typer(sub, name=name, help=help_text)
-    for module in (locks_cli, mail_cli, scenarios_cli, agents_cli):
+    for module in (locks_cli, mail_cli, scenarios_cli, agents_cli, dashboard_cli):
         register = getattr(module, "register", None)
         if register is not None:
             register(app)

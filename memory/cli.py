@@ -364,3 +364,57 @@ def groom(
             say(f"  review: claims {pair['claims'][0]} ({pair['tiers'][0]}) and {pair['claims'][1]} ({pair['tiers'][1]}) are near-duplicates ({pair['similarity']}); not merged across tiers")
 
     emit(target, result, human)
+
+
+# -- the trust graph ------------------------------------------------------------------------
+# (Its imports sit here so the block stays in one piece; typer reads the annotations from module globals.)
+
+from pathlib import Path  # noqa: E402
+
+from broker.clikit import EXIT_USAGE  # noqa: E402
+
+GRAPH_FORMATS = ("text", "dot", "mermaid", "svg")
+
+
+@app.command()
+def graph(
+    claim: Annotated[Optional[int], typer.Argument(help="Draw this claim's witnesses (default: every claim with a witness).", min=1)] = None,
+    agent: Annotated[Optional[str], typer.Option("--agent", help="Draw every claim this agent (and its children) authored, corroborated or disputed.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="text (a terminal picture), dot (Graphviz), mermaid, or svg (needs Graphviz's dot).")] = "text",
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Who vouched for whom: principals grouped by trust domain, each corroboration an edge (blind or informed, counted or not)."""
+    from memory.graphviz import GraphvizError, find_dot, to_svg
+
+    if fmt not in GRAPH_FORMATS:
+        die(f"--format must be one of {', '.join(GRAPH_FORMATS)}, not {fmt!r}", EXIT_USAGE)
+    if claim is not None and agent is not None:
+        die("give a CLAIM or --agent NAME, not both", EXIT_USAGE)
+    dot = None
+    if fmt == "svg" and not json_out:
+        try:
+            dot = find_dot()  # before asking the broker: a missing program is the first thing to say
+        except GraphvizError as exc:
+            die(str(exc))
+    target = Target(json_out, repo, state_dir)
+    args = {"claim": claim, "of_agent": agent, "format": "json" if json_out else ("dot" if fmt == "svg" else fmt)}
+    result = call(target, "memory.graph", {k: v for k, v in args.items() if v is not None})
+    if json_out:
+        emit(target, result)
+        return
+    if fmt == "svg":
+        try:
+            data = to_svg(result["rendered"], dot=dot)
+        except GraphvizError as exc:
+            die(str(exc))
+    else:
+        data = result["rendered"].encode()
+    if output is not None:
+        output.write_bytes(data)
+        sys.stderr.write(f"conclave: wrote the trust graph of {result['subject']} ({len(result['nodes'])} principals, {len(result['edges'])} edges) to {output}\n")
+    else:
+        sys.stdout.buffer.write(data if data.endswith(b"\n") else data + b"\n")
+        sys.stdout.flush()

@@ -165,3 +165,52 @@ def stats(conn: apsw.Connection, policy: TrustPolicy, database: str | None) -> d
         "policy": policy.as_dict(),
         "database_bytes": size,
     }
+
+
+# -- the trust graph's selection (memory graph) ---------------------------------------------
+
+#: The most claims one graph draws (newest first); the rest are counted as omitted.
+MAX_GRAPH: Final = 200
+
+
+def graph_claims(conn: apsw.Connection, policy: TrustPolicy, *, claim: int | None, of_agent: str | None) -> tuple[str, list[dict[str, Any]], int]:
+    """Which claims a trust graph draws, described as ``memory show`` renders them.
+
+    One claim by id; or everything an agent (its sessions and children)
+    authored, corroborated or disputed; or, with neither, every claim that
+    has a witness.  Returns ``(subject, claims, omitted)``.
+
+    Raises:
+        ConclaveError: ``invalid_args`` for both selectors at once or an
+            AGENT:SESSION; ``not_found`` for an unknown claim or an agent
+            that never ran here.
+    """
+    if claim is not None and of_agent is not None:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, "memory.graph: give a claim id or an agent, not both")
+    if claim is not None:
+        return f"claim {claim}", standing.describe_many(conn, policy, [claims.require(conn, claim)]), 0
+    if of_agent is not None:
+        if not of_agent or ":" in of_agent:
+            raise ConclaveError(ErrorCode.INVALID_ARGS, "memory.graph: --agent takes an agent name (alice), not AGENT:SESSION")
+        params = _agent_params(of_agent)
+        known = conn.execute(
+            "SELECT 1 FROM principals WHERE agent = ? OR agent LIKE ? ESCAPE '\\' LIMIT 1", (of_agent, params[1])
+        ).fetchone()
+        if known is None:
+            raise ConclaveError(ErrorCode.NOT_FOUND, f"memory.graph: no agent named {of_agent!r} has run here (conclave agents lists them)")
+        sql = (
+            f"SELECT id FROM claims WHERE {_agent_clause('author')} "
+            f"UNION SELECT claim FROM corroborations WHERE {_agent_clause('principal')} "
+            f"UNION SELECT claim FROM disputes WHERE {_agent_clause('principal')} ORDER BY 1 DESC"
+        )
+        ids = [r[0] for r in conn.execute(sql, params * 3)]
+        subject = f"agent {of_agent}"
+    else:
+        ids = [r[0] for r in conn.execute(
+            "SELECT id FROM claims WHERE tier IN ('unverified', 'trusted', 'disputed') "
+            "AND (id IN (SELECT claim FROM corroborations) OR id IN (SELECT claim FROM disputes)) ORDER BY id DESC"
+        )]
+        subject = "every live claim with a witness"
+    chosen = ids[:MAX_GRAPH]
+    rows = claims.load_many(conn, chosen)
+    return subject, standing.describe_many(conn, policy, [rows[i] for i in sorted(chosen)]), len(ids) - len(chosen)

@@ -354,6 +354,32 @@ async def groom(call: Call, args: GroomArgs) -> dict[str, Any]:
     return await service(call).groom(actor=call.principal.key, dry_run=args.dry_run)
 
 
+# -- the trust graph (memory graph, the dashboard) ---------------------------------------
+
+
+@attrs.frozen
+class GraphArgs:
+    claim: int | None = None
+    of_agent: str | None = None
+    format: str = "json"
+
+
+@OPS.op("memory.graph", GraphArgs, access=Access.OPERATOR)
+async def trust_graph(call: Call, args: GraphArgs) -> dict[str, Any]:
+    """Who vouched for whom: principals grouped by trust domain, each witness an edge (one claim, an agent, or all)."""
+    from memory import graph
+
+    if args.format != "json":
+        _choice("memory.graph", "format", args.format, ("json", *graph.FORMATS))
+    svc = service(call)
+    subject, described, omitted = await svc.read(lambda conn: inspection.graph_claims(conn, svc.policy, claim=args.claim, of_agent=args.of_agent))
+    drawn = graph.build(subject, described, omitted=omitted)
+    out = drawn.as_dict()
+    if args.format != "json":
+        out["rendered"] = graph.render(drawn, args.format)
+    return out
+
+
 # -- start ---------------------------------------------------------------------------
 
 

@@ -190,3 +190,15 @@ def test_the_cycle_finder_finds_the_circles_this_repository_once_had() -> None:
     found = cycles(edges, set(edges))
     assert ["broker.core", "broker.router", "broker.supervisor"] in [sorted(set(c) & {"broker.core", "broker.router", "broker.supervisor"}) for c in found]
     assert any({"broker.team", "agents.presets"} <= set(c) for c in found)
+
+
+def test_the_dashboard_is_a_wire_client_on_the_broker_floor() -> None:
+    """The operator's terminal UI reaches memory, locks and mail only through the wire."""
+    edges = graph()
+    dashboard = {m: ts for m, ts in edges.items() if m.startswith("broker.dashboard")}
+    assert {"broker.dashboard.app", "broker.dashboard.link", "broker.dashboard.tail"} <= set(dashboard)
+    assert all(unit(m) == "broker" for m in dashboard)
+    assert [(m, t) for m, ts in dashboard.items() for t in ts if unit(t) not in ("broker", "store")] == []
+    # Control: rendering the graph with memory's own code would be caught.
+    edges["broker.dashboard.app"] = edges["broker.dashboard.app"] | {"memory.graph"}
+    assert any("broker.dashboard.app" in v and "memory.graph" in v for v in violations(edges))

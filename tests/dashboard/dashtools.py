@@ -1,0 +1,120 @@
+"""Driving the dashboard in tests: Textual's own test driver (``App.run_test`` / ``Pilot``)
+against a real broker the harness started, and readers for what the panes show."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import Any, Awaitable, Callable, TypeVar
+
+from rich.text import Text
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Static
+
+from agents.harness import Run
+from broker.clikit import Target
+from broker.dashboard.app import DashboardApp
+from broker.dashboard.output import OutputView
+
+T = TypeVar("T")
+
+#: A team agent that prints a numbered line every 20 ms, with a window-title escape in each.
+PRINTER = [
+    sys.executable,
+    "-I",
+    "-c",
+    "import sys, time\n"
+    "for i in range(1_000_000):\n"
+    "    print(f'printer line {i} \\x1b]0;pwned\\x07\\x1b[2Jdone', flush=True)\n"
+    "    time.sleep(0.02)\n",
+]
+
+
+def app_for(run: Run, **kwargs: Any) -> DashboardApp:
+    kwargs.setdefault("refresh", 0.2)
+    kwargs.setdefault("tail", 0.05)
+    return DashboardApp(Target(False, run.repo, run.state), **kwargs)
+
+
+def drive(app: DashboardApp, scenario: Callable[[Pilot[None]], Awaitable[None]], size: tuple[int, int] = (180, 50)) -> None:
+    """Run ``scenario`` against the app, headless, on a fresh asyncio loop (the suite's own loop is trio's)."""
+
+    async def main() -> None:
+        async with app.run_test(size=size) as pilot:
+            # As a person would: look at the first screen before pressing keys (a tab key
+            # pressed while the tabs are still mounting is overridden by their initial tab).
+            await until(pilot, lambda: app.broker != "connecting" and app.main.query_one("#tabs").active == "agents-tab", "the first screen")
+            await pilot.pause(0.1)
+            await scenario(pilot)
+
+    asyncio.run(main())
+
+
+async def until(pilot: Pilot[None], check: Callable[[], T], what: str, timeout: float = 15) -> T:
+    """Let the app run until ``check()`` is truthy; fail naming ``what`` otherwise."""
+    deadline = time.monotonic() + timeout
+    t0 = time.monotonic()
+    while True:
+        value = check()
+        if value:
+            import os
+            if os.environ.get("DASH_TIMING"):
+                print(f"  {time.monotonic() - t0:6.2f} s  {what}")
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; {_state(pilot.app)}")
+        await pilot.pause(0.05)
+
+
+def _state(app: Any) -> str:
+    """What the dashboard was showing, for a failure message."""
+    try:
+        return (
+            f"tab {app._tab()!r}, focus {app.focused!r}, broker {app.broker!r} ({app.broker_note!r}), "
+            f"status {shown(app, '#status')!r}, search {app.main.query_one('#search').value!r}, "
+            f"inbox {[m['id'] for m in app.inbox or []]}, claims table {[r[0] for r in rows(app, '#claims')]}"
+        )
+    except Exception as exc:  # the app may be half shut down
+        return f"(state unavailable: {exc!r})"
+
+
+async def type_text(pilot: Pilot[None], text: str) -> None:
+    await pilot.press(*("space" if ch == " " else ch for ch in text))
+
+
+def rows(app: DashboardApp, table: str) -> list[list[str]]:
+    """A table's rows as the person sees the cells (plain text)."""
+    widget = app.main.query_one(table, DataTable)
+    return [[str(cell) for cell in widget.get_row_at(i)] for i in range(widget.row_count)]
+
+
+def _matches(cell: str, wanted: str) -> bool:
+    """``wanted`` ending in ``:`` or ``/`` is a prefix (``alice:`` for any session); otherwise the whole first cell."""
+    return cell.startswith(wanted) if wanted.endswith((":", "/")) else cell == wanted
+
+
+def row_for(app: DashboardApp, table: str, first_cell: str) -> list[str] | None:
+    return next((r for r in rows(app, table) if _matches(r[0], first_cell)), None)
+
+
+def shown(app: DashboardApp, selector: str) -> str:
+    """The text a Static (or the active screen's Static) shows."""
+    widget = (app.screen if selector.startswith("#ask") else app.main).query_one(selector, Static)
+    content = widget.content
+    return content.plain if isinstance(content, Text) else str(content)
+
+
+def output_lines(app: DashboardApp) -> list[str]:
+    return app.main.query_one("#output", OutputView).lines
+
+
+async def select_row(pilot: Pilot[None], table: str, first_cell: str) -> None:
+    """Move the table's cursor onto the row whose first cell is ``first_cell`` (see ``_matches``), with the keyboard."""
+    app = pilot.app
+    widget = app.main.query_one(table, DataTable)
+    widget.focus()
+    await until(pilot, lambda: row_for(app, table, first_cell) is not None, f"a row {first_cell!r} in {table}")
+    target = next(i for i, r in enumerate(rows(app, table)) if _matches(r[0], first_cell))
+    while widget.cursor_row != target:
+        await pilot.press("down" if widget.cursor_row < target else "up")

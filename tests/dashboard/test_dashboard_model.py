@@ -1,0 +1,74 @@
+"""What the panes show, from wire-shaped replies (pure)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from broker.dashboard.model import agent_rows, claim_rows, exit_words, reply_target, span, thread_rows
+from broker.dashboard.tail import LogName
+
+NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def ago(seconds: float) -> str:
+    return (NOW - timedelta(seconds=seconds)).isoformat()
+
+
+def test_exit_statuses_read_as_words() -> None:
+    assert exit_words(0) == "exit 0" and exit_words(3) == "exit 3"
+    assert exit_words(-9) == "killed by SIGKILL" and exit_words(-15) == "killed by SIGTERM"
+    assert exit_words(127) == "exit 127: command not found" and exit_words(None) == "ended"
+    assert (span(4.25), span(185), span(7380)) == ("4.2 s", "3 min 05 s", "2 h 03 min")
+
+
+def test_agent_rows_merge_the_board_the_wait_line_and_the_logs() -> None:
+    agents = [
+        {"principal": "alice:a1", "agent": "alice", "live": True, "exit_code": None, "revoked_at": None},
+        {"principal": "bob:b1", "agent": "bob", "live": False, "exit_code": -9, "revoked_at": None},
+        {"principal": "bob:b2", "agent": "bob", "live": True, "exit_code": None, "revoked_at": None},
+    ]
+    board = {"agents": [
+        {"principal": "alice:a1", "agent": "alice", "status": "writing\x1b]0;x\x07 docs", "locks": [{"resource": "docs/", "mode": "exclusive"}], "unread": 2},
+        {"principal": "bob:b2", "agent": "bob", "status": None, "locks": [], "unread": 0},
+    ]}
+    locks = {"waiting": [{"position": 1, "waiter": "bob:b2", "resources": ["docs/", "git"], "mode": "exclusive", "since": ago(12.5)}]}
+    logs = {k: LogName.parse(Path(f)) for k, f in (("alice:a1", "alice-a1.log"), ("broker", "broker.log"), ("zed:z9", "zed-z9.log"))}
+    rows = {r.key: r for r in agent_rows(agents, board, locks, logs, {"alice:a1": 5}, {"alice:a1": "last"}, NOW)}
+    assert list(rows) == ["alice:a1", "bob:b2", "bob:b1", "broker"]  # live first, the broker's log last
+    assert rows["alice:a1"].status == "writing docs" and rows["alice:a1"].holds == ("docs/ (exclusive)",) and rows["alice:a1"].unread == 2
+    assert rows["bob:b2"].waits == ("docs/, git (exclusive) for 12.5 s, #1 in line",)
+    assert rows["bob:b1"].state == "killed by SIGKILL" and not rows["bob:b1"].live
+    assert "zed:z9" not in rows  # a log no principal of this broker owns is left out while a broker answers
+    # With no broker the log files are the list.
+    offline = {r.key: r.state for r in agent_rows(None, None, None, logs, {}, {}, NOW)}
+    assert offline == {"alice:a1": "log only", "zed:z9": "log only", "broker": "broker log"}
+
+
+def test_threads_group_sends_and_a_reply_goes_to_the_last_agent_who_wrote() -> None:
+    sends = [
+        {"actor": "alice:a1", "at": ago(30), "detail": {"thread": "t1", "recipients": ["operator"]}},
+        {"actor": "operator:uid0", "at": ago(20), "detail": {"thread": "t1", "recipients": ["alice"]}},
+        {"actor": "bob:b1", "at": ago(10), "detail": {"thread": "t2", "recipients": ["carol", "dave"]}},
+    ]
+    rows = thread_rows(sends)
+    assert [(r.thread, r.participants, r.messages, r.to_operator) for r in rows] == [
+        ("t2", ("bob", "carol", "dave"), 1, False),
+        ("t1", ("alice", "operator"), 2, True),
+    ]
+    assert reply_target([{"sender_agent": "alice"}, {"sender_agent": "operator"}]) == "alice"
+    assert reply_target([{"sender_agent": "operator"}]) is None
+
+
+def test_claims_by_tier_with_search() -> None:
+    claims = [
+        {"id": 1, "tier": "unverified", "text": "The lexer is slow", "author": "alice:a1", "kind": "discovery"},
+        {"id": 2, "tier": "trusted", "text": "The parser is fast", "author": "bob:b1", "kind": "discovery"},
+        {"id": 3, "tier": "retired", "text": "The parser was slow", "author": "bob:b1", "kind": "failure"},
+        {"id": 4, "tier": "trusted", "text": "The lexer caches tokens", "author": "carol:c1", "kind": "pattern"},
+    ]
+    assert [c["id"] for c in claim_rows(claims, tier="live", search="")] == [4, 2, 1]  # trusted first, newest first
+    assert [c["id"] for c in claim_rows(claims, tier=None, search="parser")] == [2, 3]
+    assert [c["id"] for c in claim_rows(claims, tier="retired", search="")] == [3]
+    assert [c["id"] for c in claim_rows(claims, tier="live", search="lexer bob")] == []
+    assert [c["id"] for c in claim_rows(claims, tier="live", search="LEXER carol")] == [4]

@@ -1,0 +1,96 @@
+"""Agents' output as the dashboard reads it: incrementally, bounded, and cleaned of terminal control."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker.dashboard.tail import FIRST_READ, LogName, LogTailer, OutputBuffer, clean
+
+
+def test_a_log_file_name_says_whose_output_it_is(tmp_path: Path) -> None:
+    assert LogName.parse(tmp_path / "alice-0a1b2c.log") == LogName("alice:0a1b2c", "alice", "0a1b2c")
+    assert LogName.parse(tmp_path / "alice__helper-99ff.log") == LogName("alice/helper:99ff", "alice/helper", "99ff")
+    assert LogName.parse(tmp_path / "code-review-bot-77aa.log") == LogName("code-review-bot:77aa", "code-review-bot", "77aa")
+    assert LogName.parse(tmp_path / "broker.log") == LogName("broker", "broker", None)
+    for stray in ("notes.txt", "nodash.log", "-abc.log", "alice-.log"):
+        assert LogName.parse(tmp_path / stray) is None, stray
+
+
+def test_only_new_finished_lines_are_returned_and_an_unfinished_one_waits(tmp_path: Path) -> None:
+    log = tmp_path / "alice-s1.log"
+    log.write_bytes(b"one\ntwo\nhal")
+    tail = LogTailer(tmp_path)
+    assert tail.poll() == {"alice:s1": ["one", "two"]}
+    assert tail.poll() == {}  # nothing new: nothing returned
+    with log.open("ab") as f:
+        f.write(b"f a line\r\nthree\n")
+    assert tail.poll() == {"alice:s1": ["half a line", "three"]}
+    (tmp_path / "bob-s2.log").write_text("bob here\n")  # a file that appears later is found
+    assert tail.poll() == {"bob:s2": ["bob here"]}
+    assert tail.path_of("bob:s2") == tmp_path / "bob-s2.log" and tail.path_of("carol:s3") is None
+
+
+def test_a_big_file_is_read_from_its_end_and_the_cut_line_dropped(tmp_path: Path) -> None:
+    log = tmp_path / "alice-s1.log"
+    line = b"x" * 99 + b"\n"
+    log.write_bytes(b"first\n" + line * (FIRST_READ // 100 + 50) + b"last\n")
+    lines = LogTailer(tmp_path).poll()["alice:s1"]
+    assert lines[-1] == "last" and "first" not in lines
+    assert all(entry == "x" * 99 for entry in lines[:-1])  # no partial line from the cut
+    # Control: a small file is read whole.
+    (tmp_path / "bob-s2.log").write_bytes(b"first\nlast\n")
+    assert LogTailer(tmp_path).poll()["bob:s2"] == ["first", "last"]
+
+
+def test_output_faster_than_the_read_cap_is_skipped_and_the_gap_said(tmp_path: Path) -> None:
+    log = tmp_path / "alice-s1.log"
+    log.write_text("start\n")
+    tail = LogTailer(tmp_path, max_read=1000)
+    assert tail.poll() == {"alice:s1": ["start"]}
+    with log.open("a") as f:
+        f.write("".join(f"line {i:04d}\n" for i in range(1000)))  # 10,000 bytes at once
+    lines = tail.poll()["alice:s1"]
+    assert lines[0].startswith("[conclave dashboard: 9000 bytes of output skipped")
+    assert lines[-1] == "line 0999" and len(lines) < 120
+    assert all(entry.startswith("line ") and len(entry) == 9 for entry in lines[1:])  # whole lines only
+
+
+def test_a_truncated_log_is_read_again_from_the_start(tmp_path: Path) -> None:
+    log = tmp_path / "alice-s1.log"
+    log.write_text("old one\nold two\n")
+    tail = LogTailer(tmp_path)
+    tail.poll()
+    log.write_text("new\n")
+    assert tail.poll() == {"alice:s1": ["new"]}
+
+
+def test_agent_output_cannot_drive_the_operators_terminal() -> None:
+    """An agent prints escape sequences: retitle the window, clear the screen, move the cursor, ring, hide text."""
+    attacks = {
+        "\x1b]0;pwned\x07title": "title",
+        "\x1b]2;pwned\x1b\\title": "title",
+        "\x1b[2J\x1b[Hcleared": "cleared",
+        "\x1b[8mhidden\x1b[0m": "hidden",
+        "\x1b[31;1mred\x1b[m": "red",
+        "bell\x07\x08\x7f": "bell",
+        "\x9b31mcsi": "31mcsi",  # a C1 CSI byte is removed (its parameters stay as text)
+        "\x1bPdcs": "dcs",
+    }
+    for raw, shown in attacks.items():
+        assert clean(raw) == shown, repr(raw)
+        assert not any(ord(ch) < 32 or 0x7F <= ord(ch) < 0xA0 for ch in clean(raw))
+    # Control: ordinary text, tabs and non-ASCII pass through.
+    assert clean("ok\tdone: caf\u00e9 \u2713 [bold]x[/bold]") == "ok  done: caf\u00e9 \u2713 [bold]x[/bold]"
+    assert len(clean("y" * 10_000)) == 2000
+
+
+def test_the_buffer_keeps_the_last_lines_and_counts_them_all() -> None:
+    buffer = OutputBuffer(keep=3)
+    buffer.add("alice:s1", ["a", "b"])
+    buffer.add("alice:s1", ["c", "d", "e"])
+    assert buffer.lines("alice:s1") == ["c", "d", "e"] and buffer.counts["alice:s1"] == 5
+    assert buffer.last("alice:s1") == "e" and buffer.last("bob:s2") is None and buffer.lines("bob:s2") == []
+    with pytest.raises(ValueError, match="at least 1"):
+        OutputBuffer(keep=0)
