@@ -210,6 +210,8 @@ def _argv(plan: LaunchPlan, prompt: str, files: dict[str, Path], server: dict[st
         config_dir = _private_dir(plan.directory / "claude")
         env.update(CLAUDE_ENV)
         env["CLAUDE_CONFIG_DIR"] = str(config_dir)
+        # Claude Code writes its MCP server logs under $XDG_CACHE_HOME/claude-cli-nodejs.
+        env["XDG_CACHE_HOME"] = str(_private_dir(plan.directory / "cache"))
         files["settings"] = _write(plan.directory / "settings.json", json.dumps(claude_settings(), indent=2))
         return [binary, *claude_options(files["settings"], files["mcp_config"]), *extra, "--", prompt]
     if plan.preset == "codex":
