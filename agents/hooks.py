@@ -240,15 +240,27 @@ def block_stop_output(reason: str) -> str:
     return json.dumps({"decision": "block", "reason": reason})
 
 
+def hook_argv(kind: str, python: str | None = None) -> list[str]:
+    """The interpreter command for hook ``kind``: isolated (``-I``) and without ``site`` (``-S``).
+
+    Without ``site`` the interpreter starts in about half the time (no
+    ``.pth`` files, no editable-install finder); the hook needs only the
+    standard library and conclave's own packages, whose directory is appended
+    to ``sys.path`` by absolute path -- never the work tree, never before the
+    standard library.
+    """
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = f"import sys; sys.path.append({json.dumps(root)}); from agents.hooks import main; sys.exit(main([{json.dumps(kind)}]))"
+    return [python or sys.executable, "-I", "-S", "-c", code]
+
+
 def command(kind: str, python: str | None = None) -> str:
     """The shell command an agent's settings run for hook ``kind``.
 
     For ``pre-tool-use`` a shell fallback prints a ``deny`` when the
     interpreter cannot start or dies: an agent would let the edit through.
     """
-    from broker.entry import python_argv
-
-    line = shlex.join(python_argv("agents.hooks", kind, python=python))
+    line = shlex.join(hook_argv(kind, python))
     if kind == "pre-tool-use":
         fallback = deny_output("the conclave lock hook could not run, so edits stay blocked; tell the operator")
         line += f" || printf '%s\\n' {shlex.quote(fallback)}"
@@ -256,17 +268,17 @@ def command(kind: str, python: str | None = None) -> str:
 
 
 def _connect() -> tuple[Any, str, str]:
-    """A client as this agent, and the repository and state directory it works in."""
-    from broker.client import BlockingClient
+    """A client as this agent, and the repository and state directory it works in.
 
-    client = BlockingClient.for_agent(timeout=DEADLINE)
+    Raises:
+        NoIdentityError: not inside an agent a conclave broker spawned.
+    """
+    from broker.client import BlockingClient, NoIdentityError
+
     repo, state = os.environ.get(ENV_REPO), os.environ.get(ENV_STATE_DIR)
     if not repo or not state:
-        from broker import paths
-
-        where = paths.resolve()
-        repo, state = str(where.repo), str(where.state)
-    return client, repo, state
+        raise NoIdentityError(f"no agent identity: {ENV_REPO} and {ENV_STATE_DIR} are set only for processes a conclave broker spawned")
+    return BlockingClient.for_agent(timeout=DEADLINE), repo, state
 
 
 def run_pre_tool_use(raw: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from agents.harness import Run, make_repo
+from agents.hooks import command
 from tests.agents.conftest import DRIVER, available_ops
 
 TASK = "Speed up the tokenizer in src/a.py without changing its output"
@@ -127,7 +128,8 @@ def test_claude_code_preset_runs_claude_with_its_mcp_config_and_settings(launche
     assert (whoami["agent"], whoami["session"]) == ("alice", session)
     assert report["settings"]["permissions"]["allow"] == ["mcp__conclave"]
     (stop,) = report["settings"]["hooks"]["Stop"]
-    assert stop["hooks"][0]["command"] == f"{sys.executable} -I -m agents.hooks stop"
+    assert stop["hooks"][0]["command"] == command("stop")
+    assert command("stop").startswith(f"{sys.executable} -I -S -c ")
     # The broker's record shows what it really ran: the launcher, which then became claude.
     (row,) = [r for r in run.op("agents") if r["session"] == session]
     assert row["command"] == [sys.executable, "-I", "-m", "broker.cli", "agent-launch", "--preset", "claude-code", "--dir", str(directory), "--prompt", TASK, "--", "claude"]
@@ -185,8 +187,8 @@ def test_codex_preset_gets_its_own_codex_home_with_the_server_required_and_appro
     assert server["args"][-1] == str(directory / "identity.json")
     assert (config["check_for_update_on_startup"], config["analytics"]["enabled"], config["features"]["plugins"]) == (False, False, False)
     (pre,) = config["hooks"]["PreToolUse"]
-    assert pre["matcher"] == "^apply_patch$" and "agents.hooks pre-tool-use" in pre["hooks"][0]["command"]
-    assert "agents.hooks stop" in config["hooks"]["Stop"][0]["hooks"][0]["command"]
+    assert pre["matcher"] == "^apply_patch$" and pre["hooks"][0]["command"] == command("pre-tool-use")
+    assert config["hooks"]["Stop"][0]["hooks"][0]["command"] == command("stop")
     # The server started the way Codex starts it (scrubbed environment + env_vars) acts as cody.
     whoami = json.loads(report["mcp"]["calls"][0]["text"])
     assert (whoami["agent"], whoami["session"]) == ("cody", session)
