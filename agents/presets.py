@@ -95,7 +95,7 @@ class AgentPreset:
         per-agent directory (``CLAUDE_CONFIG_DIR``, ``CODEX_HOME``), never at the
         user's ``~/.claude`` or ``~/.codex``.
         """
-        if self.name == "command":
+        if not spec.command and self.name not in BINARIES:
             return SandboxNeeds()
         program = (list(spec.command) or [BINARIES[self.name]])[0]
         found = program if os.sep in program else shutil.which(program)

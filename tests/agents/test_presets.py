@@ -239,3 +239,20 @@ def test_bad_preset_is_refused_at_team_load_naming_what_is_missing(tmp_path, ent
     for needle in needles:
         assert needle in done.stderr
     assert not (tmp_path / "state" / "agents").exists()
+
+
+def test_sandbox_needs_name_the_npm_tree_the_binary_runs_from():
+    """The binaries live wherever npm put them (here: the real-agent cache); inside the agent's
+    sandbox the preset asks to read that whole tree -- Codex's `codex` is a node script that
+    runs a binary from a sibling package -- and to write nothing beyond the per-agent directory."""
+    from agents.presets import REGISTRY
+    from broker.spec import AgentSpec
+    from tests.agents import realbin
+
+    found = realbin.ensure()
+    modules = str(found.root / "node_modules")
+    for preset, binary in (("claude-code", found.claude), ("codex", found.codex)):
+        needs = REGISTRY[preset].sandbox_needs(AgentSpec(name="a", command=(str(binary),), preset=preset, prompt="p"))
+        assert needs.read == (modules,) and needs.write == (), (preset, needs)
+    plain = REGISTRY["command"].sandbox_needs(AgentSpec(name="a", command=("/usr/bin/env",), preset="command"))
+    assert plain.read == ("/usr/bin",) and plain.write == ()

@@ -44,7 +44,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -168,6 +168,19 @@ def tool_results(request: dict[str, Any]) -> str:
     return json.dumps(body.get("messages") or body.get("input"))
 
 
+def running(run: Run, *names: str) -> Callable[[], None]:
+    """A check for :meth:`Standin.wait_for_turn`: fail at once, with the agent's log, when it has exited."""
+
+    def check() -> None:
+        for row in run.op("agents"):
+            if row["agent"] in names and row["ended_at"] is not None:
+                logs = sorted(run.paths.logs.glob(f"{row['agent']}-*.log"))
+                tail = logs[-1].read_text()[-3000:] if logs else "(no log)"
+                raise AssertionError(f"agent {row['agent']} exited with {row['exit_code']} before its script was played; its log ends:\n{tail}")
+
+    return check
+
+
 def events(run: Run, prefix: str) -> list[dict[str, Any]]:
     conn = connect(run.state / "conclave.db", readonly=True)
     try:
@@ -204,8 +217,9 @@ def team(binaries, tmp_path_factory):
         bob = run.puppet("bob")
         bob.call("lock.acquire", resources=["src/d.py"])
         # Both agents hold their first lock and wait at the "seeded" gate.
-        alice_api.wait_for_turn(4)
-        cody_api.wait_for_turn(3)
+        alive = running(run, "alice", "cody")
+        alice_api.wait_for_turn(4, check=alive)
+        cody_api.wait_for_turn(3, check=alive)
         agents = {row["agent"]: row["session"] for row in run.op("agents")}
         evidence["keys"] = {name: f"{name}:{agents[name]}" for name in ("alice", "cody", "bob")}
         evidence["locks_at_once"] = run.op("lock.list")["holdings"]
@@ -215,13 +229,13 @@ def team(binaries, tmp_path_factory):
         bob.call("msg.send", to="cody", body=MAIL_CODY)
         alice_api.open("seeded")
         cody_api.open("seeded")
-        cody_api.wait_for_turn(5)  # cody has read its inbox; this one arrives while it works
+        cody_api.wait_for_turn(5, check=alive)  # cody has read its inbox; this one arrives while it works
         bob.call("msg.send", to="cody", body=LATE_MAIL)
         cody_api.open("late-mail")
         # Both are now in the middle of something: alice waits in line for bob's src/d.py,
         # cody's shell runs `sleep` and Codex waits for its model.
-        cody_api.wait_for_turn(9)
-        alice_api.wait_for_turn(13)
+        cody_api.wait_for_turn(9, check=alive)
+        alice_api.wait_for_turn(13, check=alive)
         run.wait_until(lambda: any(w["waiter"] == evidence["keys"]["alice"] for w in run.op("lock.list")["waiting"]),
                        timeout=60, what="alice waiting for src/d.py")
         run.wait_until(lambda: live_matching(SLEEP), timeout=60, what="cody's sleep")

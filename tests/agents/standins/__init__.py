@@ -26,7 +26,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 GATE_TIMEOUT = 120.0
 
@@ -91,16 +91,23 @@ class Standin:
     def open(self, gate: str) -> None:
         self._gate(gate).set()
 
-    def wait_for_turn(self, index: int, timeout: float = 120) -> dict[str, Any]:
-        """Block until the agent has asked for turn ``index`` (0-based); return that request."""
+    def wait_for_turn(self, index: int, timeout: float = 120, check: Callable[[], None] | None = None) -> dict[str, Any]:
+        """Block until the agent has asked for turn ``index`` (0-based); return that request.
+
+        ``check()`` runs every half second and may raise to stop waiting early
+        (say, because the agent already exited).
+        """
         deadline = time.monotonic() + timeout
-        with self._lock:
-            while self._next <= index:
+        while True:
+            with self._lock:
+                if self._next > index:
+                    return self.main[index]
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"{self.name}: the agent asked for {self._next} of {len(self.turns)} turns, not turn {index}")
                 self._lock.wait(min(left, 0.5))
-        return self.main[index]
+            if check is not None:
+                check()
 
     def close(self) -> None:
         for gate in list(self._gates.values()):
