@@ -259,7 +259,7 @@ def claude_options(settings: Path, mcp_config: Path) -> list[str]:
 #: conclave's, and would keep shell commands from the broker's socket; the hooks
 #: conclave wrote into the per-agent CODEX_HOME run without Codex's interactive trust
 #: review (a repository's own .codex/ stays ignored: conclave never passes --trust).
-CODEX_OPTIONS: Final = ("-s", "danger-full-access", "--dangerously-bypass-hook-trust")
+CODEX_OPTIONS: Final = ("-s", "danger-full-access", "--dangerously-bypass-hook-trust", "--strict-config")
 
 
 def _private_dir(path: Path) -> Path:

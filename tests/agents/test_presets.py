@@ -176,7 +176,7 @@ def test_codex_preset_gets_its_own_codex_home_with_the_server_required_and_appro
     run, report = launched["run"], launched["reports"]["cody"]
     session = session_of(launched, "cody")
     directory = run.state / "agents" / "cody" / session
-    assert report["argv"] == ["exec", "-s", "danger-full-access", "--dangerously-bypass-hook-trust", "--", report["argv"][-1]]
+    assert report["argv"] == ["exec", "-s", "danger-full-access", "--dangerously-bypass-hook-trust", "--strict-config", "--", report["argv"][-1]]
     assert report["argv"][-1].startswith(TASK)
     assert report["codex_home"] == str(directory / "codex")
     assert report["stdin_is_devnull"]
