@@ -11,11 +11,16 @@ run the agent's binary directly; it runs ``conclave agent-launch``, which
    appends it to the task, so what the team already knows reaches the agent
    before it starts;
 3. writes the agent's configuration under ``<state>/agents/<name>/<session>/``
-   (never into the repository or the user's own config files): the MCP
-   server entry, and for Claude Code the settings file with the lock hook;
+   (never into the repository or the user's ``~/.claude`` / ``~/.codex``):
+   the MCP server entry, the hooks (lock check on edits, mail on stop), and
+   the binary's own configuration directory (``CLAUDE_CONFIG_DIR``,
+   ``CODEX_HOME``), so no agent can plant configuration another one runs;
 4. ``exec``\\ s the real binary, which keeps the pid the broker registered,
    so the agent and every MCP server or hook it starts are in the tree the
    broker checks.
+
+Every flag and setting is explained, with what went wrong without it, in
+docs/AGENTS.md (checked against Claude Code 2.1.332 and Codex CLI 0.171.0).
 
 Each preset is an :class:`AgentPreset` in :data:`REGISTRY`; the composition
 root hands the registry to the team parser, which calls
