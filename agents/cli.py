@@ -9,7 +9,6 @@ the caller descends from that agent.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, List, Optional
