@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import sys
 from typing import Any, Callable, Final, NamedTuple
@@ -241,17 +240,10 @@ def block_stop_output(reason: str) -> str:
 
 
 def hook_argv(kind: str, python: str | None = None) -> list[str]:
-    """The interpreter command for hook ``kind``: isolated (``-I``) and without ``site`` (``-S``).
+    """``python -I -m agents.hooks KIND``: the absolute interpreter, isolated (no work tree on ``sys.path``)."""
+    from broker.entry import python_argv
 
-    Without ``site`` the interpreter starts in about half the time (no
-    ``.pth`` files, no editable-install finder); the hook needs only the
-    standard library and conclave's own packages, whose directory is appended
-    to ``sys.path`` by absolute path -- never the work tree, never before the
-    standard library.
-    """
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    code = f"import sys; sys.path.append({json.dumps(root)}); from agents.hooks import main; sys.exit(main([{json.dumps(kind)}]))"
-    return [python or sys.executable, "-I", "-S", "-c", code]
+    return python_argv("agents.hooks", kind, python=python)
 
 
 def command(kind: str, python: str | None = None) -> str:
@@ -260,6 +252,8 @@ def command(kind: str, python: str | None = None) -> str:
     For ``pre-tool-use`` a shell fallback prints a ``deny`` when the
     interpreter cannot start or dies: an agent would let the edit through.
     """
+    import shlex
+
     line = shlex.join(hook_argv(kind, python))
     if kind == "pre-tool-use":
         fallback = deny_output("the conclave lock hook could not run, so edits stay blocked; tell the operator")

@@ -7,9 +7,8 @@ JSON on stdin, waiting for it to exit -- round-robin, so drift in the
 machine's load hits every variant alike:
 
 * ``noop``            ``sh -c true``: the floor any command hook pays (fork, exec, sh);
-* ``python``          the interpreter alone, as the hook starts it (``python -I -S -c pass``);
-* ``python-site``     the same with ``site`` (what ``python -I -m ...`` pays);
-* ``module-edit``     the hook as ``python -I -m agents.hooks pre-tool-use`` on the allowed Edit;
+* ``python``          the interpreter alone, as the hook starts it (``python -I -c pass``);
+* ``python-nosite``   the interpreter without ``site`` (``-I -S``): the floor of any Python hook;
 * ``read``            the installed PreToolUse hook on a Read (decided without the broker);
 * ``edit-allowed``    the installed hook on an Edit of the locked file (connect, hello, lock.check_edit);
 * ``edit-denied``     the same on an unlocked file (the JSON deny);
@@ -48,13 +47,12 @@ def variants(repo: str) -> dict[str, tuple[str, str]]:
                         "tool_input": {"command": "*** Begin Patch\n*** Update File: src/a.py\n@@\n-a\n+b\n*** End Patch\n"}})
     read = json.dumps({"session_id": "s", "cwd": repo, "hook_event_name": "PreToolUse", "tool_name": "Read", "tool_input": {"file_path": f"{repo}/src/a.py"}})
     stop = json.dumps({"session_id": "s", "hook_event_name": "Stop", "stop_hook_active": False})
-    pre, python = command("pre-tool-use"), shlex.join([sys.executable, "-I", "-S", "-c", "pass"])
+    pre, python = command("pre-tool-use"), shlex.join([sys.executable, "-I", "-c", "pass"])
     cli = shlex.join([sys.executable, "-I", "-m", "broker.cli", "hook", "pre-tool-use"])
     return {
         "noop": ("true", edit("src/a.py")),
         "python": (python, edit("src/a.py")),
-        "python-site": (shlex.join([sys.executable, "-I", "-c", "pass"]), edit("src/a.py")),
-        "module-edit": (shlex.join([sys.executable, "-I", "-m", "agents.hooks", "pre-tool-use"]), edit("src/a.py")),
+        "python-nosite": (shlex.join([sys.executable, "-I", "-S", "-c", "pass"]), edit("src/a.py")),
         "read": (pre, read),
         "edit-allowed": (pre, edit("src/a.py")),
         "edit-denied": (pre, edit("src/free.py")),
@@ -68,7 +66,7 @@ def worker(repo: str, count: int) -> None:
     """Inside the agent: time every variant ``count`` times, round-robin; print the samples."""
     table = variants(repo)
     samples: dict[str, list[float]] = {name: [] for name in table}
-    expect = {"edit-allowed": "", "patch-allowed": "", "read": "", "stop": "", "cli-edit": "", "module-edit": ""}
+    expect = {"edit-allowed": "", "patch-allowed": "", "read": "", "stop": "", "cli-edit": ""}
     for _ in range(count):
         for name, (cmd, stdin) in table.items():
             began = time.perf_counter()

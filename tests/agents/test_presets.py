@@ -129,7 +129,7 @@ def test_claude_code_preset_runs_claude_with_its_mcp_config_and_settings(launche
     assert report["settings"]["permissions"]["allow"] == ["mcp__conclave"]
     (stop,) = report["settings"]["hooks"]["Stop"]
     assert stop["hooks"][0]["command"] == command("stop")
-    assert command("stop").startswith(f"{sys.executable} -I -S -c ")
+    assert command("stop") == f"{sys.executable} -I -m agents.hooks stop"
     # The broker's record shows what it really ran: the launcher, which then became claude.
     (row,) = [r for r in run.op("agents") if r["session"] == session]
     assert row["command"] == [sys.executable, "-I", "-m", "broker.cli", "agent-launch", "--preset", "claude-code", "--dir", str(directory), "--prompt", TASK, "--", "claude"]
