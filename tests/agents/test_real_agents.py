@@ -256,6 +256,7 @@ def team(binaries, tmp_path_factory):
         evidence["left_running"] = [f"{pid}: {line}" for pid, line in evidence["tree_before_stop"].items() if cmdline(pid) == line]
         evidence["left_matching"] = live_matching(SLEEP, str(run.state), str(run.repo))
         evidence["lock_events"] = events(run, "lock.")
+        evidence["boxes"] = {e["subject"].split(":")[0]: e["payload"]["sandbox"] for e in events(run, "agent.spawn")}
         yield evidence
     finally:
         alice_api.close()
@@ -266,6 +267,14 @@ def team(binaries, tmp_path_factory):
                 os.kill(int(line.split(":")[0]), signal.SIGKILL)
             except OSError:
                 pass
+
+
+def test_the_agents_ran_in_conclaves_sandbox(team):
+    """Every check in this module holds with the agents boxed (Landlock, plus namespaces where the
+    machine has them): the presets need no more than the work tree, their temporary space and
+    their own per-agent directory, plus reading the npm tree they run from."""
+    assert team["boxes"]["alice"] == team["boxes"]["cody"] != "off", team["boxes"]
+    assert team["boxes"]["alice"] in ("strict", "landlock")
 
 
 def test_tools_are_offered_on_the_first_request_and_a_dash_prompt_runs(team):
