@@ -223,7 +223,7 @@ def _argv(plan: LaunchPlan, prompt: str, files: dict[str, Path], server: dict[st
         codex_home = _private_dir(plan.directory / "codex")
         env["CODEX_HOME"] = str(codex_home)
         files["codex_config"] = _write(codex_home / "config.toml", codex_toml(server))
-        return [binary, "exec", *CODEX_OPTIONS, *extra, "--", prompt]
+        return [binary, "exec", *codex_options(extra), *extra, "--", prompt]
     if plan.preset == "aider":
         # aider speaks no MCP and would commit by itself before it could take the git lock.
         return [binary, "--yes-always", "--no-auto-commits", "--message-file", str(files["prompt"]), *extra]
@@ -265,6 +265,17 @@ def claude_options(settings: Path, mcp_config: Path) -> list[str]:
 #: conclave wrote into the per-agent CODEX_HOME run without Codex's interactive trust
 #: review (a repository's own .codex/ stays ignored: conclave never passes --trust).
 CODEX_OPTIONS: Final = ("-s", "danger-full-access", "--dangerously-bypass-hook-trust", "--strict-config")
+
+
+def codex_options(extra: list[str]) -> list[str]:
+    """:data:`CODEX_OPTIONS` less any the team file's extra arguments already give (Codex refuses
+    an option given twice: ``--sandbox`` "cannot be used multiple times")."""
+    given = {a.split("=", 1)[0] for a in extra}
+    out: list[str] = []
+    if not given & {"-s", "--sandbox", "--dangerously-bypass-approvals-and-sandbox"}:
+        out += ["-s", "danger-full-access"]
+    out += [flag for flag in CODEX_OPTIONS[2:] if flag not in given]
+    return out
 
 
 def _private_dir(path: Path) -> Path:

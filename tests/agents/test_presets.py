@@ -256,3 +256,4 @@ def test_sandbox_needs_name_the_npm_tree_the_binary_runs_from():
         assert needs.read == (modules,) and needs.write == (), (preset, needs)
     plain = REGISTRY["command"].sandbox_needs(AgentSpec(name="a", command=("/usr/bin/env",), preset="command"))
     assert plain.read == ("/usr/bin",) and plain.write == ()
+

@@ -421,3 +421,23 @@ def test_planted_repository_config_is_never_loaded(team, binaries, tmp_path):
         subprocess.run([str(binaries.codex), "exec", "--skip-git-repo-check", "--trust", "--dangerously-bypass-hook-trust", *codex_overrides(api.url), "--", "hi"],
                        cwd=repo, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
     assert {p.name for p in markers.iterdir()} == {"claude-mcp", "claude-hook", "codex-mcp", "codex-hook"}
+
+
+def test_a_team_files_own_codex_sandbox_replaces_the_presets(binaries, tmp_path):
+    """Codex refuses an option given twice, so the preset drops its `-s` (and its flags) when the
+    team file's `command` gives one.  Control: both at once is a usage error."""
+    from agents.presets import CODEX_OPTIONS, codex_options
+
+    extra = ["-s", "workspace-write", "--strict-config"]
+    assert codex_options(extra) == ["--dangerously-bypass-hook-trust"]
+    (tmp_path / "home").mkdir()
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "CODEX_HOME": str(tmp_path / "home"), "STANDIN_API_KEY": "sk-standin"}
+    with ResponsesStandin([{"text": "ok"}]) as api:
+        tail = [*extra, *codex_overrides(api.url), "--skip-git-repo-check", "--", "hi"]
+        doubled = subprocess.run([str(binaries.codex), "exec", *CODEX_OPTIONS, *tail], cwd=tmp_path, env=env,
+                                 stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        assert doubled.returncode == 2 and "cannot be used multiple times" in doubled.stderr
+        ran = subprocess.run([str(binaries.codex), "exec", *codex_options(extra), *tail], cwd=tmp_path, env=env,
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        assert ran.returncode == 0, ran.stderr[-2000:]
+        assert len(api.main) == 1
