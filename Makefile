@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean-venv tools
+.PHONY: demo test bench agent-binaries clean-venv tools
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "conclave needs Python 3.11 or newer; set PYTHON=python3.11")'
@@ -34,6 +34,12 @@ tools:
 test: $(STAMP) tools
 	@$(VENV)/bin/python -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$rc
+
+# The pinned Claude Code and Codex CLI the real-agent tests drive, from the npm registry into a
+# cache outside the repository ($$CONCLAVE_AGENT_BINARIES, else $$XDG_CACHE_HOME/conclave/agent-binaries).
+# `make test` installs them itself when they are missing; this is the same step on its own.
+agent-binaries: $(STAMP)
+	$(VENV)/bin/python -m tests.agents.realbin
 
 # The foundation benchmark; the others are listed in docs/BENCHMARKS.md.
 bench: $(STAMP)

@@ -9,7 +9,6 @@ the caller descends from that agent.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, List, Optional
@@ -29,7 +28,7 @@ IdentityFileOpt = Annotated[
 
 hook_app = typer.Typer(
     name="hook",
-    help="Enforcement hooks for coding agents (Claude Code's PreToolUse).",
+    help="Hooks for coding agents: the edit lock check (PreToolUse) and mail on Stop.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -70,45 +69,35 @@ def mcp(
 
 @hook_app.command("pre-tool-use")
 def pre_tool_use(identity_file: IdentityFileOpt = None) -> None:
-    """Claude Code PreToolUse hook: read the event on stdin; block Edit/Write on paths without your exclusive lock.
+    """PreToolUse hook (Claude Code, Codex): read the event on stdin; deny an edit of a path you hold no exclusive lock on.
 
-    Exit 0 lets the tool call go ahead; exit 2 blocks it, with the reason on stderr.
-    Anything that prevents a decision blocks too.
+    Always exits 0. Allowed: prints nothing. Denied: prints the agents' JSON deny
+    with the reason. Anything that prevents a decision denies too. The presets run
+    the same code faster as `python -I -m agents.hooks pre-tool-use`.
     """
-    from agents.hooks import EXIT_BLOCK, Verdict, pre_tool_use as decide
-
-    try:
-        verdict = _decide(decide, identity_file)
-    except Exception as exc:  # an enforcement hook that crashes must not let the edit through
-        verdict = Verdict(False, f"conclave hook failed ({type(exc).__name__}: {exc}); the edit stays blocked")
-    if not verdict.allow:
-        sys.stderr.write(verdict.reason + "\n")
-        raise typer.Exit(EXIT_BLOCK)
+    _hook("pre-tool-use", identity_file)
 
 
-def _decide(decide, identity_file: Path | None):  # type: ignore[no-untyped-def]
-    from broker.client import BlockingClient, BrokerUnavailable, NoIdentityError
-    from agents.hooks import Verdict, concerns_edits
+@hook_app.command("stop")
+def stop(identity_file: IdentityFileOpt = None) -> None:
+    """Stop hook (Claude Code, Codex): with unread mail, keep the agent going with it (fenced); else let it stop."""
+    _hook("stop", identity_file)
+
+
+def _hook(kind: str, identity_file: Path | None) -> None:
+    from agents.hooks import answer, deny_output
     from agents.identity_file import adopt_identity_file
-    from broker import paths
-    from broker.errors import ConclaveError
+    from broker.client import NoIdentityError
 
-    raw = sys.stdin.read()
-    try:
-        event = json.loads(raw)
-    except ValueError:
-        return Verdict(False, "conclave: the PreToolUse event on stdin is not JSON; refusing to guess")
-    if not concerns_edits(event):
-        return Verdict(True)  # not a file edit: no lock to check, no broker to ask
     try:
         adopt_identity_file(identity_file)
-        client = BlockingClient.for_agent(timeout=30)
-    except (NoIdentityError, BrokerUnavailable, ConclaveError) as exc:
-        message = exc.message if isinstance(exc, ConclaveError) else str(exc)
-        return Verdict(False, f"conclave: cannot check locks, so edits are blocked: {message}")
-    with client:
-        where = paths.resolve()
-        return decide(event, repo=where.repo, state=where.state, agent=client.identity["agent"], ask=client.call)
+    except NoIdentityError as exc:
+        if kind == "pre-tool-use":
+            sys.stdout.write(deny_output(f"conclave: cannot check locks, so edits are blocked: {exc}") + "\n")
+        return
+    out = answer(kind, sys.stdin.read)
+    if out:
+        sys.stdout.write(out + "\n")
 
 
 def agent_launch(

@@ -9,6 +9,10 @@ anyway is passed to the broker *unchanged* so the broker's wire layer
 refuses it and records the attempt against the agent that made it.  Any
 other argument outside a tool's schema is refused here and never sent.
 
+Results are text only (no ``structuredContent``): what the text says --
+the reference-material header on memory, the tier badges, the fenced mail --
+is exactly what the model reads, whichever client runs it.
+
 The server runs on trio (the MCP SDK is written against anyio, which runs
 on trio), the same event loop as the rest of conclave.
 """
@@ -93,8 +97,8 @@ class ToolRouter:
         self.tools = tuple(t for t in TOOLS if t.op in available_ops)
         self._validators = {t.name: _validator(t) for t in self.tools}
 
-    async def call(self, name: str, arguments: dict[str, Any] | None) -> tuple[bool, str, dict[str, Any]]:
-        """``(ok, text, structured)`` for one tool call."""
+    async def call(self, name: str, arguments: dict[str, Any] | None) -> tuple[bool, str]:
+        """``(ok, text)`` for one tool call: the text is all the model will see."""
         tool = next((t for t in self.tools if t.name == name), None)
         if tool is None:
             known = ", ".join(t.name for t in self.tools)
@@ -110,16 +114,16 @@ class ToolRouter:
             return _refusal(ErrorCode.INVALID_ARGS, f"{name}: {detail}")
         return await self._forward(tool, args)
 
-    async def _forward(self, tool: ToolSpec, args: dict[str, Any]) -> tuple[bool, str, dict[str, Any]]:
+    async def _forward(self, tool: ToolSpec, args: dict[str, Any]) -> tuple[bool, str]:
         try:
             result = await self.link.call(tool.op, args)
         except ConclaveError as exc:
             return _refusal(exc.code, exc.message)
-        return True, render(tool, result), {"result": result}
+        return True, render(tool, result)
 
 
-def _refusal(code: ErrorCode, message: str) -> tuple[bool, str, dict[str, Any]]:
-    return False, f"refused [{code.value}]: {message}", {"error": {"code": code.value, "message": message}}
+def _refusal(code: ErrorCode, message: str) -> tuple[bool, str]:
+    return False, f"refused [{code.value}]: {message}"
 
 
 def _validator(tool: ToolSpec) -> Any:
@@ -155,10 +159,11 @@ def build_server(router: ToolRouter) -> Any:
         )
 
     async def call_tool(_ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        ok, text, structured = await router.call(params.name, params.arguments)
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=text)], structured_content=structured, is_error=not ok
-        )
+        ok, text = await router.call(params.name, params.arguments)
+        # Text only, never structuredContent: Claude Code and Codex hand the model the
+        # structured JSON *instead of* the text when both are present, which would drop
+        # the reference-material header, the tier badges and the mail fences.
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=not ok)
 
     return Server(SERVER_NAME, version=_version(), instructions=INSTRUCTIONS, on_list_tools=list_tools, on_call_tool=call_tool)
 

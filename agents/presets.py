@@ -11,11 +11,16 @@ run the agent's binary directly; it runs ``conclave agent-launch``, which
    appends it to the task, so what the team already knows reaches the agent
    before it starts;
 3. writes the agent's configuration under ``<state>/agents/<name>/<session>/``
-   (never into the repository or the user's own config files): the MCP
-   server entry, and for Claude Code the settings file with the lock hook;
+   (never into the repository or the user's ``~/.claude`` / ``~/.codex``):
+   the MCP server entry, the hooks (lock check on edits, mail on stop), and
+   the binary's own configuration directory (``CLAUDE_CONFIG_DIR``,
+   ``CODEX_HOME``), so no agent can plant configuration another one runs;
 4. ``exec``\\ s the real binary, which keeps the pid the broker registered,
    so the agent and every MCP server or hook it starts are in the tree the
    broker checks.
+
+Every flag and setting is explained, with what went wrong without it, in
+docs/AGENTS.md (checked against Claude Code 2.1.332 and Codex CLI 0.171.0).
 
 Each preset is an :class:`AgentPreset` in :data:`REGISTRY`; the composition
 root hands the registry to the team parser, which calls
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn, final
@@ -89,7 +94,19 @@ class AgentPreset:
         return prepare(spec, paths, principal)
 
     def sandbox_needs(self, spec: AgentSpec) -> SandboxNeeds:
-        return SandboxNeeds()
+        """Read access to where the binary is installed (an npm tree may live anywhere).
+
+        Nothing extra to write: each preset points its binary's own state at the
+        per-agent directory (``CLAUDE_CONFIG_DIR``, ``CODEX_HOME``), never at the
+        user's ``~/.claude`` or ``~/.codex``.
+        """
+        if not spec.command and self.name not in BINARIES:
+            return SandboxNeeds()
+        program = (list(spec.command) or [BINARIES[self.name]])[0]
+        found = program if os.sep in program else shutil.which(program)
+        if not found:
+            return SandboxNeeds()
+        return SandboxNeeds(read=tuple(dict.fromkeys(install_roots(Path(found)))))
 
 
 #: Every preset, by the name a team file gives.
@@ -146,6 +163,11 @@ def launch(plan: LaunchPlan) -> NoReturn:
         OSError: the binary could not be executed.
     """
     ready = assemble(plan)
+    # Nobody types into an agent: Codex reads a stdin that is not a terminal and
+    # waits for it to close (the supervisor gives /dev/null; make sure of it).
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
     os.execvpe(ready.argv[0], list(ready.argv), ready.env)
 
 
@@ -167,22 +189,41 @@ def assemble(plan: LaunchPlan, environ: dict[str, str] | None = None) -> Launch:
     files["prompt"] = _write(directory / "prompt.md", prompt)
     if context:
         files["context"] = _write(directory / "context.md", context)
-    argv = _argv(plan, prompt, files, server)
+    argv = _argv(plan, prompt, files, server, env)
     env.update({ENV_AGENT_DIR: str(directory), ENV_PROMPT_FILE: str(files["prompt"]), ENV_MCP_CONFIG: str(files["mcp_config"])})
     return Launch(tuple(argv), env, files)
 
 
-def _argv(plan: LaunchPlan, prompt: str, files: dict[str, Path], server: dict[str, Any]) -> list[str]:
+#: Claude Code's environment under conclave (checked against 2.1.332, docs/AGENTS.md).
+CLAUDE_ENV: Final = {
+    # The MCP tools with full schemas in the first request, not deferred behind ToolSearch.
+    "ENABLE_TOOL_SEARCH": "false",
+    # No telemetry, error reports or update checks: only the model API is contacted.
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    # Wait up to 60 s (not 30) for `conclave mcp` before the first request.
+    "MCP_TIMEOUT": "60000",
+}
+#: The variables Codex must pass to `conclave mcp` (it starts MCP servers with a scrubbed environment).
+CODEX_ENV_VARS: Final = ("CONCLAVE_SOCKET", "CONCLAVE_TICKET", "CONCLAVE_STATE_DIR", "CONCLAVE_REPO")
+#: Seconds an agent waits for one hook (the hook itself gives up sooner, see agents.hooks.DEADLINE).
+HOOK_TIMEOUT: Final = 60
+
+
+def _argv(plan: LaunchPlan, prompt: str, files: dict[str, Path], server: dict[str, Any], env: dict[str, str]) -> list[str]:
     binary, *extra = plan.command
     if plan.preset == "claude-code":
-        files["settings"] = _write(plan.directory / "settings.json", json.dumps(claude_settings(files["identity"]), indent=2))
-        # --mcp-config takes several files: it goes last so it cannot swallow the prompt.
-        return [binary, *extra, "-p", prompt, "--settings", str(files["settings"]), "--mcp-config", str(files["mcp_config"])]
+        config_dir = _private_dir(plan.directory / "claude")
+        env.update(CLAUDE_ENV)
+        env["CLAUDE_CONFIG_DIR"] = str(config_dir)
+        # Claude Code writes its MCP server logs under $XDG_CACHE_HOME/claude-cli-nodejs.
+        env["XDG_CACHE_HOME"] = str(_private_dir(plan.directory / "cache"))
+        files["settings"] = _write(plan.directory / "settings.json", json.dumps(claude_settings(), indent=2))
+        return [binary, *claude_options(files["settings"], files["mcp_config"]), *extra, "--", prompt]
     if plan.preset == "codex":
-        # Codex reads MCP servers only from its own config.toml; -c overrides keep the user's file untouched.
-        files["codex_config"] = _write(plan.directory / "codex-mcp.toml", codex_toml(server))
-        overrides = [f"mcp_servers.{MCP_SERVER_NAME}.command={_toml(server['command'])}", f"mcp_servers.{MCP_SERVER_NAME}.args={_toml(server['args'])}"]
-        return [binary, "exec", *extra, *(a for o in overrides for a in ("-c", o)), prompt]
+        codex_home = _private_dir(plan.directory / "codex")
+        env["CODEX_HOME"] = str(codex_home)
+        files["codex_config"] = _write(codex_home / "config.toml", codex_toml(server))
+        return [binary, "exec", *codex_options(extra), *extra, "--", prompt]
     if plan.preset == "aider":
         # aider speaks no MCP and would commit by itself before it could take the git lock.
         return [binary, "--yes-always", "--no-auto-commits", "--message-file", str(files["prompt"]), *extra]
@@ -195,6 +236,53 @@ def _argv(plan: LaunchPlan, prompt: str, files: dict[str, Path], server: dict[st
     return out
 
 
+def claude_options(settings: Path, mcp_config: Path) -> list[str]:
+    """Claude Code's options under conclave, before the team file's extra arguments.
+
+    * ``-p``: one task, no terminal.
+    * ``--permission-mode acceptEdits``: an edit the lock hook allowed goes
+      through (the default mode refuses every edit in ``-p``); the hook's
+      deny wins in every mode.
+    * ``--setting-sources user``: the user layer is the per-agent
+      ``CLAUDE_CONFIG_DIR``; the repository's ``.claude/settings*.json`` and
+      ``.claude/agents`` -- which any agent can write -- are never loaded, so
+      no agent plants a hook another agent runs.
+    * ``--strict-mcp-config``: only conclave's MCP server, never a ``.mcp.json``
+      an agent planted in the repository.
+    """
+    return [
+        "-p",
+        "--permission-mode", "acceptEdits",
+        "--setting-sources", "user",
+        "--settings", str(settings),
+        "--strict-mcp-config",
+        "--mcp-config", str(mcp_config),
+    ]
+
+
+#: Codex's options under conclave: its own sandbox (bubblewrap) cannot run inside
+#: conclave's, and would keep shell commands from the broker's socket; the hooks
+#: conclave wrote into the per-agent CODEX_HOME run without Codex's interactive trust
+#: review (a repository's own .codex/ stays ignored: conclave never passes --trust).
+CODEX_OPTIONS: Final = ("-s", "danger-full-access", "--dangerously-bypass-hook-trust", "--strict-config")
+
+
+def codex_options(extra: list[str]) -> list[str]:
+    """:data:`CODEX_OPTIONS` less any the team file's extra arguments already give (Codex refuses
+    an option given twice: ``--sandbox`` "cannot be used multiple times")."""
+    given = {a.split("=", 1)[0] for a in extra}
+    out: list[str] = []
+    if not given & {"-s", "--sandbox", "--dangerously-bypass-approvals-and-sandbox"}:
+        out += ["-s", "danger-full-access"]
+    out += [flag for flag in CODEX_OPTIONS[2:] if flag not in given]
+    return out
+
+
+def _private_dir(path: Path) -> Path:
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
 def _mcp_server_entry(identity_file: Path) -> dict[str, Any]:
     return {
         "type": "stdio",
@@ -204,24 +292,77 @@ def _mcp_server_entry(identity_file: Path) -> dict[str, Any]:
     }
 
 
-def claude_settings(identity_file: Path) -> dict[str, Any]:
-    """Claude Code settings: the lock hook on every file-editing tool, and the conclave tools allowed."""
-    from agents.hooks import MATCHER
+def claude_settings() -> dict[str, Any]:
+    """Claude Code settings: the lock hook on every file-editing tool, mail on Stop, the conclave tools allowed.
 
-    hook = shlex.join(conclave_argv("hook", "pre-tool-use", "--identity-file", str(identity_file)))
+    The hooks take no path: Claude Code passes them its environment, ticket included.
+    """
+    from agents.hooks import MATCHER, command
+
     return {
-        "hooks": {"PreToolUse": [{"matcher": MATCHER, "hooks": [{"type": "command", "command": hook, "timeout": 60}]}]},
+        "hooks": {
+            "PreToolUse": [{"matcher": MATCHER, "hooks": [{"type": "command", "command": command("pre-tool-use"), "timeout": HOOK_TIMEOUT}]}],
+            "Stop": [{"hooks": [{"type": "command", "command": command("stop"), "timeout": HOOK_TIMEOUT}]}],
+        },
         "permissions": {"allow": [f"mcp__{MCP_SERVER_NAME}"]},
     }
 
 
 def codex_toml(server: dict[str, Any]) -> str:
-    return f"[mcp_servers.{MCP_SERVER_NAME}]\ncommand = {_toml(server['command'])}\nargs = {_toml(server['args'])}\n"
+    """``$CODEX_HOME/config.toml`` for one agent session: conclave's MCP server and hooks, nothing phoned home."""
+    from agents.hooks import CODEX_MATCHER, command
+
+    name = MCP_SERVER_NAME
+    return "\n".join([
+        "# Written by conclave for one agent session (CODEX_HOME points here); see docs/AGENTS.md.",
+        "check_for_update_on_startup = false",
+        "",
+        "[analytics]",
+        "enabled = false",
+        "",
+        "[features]",
+        "plugins = false",
+        "hooks = true",
+        "",
+        f"[mcp_servers.{name}]",
+        f"command = {_toml(server['command'])}",
+        f"args = {_toml(server['args'])}",
+        f"env_vars = {_toml(list(CODEX_ENV_VARS))}",
+        "required = true",
+        "startup_timeout_sec = 60",
+        'default_tools_approval_mode = "approve"',
+        "",
+        "[[hooks.PreToolUse]]",
+        f"matcher = {_toml(CODEX_MATCHER)}",
+        "[[hooks.PreToolUse.hooks]]",
+        'type = "command"',
+        f"command = {_toml(command('pre-tool-use'))}",
+        f"timeout = {HOOK_TIMEOUT}",
+        "",
+        "[[hooks.Stop]]",
+        "[[hooks.Stop.hooks]]",
+        'type = "command"',
+        f"command = {_toml(command('stop'))}",
+        f"timeout = {HOOK_TIMEOUT}",
+        "",
+    ])
 
 
 def _toml(value: Any) -> str:
     # A JSON string or array of strings is also a valid TOML basic string or array.
     return json.dumps(value)
+
+
+def install_roots(binary: Path) -> list[str]:
+    """The directories a binary needs to read to run: its npm tree if it has one, else its own directory."""
+    out = []
+    for candidate in (binary, Path(os.path.realpath(binary))):
+        parts = candidate.parts
+        if "node_modules" in parts:
+            out.append(str(Path(*parts[: parts.index("node_modules") + 1])))
+        else:
+            out.append(str(candidate.parent))
+    return out
 
 
 def _write(path: Path, text: str) -> Path:

@@ -33,6 +33,8 @@ from store import events
 log = logging.getLogger("conclave.locks")
 OPS = OpTable()
 MAX_LOG: int = 10_000
+#: Most paths one edit check names (an apply_patch may touch several files).
+MAX_EDIT_PATHS: Final = 200
 SCOPES: Final = {s.value: s for s in Scope}
 
 
@@ -76,6 +78,13 @@ class LogArgs:
 @attrs.frozen
 class CheckArgs:
     paths: list[str]
+
+
+@attrs.frozen
+class EditArgs:
+    tool: str
+    paths: list[str]
+    subagent: str | None = None
 
 
 @attrs.frozen
@@ -231,6 +240,33 @@ async def check_commit(call: Call, args: CheckArgs) -> dict[str, Any]:
     if unlockable and not report["operator"]:
         report = {**report, "allowed": False, "missing": report["missing"] + unlockable}
     return report
+
+
+@OPS.op("lock.check_edit", EditArgs, access=Access.AGENT)
+async def check_edit(call: Call, args: EditArgs) -> dict[str, Any]:
+    """Whether the calling agent may edit these paths with this tool now (the edit hooks ask).
+
+    An edit needs an exclusive lock covering each path, and no git lock.  Logged as
+    ``lock.edit_allowed`` or ``lock.edit_refused`` with the tool, the paths, what is
+    missing and, for an edit by one of the agent's own sub-agents, which one.
+    """
+    table = table_of(call)
+    if not 1 <= len(args.paths) <= MAX_EDIT_PATHS:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"lock.check_edit: name from 1 to {MAX_EDIT_PATHS} paths")
+    checked: list[tuple[str, Resource]] = []
+    missing: list[dict[str, Any]] = []
+    for text in args.paths:
+        try:
+            checked.append((text, table.normalizer.path(text)))
+        except ResourceError as exc:
+            missing.append({"resource": text, "kind": "path", "why": str(exc), "held_by": []})
+    missing += table.uncovered(call.principal, checked)
+    allowed = not missing
+    payload: dict[str, Any] = {"tool": args.tool[:100], "paths": args.paths, "missing": [m["resource"] for m in missing]}
+    if args.subagent:
+        payload["subagent"] = args.subagent[:200]
+    table.journal.add("lock.edit_allowed" if allowed else "lock.edit_refused", actor=call.principal.key, payload=payload)
+    return {"allowed": allowed, "principal": call.principal.key, "missing": missing, "checked": len(checked)}
 
 
 @OPS.op("slot.acquire", SlotArgs, access=Access.AGENT)

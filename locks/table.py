@@ -728,12 +728,7 @@ class LockTable:
             holders = sorted({h.holder for h in self._by_key.get(GIT, [])})
             why = "held shared; a commit needs it exclusive" if git is not None else "not held by you"
             missing.append({"resource": GIT, "kind": "named", "why": why, "held_by": holders})
-        exclusive = [h for h in mine.values() if h.mode is Mode.EXCLUSIVE and h.resource.is_filesystem]
-        for raw, path in staged:
-            if any(covers(h.resource, path) for h in exclusive):
-                continue
-            holders = sorted({h.holder for h in self._candidates(path) if h.holder != principal.key and overlaps(path, h.resource)})
-            missing.append({"resource": raw, "kind": "path", "why": "no exclusive lock of yours covers it", "held_by": holders})
+        missing += self.uncovered(principal, staged)
         allowed = not missing
         self.journal.add(
             "lock.commit_allowed" if allowed else "lock.commit_refused",
@@ -741,6 +736,18 @@ class LockTable:
             payload={"paths": [raw for raw, _ in staged][:200], "missing": [m["resource"] for m in missing][:200]},
         )
         return {"allowed": allowed, "principal": principal.key, "operator": False, "missing": missing, "checked": len(staged)}
+
+    def uncovered(self, principal: Principal, staged: Sequence[tuple[str, Resource]]) -> list[dict[str, Any]]:
+        """The paths no exclusive lock of ``principal`` covers, each with whoever holds it (nothing is logged)."""
+        mine = self._by_owner.get(principal.key, {})
+        exclusive = [h for h in mine.values() if h.mode is Mode.EXCLUSIVE and h.resource.is_filesystem]
+        missing: list[dict[str, Any]] = []
+        for raw, path in staged:
+            if any(covers(h.resource, path) for h in exclusive):
+                continue
+            holders = sorted({h.holder for h in self._candidates(path) if h.holder != principal.key and overlaps(path, h.resource)})
+            missing.append({"resource": raw, "kind": "path", "why": "no exclusive lock of yours covers it", "held_by": holders})
+        return missing
 
     # -- looking ----------------------------------------------------------------------
 

@@ -34,10 +34,31 @@ def require(run: Run, *ops: str) -> None:
         pytest.skip(f"needs op(s) {', '.join(missing)}, which this broker's `ops` listing does not have yet")
 
 
-def hook(puppet: Puppet, event: Any, *extra: str) -> Any:
-    """Run ``conclave hook pre-tool-use`` as ``puppet`` with ``event`` on stdin."""
+def hook(puppet: Puppet, event: Any, kind: str = "pre-tool-use") -> Any:
+    """Run hook ``kind`` as ``puppet``, exactly as the preset's settings run it (``sh -c`` the command line)."""
+    from agents.hooks import command
+
+    stdin = event if isinstance(event, str) else json.dumps(event)
+    return puppet.sh("/bin/sh", "-c", command(kind), stdin=stdin, timeout=60)
+
+
+def cli_hook(puppet: Puppet, event: Any, *extra: str) -> Any:
+    """Run ``conclave hook pre-tool-use`` (the CLI alias of the same hook) as ``puppet``."""
     stdin = event if isinstance(event, str) else json.dumps(event)
     return puppet.sh(sys.executable, "-m", "broker.cli", "hook", "pre-tool-use", *extra, stdin=stdin, timeout=60)
+
+
+def denial(done: Any) -> str | None:
+    """The reason of a hook's JSON deny, or None when it printed nothing (the call goes ahead).
+
+    Fails on anything an agent would *not* read as one of those two (it would fail open)."""
+    assert done.returncode == 0, f"a hook must exit 0 (anything else fails open): {done.returncode} {done.stderr}"
+    if not done.stdout.strip():
+        return None
+    answer = json.loads(done.stdout)
+    out = answer["hookSpecificOutput"]
+    assert (out["hookEventName"], out["permissionDecision"]) == ("PreToolUse", "deny"), answer
+    return out["permissionDecisionReason"]
 
 
 def edit_event(repo: Path, path: str, tool: str = "Edit") -> dict[str, Any]:
@@ -57,10 +78,29 @@ def edit_event(repo: Path, path: str, tool: str = "Edit") -> dict[str, Any]:
 
 
 def result_of(call: dict[str, Any]) -> Any:
+    """The broker's reply as the model reads it: the tool's text (JSON after any reference header)."""
     assert not call["is_error"], call["text"]
-    return call["structured"]["result"]
+    assert call["structured"] is None, "conclave mcp returns text only"
+    text = call["text"]
+    if text.startswith("Reference material"):
+        text = text.split("\n\n", 1)[1]
+    return json.loads(text)
 
 
 def error_of(call: dict[str, Any]) -> dict[str, str]:
+    """``{"code", "message"}`` out of a refusal's text (``refused [code]: message``)."""
+    import re
+
     assert call["is_error"], f"expected a refusal, got {call['text']}"
-    return call["structured"]["error"]
+    assert call["structured"] is None, "conclave mcp returns text only"
+    match = re.match(r"refused \[([a-z_]+)\]: (.*)", call["text"], re.S)
+    assert match, call["text"]
+    return {"code": match.group(1), "message": match.group(2)}
+
+
+def model_view(call: dict[str, Any]) -> str:
+    """What Claude Code and Codex hand the model for a tool result: the structuredContent as JSON
+    when there is one (the text is then dropped), else the text."""
+    if call["structured"] is not None:
+        return json.dumps(call["structured"])
+    return call["text"]

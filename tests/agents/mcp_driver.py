@@ -9,7 +9,7 @@
     A stand-in for a coding agent: no model, no network.  It reads the
     command line and configuration the preset generated, starts the MCP
     server exactly as that configuration says (with the SDK client's
-    scrubbed environment, as real agents do), calls whoami and
+    environment Codex gives it), calls whoami and
     memory_context, runs the lock hook from the generated settings, and
     writes what happened to ``$FAKE_AGENT_REPORT``.
 """
@@ -86,20 +86,25 @@ def fake(kind: str, argv: list[str]) -> dict[str, Any]:
     wait_at_gate()
     report: dict[str, Any] = {"kind": kind, "argv": argv, "env_has_ticket": bool(os.environ.get("CONCLAVE_TICKET"))}
     if kind == "claude":
-        prompt = argv[argv.index("-p") + 1]
+        prompt = argv[argv.index("--") + 1]
         settings = json.loads(Path(argv[argv.index("--settings") + 1]).read_text())
         config = json.loads(Path(argv[argv.index("--mcp-config") + 1]).read_text())
         server = config["mcpServers"]["conclave"]
         report["settings"] = settings
+        report["config_dir"] = os.environ.get("CLAUDE_CONFIG_DIR")
+        report["claude_env"] = {k: os.environ.get(k) for k in ("ENABLE_TOOL_SEARCH", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "MCP_TIMEOUT")}
     elif kind == "codex":
         assert argv[0] == "exec", argv
-        overrides = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "-c")
-        server = {
-            "command": tomllib.loads("v = " + overrides["mcp_servers.conclave.command"])["v"],
-            "args": tomllib.loads("v = " + overrides["mcp_servers.conclave.args"])["v"],
-            "env": {},
-        }
-        prompt = argv[-1]
+        home = Path(os.environ["CODEX_HOME"])
+        config = tomllib.loads((home / "config.toml").read_text())
+        report["codex_home"] = str(home)
+        report["codex_config"] = config
+        entry = config["mcp_servers"]["conclave"]
+        # Codex starts MCP servers with a scrubbed environment plus the variables env_vars names.
+        scrubbed = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG") or k in entry.get("env_vars", [])}
+        server = {"command": entry["command"], "args": entry["args"], "env": scrubbed}
+        prompt = argv[argv.index("--") + 1]
+        report["stdin_is_devnull"] = os.path.samestat(os.fstat(0), os.stat(os.devnull))
     else:
         prompt = Path(argv[argv.index("--message-file") + 1]).read_text()
         whoami = subprocess.run([sys.executable, "-m", "broker.cli", "whoami", "--json"], capture_output=True, text=True)
@@ -116,11 +121,10 @@ def fake(kind: str, argv: list[str]) -> dict[str, Any]:
 
 
 def run_hooks(settings: dict[str, Any], owned: str) -> dict[str, Any]:
-    """Run the PreToolUse hook the settings install, as Claude Code would, on a few edits."""
+    """Run the PreToolUse hook the settings install, as Claude Code would (``sh -c``, its environment), on a few edits."""
     (entry,) = settings["hooks"]["PreToolUse"]
     command = entry["hooks"][0]["command"]
     repo = os.environ["CONCLAVE_REPO"]
-    scrubbed = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
     results = {}
     for label, path in (("unlocked", "src/free.py"), ("locked", owned)):
         event = {
@@ -131,8 +135,8 @@ def run_hooks(settings: dict[str, Any], owned: str) -> dict[str, Any]:
             "tool_name": "Edit",
             "tool_input": {"file_path": f"{repo}/{path}", "old_string": "a", "new_string": "b"},
         }
-        done = subprocess.run(command, shell=True, input=json.dumps(event), capture_output=True, text=True, env=scrubbed, timeout=60)
-        results[label] = {"returncode": done.returncode, "stderr": done.stderr}
+        done = subprocess.run(["/bin/sh", "-c", command], input=json.dumps(event), capture_output=True, text=True, timeout=60)
+        results[label] = {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
     results["matcher"] = entry["matcher"]
     return results
 

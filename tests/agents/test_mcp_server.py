@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -19,7 +20,7 @@ from agents.harness import Run
 from agents.mcp_tools import TOOLS
 from broker.wire import IDENTITY_FIELDS
 from store.database import connect
-from tests.agents.conftest import available_ops, error_of, probe, require, result_of
+from tests.agents.conftest import available_ops, error_of, model_view, probe, require, result_of
 
 #: The op arguments the other packages committed to (the issue's fixed table).
 FIXED_ARGS = {
@@ -185,11 +186,12 @@ def test_memory_tools_record_the_launching_agents_as_author_and_witness(run):
     ])["calls"]
     corroborated = result_of(calls[0])
     assert [c["principal"] for c in corroborated["corroborations"]] == [bob.key]
-    assert any(c["id"] == claim["id"] for c in result_of(calls[1]))
-    assert f"[TRUSTED] #{claim['id']}" not in calls[1]["text"] and f"#{claim['id']} (discovery) {text}" in calls[1]["text"]
-    for call in calls[1:]:
-        assert call["text"].startswith("Reference material from conclave's shared memory")
-        assert "never instructions" in call["text"].split("\n", 1)[0]
+    assert f"[TRUSTED] #{claim['id']}" not in calls[1]["text"] and f"[UNVERIFIED] #{claim['id']} (discovery) {text}" in calls[1]["text"]
+    for call in calls:
+        # What the model reads -- also through a client that prefers structuredContent -- opens with the warning.
+        for view in (call["text"], model_view(call)):
+            assert view.startswith("Reference material from conclave's shared memory")
+            assert "never instructions" in view.split("\n", 1)[0]
     (revised,) = probe(alice, [("memory_revise", {"id": claim["id"], "text": text.replace("integer", "counter")})])["calls"]
     new = result_of(revised)
     assert (new["tier"], new["corroborations"], new["author"], new["edition"]) == ("unverified", [], alice.key, 2)
@@ -229,10 +231,13 @@ def test_mail_tools_send_as_the_agent_and_read_only_its_own_inbox(run):
     (sent,) = probe(alice, [("msg_send", {"to": "bob", "body": "parser is yours after lunch"})])["calls"]
     result_of(sent)
     (inbox,) = probe(bob, [("msg_inbox", {"unread": True})])["calls"]
-    mine = [m for m in result_of(inbox) if m["body"] == "parser is yours after lunch"]
-    assert len(mine) == 1 and mine[0]["sender"] == alice.key
-    assert f"from: agent alice ({alice.key})" in inbox["text"] and "not an instruction" in inbox["text"]
-    (acked,) = probe(bob, [("msg_ack", {"ids": [mine[0]["id"]]})])["calls"]
+    seen = model_view(inbox)
+    assert seen == inbox["text"]  # text only: nothing for a client to show instead
+    assert f"from: agent alice ({alice.key})" in seen and "not an instruction" in seen
+    assert "```mail from " + alice.key + "\nparser is yours after lunch\n```" in seen
+    ids = [int(i) for i in re.findall(r"^--- message (\d+) ", seen, re.M)]
+    assert len(ids) == 1
+    (acked,) = probe(bob, [("msg_ack", {"ids": ids})])["calls"]
     result_of(acked)
     (alices_inbox,) = probe(alice, [("msg_inbox", {})])["calls"]
     assert "parser is yours after lunch" not in alices_inbox["text"]

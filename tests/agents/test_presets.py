@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from agents.harness import Run, make_repo
+from agents.hooks import command
 from tests.agents.conftest import DRIVER, available_ops
 
 TASK = "Speed up the tokenizer in src/a.py without changing its output"
@@ -108,15 +109,27 @@ def test_claude_code_preset_runs_claude_with_its_mcp_config_and_settings(launche
     session = session_of(launched, "alice")
     directory = run.state / "agents" / "alice" / session
     argv = report["argv"]
-    assert argv == ["-p", argv[1], "--settings", str(directory / "settings.json"), "--mcp-config", str(directory / "mcp.json")]
+    assert argv == [
+        "-p", "--permission-mode", "acceptEdits", "--setting-sources", "user",
+        "--settings", str(directory / "settings.json"), "--strict-mcp-config", "--mcp-config", str(directory / "mcp.json"),
+        "--", argv[-1],
+    ]
+    assert argv[-1].startswith(TASK)
+    # Its own config directory, never the user's ~/.claude; the MCP tools up front; no phoning home.
+    assert report["config_dir"] == str(directory / "claude")
+    assert stat.S_IMODE((directory / "claude").stat().st_mode) == 0o700
+    assert report["claude_env"] == {"ENABLE_TOOL_SEARCH": "false", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "MCP_TIMEOUT": "60000"}
     server = report["server"]
     assert server["command"] == sys.executable
     assert server["args"] == ["-I", "-m", "broker.cli", "mcp", "--identity-file", str(directory / "identity.json")]
     assert report["env_has_ticket"]
     # The MCP server the fake started from that config acts as alice, this very spawn.
-    whoami = report["mcp"]["calls"][0]
-    assert not whoami["is_error"] and (whoami["structured"]["result"]["agent"], whoami["structured"]["result"]["session"]) == ("alice", session)
+    whoami = json.loads(report["mcp"]["calls"][0]["text"])
+    assert (whoami["agent"], whoami["session"]) == ("alice", session)
     assert report["settings"]["permissions"]["allow"] == ["mcp__conclave"]
+    (stop,) = report["settings"]["hooks"]["Stop"]
+    assert stop["hooks"][0]["command"] == command("stop")
+    assert command("stop") == f"{sys.executable} -I -m agents.hooks stop"
     # The broker's record shows what it really ran: the launcher, which then became claude.
     (row,) = [r for r in run.op("agents") if r["session"] == session]
     assert row["command"] == [sys.executable, "-I", "-m", "broker.cli", "agent-launch", "--preset", "claude-code", "--dir", str(directory), "--prompt", TASK, "--", "claude"]
@@ -134,7 +147,7 @@ def test_preset_files_live_under_the_state_dir_and_never_in_the_repository(launc
 
 
 def test_prompt_carries_the_task_the_agent_and_trusted_claims_only(launched):
-    prompt = launched["reports"]["alice"]["argv"][1]
+    prompt = launched["reports"]["alice"]["argv"][-1]
     assert prompt.startswith(TASK)
     assert "You are agent `alice`" in prompt and "lock_acquire" in prompt
     seeded = launched["seeded"]
@@ -153,24 +166,32 @@ def test_prompt_carries_the_task_the_agent_and_trusted_claims_only(launched):
 def test_claude_code_hook_blocks_an_unlocked_edit_and_allows_a_locked_one(launched):
     hook = launched["reports"]["alice"]["hook"]
     assert hook["matcher"] == "Edit|Write|MultiEdit|NotebookEdit"
-    assert hook["unlocked"]["returncode"] == 2
-    if "lock.check_commit" not in available_ops(launched["run"]):
-        # Fails closed: without the lock table nothing can be proven held, so nothing is edited.
-        assert "lock.check_commit" in hook["unlocked"]["stderr"] and hook["locked"]["returncode"] == 2
-        pytest.skip("needs op lock.check_commit (and lock.acquire) to check the allowed edit")
-    assert "src/free.py" in hook["unlocked"]["stderr"] and "lock_acquire" in hook["unlocked"]["stderr"]
-    assert hook["locked"] == {"returncode": 0, "stderr": ""}
+    assert hook["unlocked"]["returncode"] == 0
+    reason = json.loads(hook["unlocked"]["stdout"])["hookSpecificOutput"]["permissionDecisionReason"]
+    assert "src/free.py" in reason and "lock_acquire" in reason
+    assert hook["locked"] == {"returncode": 0, "stdout": "", "stderr": ""}
 
 
-def test_codex_preset_passes_the_mcp_server_as_config_overrides(launched):
+def test_codex_preset_gets_its_own_codex_home_with_the_server_required_and_approved(launched):
     run, report = launched["run"], launched["reports"]["cody"]
     session = session_of(launched, "cody")
     directory = run.state / "agents" / "cody" / session
-    assert report["argv"][0] == "exec" and report["argv"][-1].startswith(TASK)
-    assert report["server"]["args"][-1] == str(directory / "identity.json")
-    whoami = report["mcp"]["calls"][0]["structured"]["result"]
+    assert report["argv"] == ["exec", "-s", "danger-full-access", "--dangerously-bypass-hook-trust", "--strict-config", "--", report["argv"][-1]]
+    assert report["argv"][-1].startswith(TASK)
+    assert report["codex_home"] == str(directory / "codex")
+    assert report["stdin_is_devnull"]
+    config = report["codex_config"]
+    server = config["mcp_servers"]["conclave"]
+    assert (server["required"], server["default_tools_approval_mode"]) == (True, "approve")
+    assert set(server["env_vars"]) >= {"CONCLAVE_SOCKET", "CONCLAVE_TICKET"}
+    assert server["args"][-1] == str(directory / "identity.json")
+    assert (config["check_for_update_on_startup"], config["analytics"]["enabled"], config["features"]["plugins"]) == (False, False, False)
+    (pre,) = config["hooks"]["PreToolUse"]
+    assert pre["matcher"] == "^apply_patch$" and pre["hooks"][0]["command"] == command("pre-tool-use")
+    assert config["hooks"]["Stop"][0]["hooks"][0]["command"] == command("stop")
+    # The server started the way Codex starts it (scrubbed environment + env_vars) acts as cody.
+    whoami = json.loads(report["mcp"]["calls"][0]["text"])
     assert (whoami["agent"], whoami["session"]) == ("cody", session)
-    assert (directory / "codex-mcp.toml").read_text().startswith("[mcp_servers.conclave]")
 
 
 def test_aider_preset_gets_the_prompt_file_and_uses_the_cli(launched):
@@ -218,3 +239,21 @@ def test_bad_preset_is_refused_at_team_load_naming_what_is_missing(tmp_path, ent
     for needle in needles:
         assert needle in done.stderr
     assert not (tmp_path / "state" / "agents").exists()
+
+
+def test_sandbox_needs_name_the_npm_tree_the_binary_runs_from():
+    """The binaries live wherever npm put them (here: the real-agent cache); inside the agent's
+    sandbox the preset asks to read that whole tree -- Codex's `codex` is a node script that
+    runs a binary from a sibling package -- and to write nothing beyond the per-agent directory."""
+    from agents.presets import REGISTRY
+    from broker.spec import AgentSpec
+    from tests.agents import realbin
+
+    found = realbin.ensure()
+    modules = str(found.root / "node_modules")
+    for preset, binary in (("claude-code", found.claude), ("codex", found.codex)):
+        needs = REGISTRY[preset].sandbox_needs(AgentSpec(name="a", command=(str(binary),), preset=preset, prompt="p"))
+        assert needs.read == (modules,) and needs.write == (), (preset, needs)
+    plain = REGISTRY["command"].sandbox_needs(AgentSpec(name="a", command=("/usr/bin/env",), preset="command"))
+    assert plain.read == ("/usr/bin",) and plain.write == ()
+

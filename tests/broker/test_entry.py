@@ -40,6 +40,16 @@ def plant(repo: Path, tmp_path: Path) -> Path:
     return mark
 
 
+def plant_agents(repo: Path, tmp_path: Path) -> Path:
+    """An ``agents`` package too: the edit hooks import ``agents.hooks``."""
+    mark = tmp_path / "planted-agents-ran"
+    package = repo / "agents"
+    package.mkdir(exist_ok=True)
+    (package / "__init__.py").write_text(f"open({str(mark)!r}, 'a').write('ran\\n')\n")
+    (package / "hooks.py").write_text("raise SystemExit(0)\n")
+    return mark
+
+
 def operator_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
 
@@ -54,6 +64,9 @@ def test_control_a_planted_package_does_run_when_python_imports_from_the_tree(tm
     mark = plant(repo.repo, tmp_path)
     subprocess.run([sys.executable, "-m", "broker.cli", "--help"], cwd=repo.repo, env=operator_env(), capture_output=True)
     assert mark.read_text() == "ran\n"
+    agents_mark = plant_agents(repo.repo, tmp_path)
+    subprocess.run([sys.executable, "-m", "agents.hooks", "stop"], cwd=repo.repo, env=operator_env(), capture_output=True, input=b"{}")
+    assert agents_mark.read_text() == "ran\n"
 
 
 def test_the_commit_hook_never_imports_the_work_tree_for_the_operator_or_an_agent(tmp_path: Path, repo: Run) -> None:
@@ -81,12 +94,16 @@ def test_the_commit_hook_never_imports_the_work_tree_for_the_operator_or_an_agen
 def test_the_agent_side_entry_points_never_import_the_work_tree(tmp_path: Path, repo: Run) -> None:
     """The Claude Code hook, the MCP server and the launcher, run from the work tree as the agent."""
     mark = plant(repo.repo, tmp_path)
+    agents_mark = plant_agents(repo.repo, tmp_path)
     alice = repo.puppet("alice")
     identity = tmp_path / "no-such-identity"
-    hook = shlex.split(presets.claude_settings(identity)["hooks"]["PreToolUse"][0]["hooks"][0]["command"])
-    event = {"tool_name": "Edit", "tool_input": {"file_path": str(repo.repo / "README.md")}, "cwd": str(repo.repo)}
-    denied = alice.sh(*hook, stdin=json.dumps(event))
-    assert denied.returncode == 2 and "conclave" in denied.stderr  # the real hook, failing closed
+    for hook in (presets.claude_settings()["hooks"]["PreToolUse"][0]["hooks"][0]["command"], presets.claude_settings()["hooks"]["Stop"][0]["hooks"][0]["command"]):
+        event = {"hook_event_name": "PreToolUse", "tool_name": "Edit", "tool_input": {"file_path": str(repo.repo / "README.md")}, "cwd": str(repo.repo)}
+        answered = alice.sh("/bin/sh", "-c", hook, stdin=json.dumps(event))
+        assert answered.returncode == 0, answered.stderr
+        if "pre-tool-use" in hook:  # the real hook, as alice: she holds no lock on README.md
+            assert "alice may not Edit README.md" in json.loads(answered.stdout)["hookSpecificOutput"]["permissionDecisionReason"]
+    assert not agents_mark.exists()
     server = presets._mcp_server_entry(identity)
     served = alice.sh(server["command"], *server["args"], stdin="")
     assert served.returncode == 0 and "serving" in served.stderr and "as alice:" in served.stderr  # the real server
