@@ -164,6 +164,9 @@ class Run:
     # -- lifecycle ---------------------------------------------------------------
 
     def start(self, *, wait_for: Iterable[str] | None = None, timeout: float = 20) -> Run:
+        if self.process is not None and self.process.poll() is None:
+            # A second broker on the same state would be refused -- and the first one leaked.
+            raise RuntimeError("this run's broker is already started; `with Run(...) as run` starts it once")
         env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
         self.process = subprocess.Popen(
             conclave_argv("run", "--team", str(self.team_file), "--repo", str(self.repo),

@@ -21,7 +21,7 @@ from agents.harness import Run
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     team = [{"name": n} for n in ("alice", "bob", "carol", "dave")]
     with Run(tmp_path_factory.mktemp("laundering"), team, extra_toml="\n[policy]\nquorum = 2\nrequire_blind = true\n") as r:
-        yield r.start()
+        yield r
 
 
 def remember(run: Run, who: str, topic: str) -> int:
