@@ -97,6 +97,10 @@ def serve(control_dir: Path) -> int:
                     reply, code = puppet.handle(json.loads(line))
                 except Exception as exc:  # the controller gets the failure; the agent lives on
                     reply, code = {"ok": False, "error": {"code": "internal", "message": f"puppet: {type(exc).__name__}: {exc}"}}, None
+                if code is not None:
+                    # Stop listening before saying so: a controller waiting for the next
+                    # session of this agent must never reach this one on its way out.
+                    server.close()
                 stream.write(json.dumps(reply).encode() + b"\n")
                 stream.flush()
                 if code is not None:
