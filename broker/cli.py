@@ -9,12 +9,14 @@ cheap.
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
-from typing import Annotated, Any, List
+from typing import Annotated, Any, List, Optional
 
 import typer
 
-from broker.clikit import EXIT_USAGE, JsonOpt, RepoOpt, StateOpt, Target, call, die, emit, say, table
+from broker.clikit import EXIT_USAGE, JsonOpt, RepoOpt, StateOpt, Target, call, cell, console, die, emit, say, table
 
 app = typer.Typer(
     name="conclave",
@@ -32,17 +34,27 @@ def run(
     repo: RepoOpt = None,
     state_dir: StateOpt = None,
     grace: Annotated[float, typer.Option("--grace", help="Seconds between SIGTERM and SIGKILL at shutdown.")] = 5.0,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Show only the first line and the summary, not the agents' output and the run's events.")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Start the broker on the repository, spawn the team, run until every agent exits (or Ctrl-C)."""
+    """Start the broker on the repository, spawn the team, run until every agent exits (or Ctrl-C).
+
+    Each agent's output is shown as it comes, prefixed with its name and
+    session, with spawns, exits, restarts, long lock waits and mail to you
+    (--quiet or --json: none of it; `conclave logs -f` shows it from another
+    terminal).  Exit codes: 0 every agent exited 0; 1 an agent failed
+    (nonzero exit, killed, gave up after restarts, could not start); 2 bad
+    usage (team file, not a git repository); 4 could not start (another
+    broker runs here); 5 stopped by `conclave stop`; 130 Ctrl-C; 143 SIGTERM.
+    """
     import logging
 
     import trio
 
     from broker import composition
-    from broker.main import BrokerAlreadyRunning, run_broker
-    from rich.markup import escape
-
+    from broker.main import EXIT_NOT_STARTED, BrokerAlreadyRunning, run_broker
     from broker.paths import StateError
     from broker.sandbox import box as sandbox_box
     from broker.sandbox import machine as sandbox_machine
@@ -50,8 +62,7 @@ def run(
 
     target = Target(json_out, repo, state_dir)
     paths = target.paths()
-    if paths.repo == Path("/"):
-        die("refusing to run on / ; pass --repo", EXIT_USAGE)
+    _require_git(paths.repo, repo)
     try:
         team_spec = load(team, repo=paths.repo, rules=composition.team_rules())
     except TeamError as exc:
@@ -65,36 +76,160 @@ def run(
         die(str(exc), EXIT_USAGE)
     paths.ensure()
     logging.basicConfig(filename=paths.logs / "broker.log", level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    watch = not (quiet or json_out)
     if not json_out:
-        say(f"conclave: broker for {paths.repo} (state {paths.state}); {len(team_spec.agents)} agent(s); Ctrl-C stops")
+        if not watch:
+            say(f"conclave: broker for {paths.repo} (state {paths.state}); {len(team_spec.agents)} agent(s); Ctrl-C stops")
         for name, level in chosen.items():
-            line = f"  {escape(name)}: sandbox {level} -- {sandbox_box.DESCRIPTIONS[level]}"
-            say(f"[bold red]{line}[/]" if level == "off" else line)
+            line = f"  {name}: sandbox {level} -- {sandbox_box.DESCRIPTIONS[level]}"
+            if level == "off":
+                console().print(cell(line), style="bold red")
+            else:
+                say(line)
+    sys.stdout.flush()
     try:
-        summary = trio.run(lambda: run_broker(paths, team_spec, features=composition.features(), machine=machine, grace=grace))
+        summary = trio.run(
+            lambda: run_broker(
+                paths, team_spec, features=composition.features(), machine=machine, grace=grace,
+                terminal=sys.stdout.fileno() if watch else None, colour=watch and _colour(),
+            )
+        )  # fmt: skip
     except (BrokerAlreadyRunning, StateError) as exc:
-        die(str(exc))
+        die(str(exc), EXIT_NOT_STARTED)
     emit(target, _summary_json(summary), _print_summary)
+    raise typer.Exit(summary.exit_code)
+
+
+def _require_git(repo: Path, given: Path | None) -> None:
+    """Refuse a directory that is not a git work tree, naming the fix."""
+    from broker.paths import git_toplevel
+
+    if repo == Path("/"):
+        die("refusing to run on / ; pass --repo DIR (a git repository)", EXIT_USAGE)
+    if git_toplevel(repo) is None:
+        where = f"--repo {given}" if given is not None else f"the current directory ({repo})"
+        die(
+            f"{where} is not inside a git repository; conclave runs agents on one git repository. "
+            f"Fix: run `git init` there (and commit something), or pass --repo DIR naming a repository",
+            EXIT_USAGE,
+        )
+
+
+def _colour() -> bool:
+    return os.isatty(sys.stdout.fileno()) and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
 
 def _summary_json(summary: Any) -> dict[str, Any]:
     import attrs
 
     return {
+        "run": summary.run,
         "started_at": summary.started_at,
         "ended_at": summary.ended_at,
         "stopped_by": summary.stopped_by,
+        "exit_code": summary.exit_code,
+        "failed": [f"{o.agent}:{o.session}" for o in summary.failed],
         "agents": [attrs.asdict(o) for o in summary.outcomes],
     }
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
-    rows = [
-        (f"{o['agent']}:{o['session']}", o["parent"] or "-", o["exit_code"], o["error"] or "", Path(o["log"]).name)
-        for o in summary["agents"]
-    ]
-    table("run summary", ["principal", "parent", "exit", "error", "log"], rows)
-    say(f"stopped by {summary['stopped_by']}" if summary["stopped_by"] else "every agent has exited")
+    rows = [(f"{o['agent']}:{o['session']}", o["parent"] or "-", _outcome_words(o), Path(o["log"]).name) for o in summary["agents"]]
+    table(f"run {summary['run']} summary", ["principal", "parent", "status", "log"], rows)
+    how = f"stopped by {summary['stopped_by']}" if summary["stopped_by"] else "every agent has exited"
+    failed = f"; {len(summary['failed'])} failed: {', '.join(summary['failed'])}" if summary["failed"] else ""
+    say(f"{how}{failed}; exit code {summary['exit_code']}")
+
+
+def _outcome_words(o: dict[str, Any]) -> str:
+    from broker.supervisor import AgentOutcome
+
+    return AgentOutcome(**o).describe() + (" [FAILED]" if o["failed"] else "")
+
+
+@app.command()
+def logs(
+    agent: Annotated[
+        Optional[str], typer.Argument(help="Only this agent (and its children), or one principal AGENT:SESSION.")
+    ] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep showing new output until the run ends (waits for a run to start).")] = False,
+    run_number: Annotated[Optional[int], typer.Option("--run", help="Which run (conclave agents numbers them; default: the latest).")] = None,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """The agents' output and the run's events, as `conclave run` shows them, from another terminal.
+
+    Reads the files under the state directory's logs/ (each principal's
+    output, and the run journal run-N.jsonl); a principal's output is shown
+    just before its exit.  With --json: one list, or with -f one JSON
+    object per line.
+    """
+    import time
+
+    from broker.clikit import EXIT_NO_BROKER
+    from broker.runlog import Renderer, RunReader, journals
+
+    target = Target(json_out, repo, state_dir)
+    paths = target.paths()
+    found = journals(paths.logs)
+    if run_number is None and not found:
+        if not follow:
+            die(f"no run has been recorded in {paths.logs} yet (conclave run --team TEAM.toml starts one; -f waits for it)", EXIT_NO_BROKER)
+        if not json_out:
+            say(f"waiting for a run to start on {paths.state}; Ctrl-C stops")
+        while not found:
+            time.sleep(0.2)
+            found = journals(paths.logs)
+    if run_number is None:
+        run_number = max(found)
+    elif run_number not in found:
+        known = ", ".join(map(str, sorted(found))) or "none"
+        die(f"no journal for run {run_number} in {paths.logs} (runs recorded: {known}; conclave gc may have pruned it)", EXIT_USAGE)
+    reader = RunReader(paths.logs, run_number, agent=agent)
+    renderer = Renderer(colour=not json_out and _colour())
+    entries = reader.poll(final=not follow)
+    if agent is not None and not follow and not any(_agent_named(agent, name) for name in reader.seen):
+        names = ", ".join(sorted(n for n in reader.seen if "/" not in n)) or "none"
+        die(f"no agent named {agent} in run {run_number} (its agents: {names}; --run N picks another run)", EXIT_USAGE)
+    if json_out and not follow:
+        emit(target, [_log_entry(e) for e in entries])
+        return
+    try:
+        _show_log_entries(entries, renderer, json_out)
+        while follow and not reader.ended:
+            time.sleep(0.1)
+            _show_log_entries(reader.poll(), renderer, json_out)
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+    finally:
+        reader.close()
+
+
+def _agent_named(wanted: str, name: str) -> bool:
+    base = wanted.partition(":")[0]
+    return name == base or name.startswith(base + "/")
+
+
+def _log_entry(entry: tuple[str, Any]) -> dict[str, Any]:
+    import attrs
+
+    who, what = entry
+    if who == "notice":
+        return {"type": "notice", **attrs.asdict(what)}
+    return {"type": "output", "principal": who, "text": what}
+
+
+def _show_log_entries(entries: list[tuple[str, Any]], renderer: Any, json_out: bool) -> None:
+    import json
+
+    if json_out:
+        out = "".join(json.dumps(_log_entry(e), separators=(",", ":")) + "\n" for e in entries)
+    else:
+        out = "".join(renderer.notice(what) if who == "notice" else renderer.output(who, what) for who, what in entries)
+    if out:
+        sys.stdout.write(out)
+        sys.stdout.flush()
 
 
 @app.command()

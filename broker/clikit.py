@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Callable, NoReturn, Optional, Sequence
@@ -59,7 +60,10 @@ class Target:
 
 
 def die(message: str, code: int = EXIT_REFUSED) -> NoReturn:
-    sys.stderr.write(f"conclave: {message}\n")
+    from broker.literal import visible
+
+    # A refusal may quote what an agent wrote (a resource, a reason): literally.
+    sys.stderr.write(f"conclave: {visible(message, keep_newlines=True)}\n")
     raise typer.Exit(code)
 
 
@@ -164,25 +168,83 @@ def _jsonable(value: Any) -> Any:
 
 
 def emit(target: Target, value: Any, human: Callable[[Any], None] | None = None) -> None:
+    """Print ``value``: one JSON document with ``--json`` (or with no human form), else ``human(value)``."""
     if target.json or human is None:
         sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
     else:
         human(value)
 
 
-def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+def piped() -> bool:
+    """True when stdout is not a terminal (a pipe, a file, an agent's log)."""
+    try:
+        return not os.isatty(sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):
+        return True
+
+
+#: Width a console gets when stdout is not a terminal: wide enough that no
+#: table ever wraps or cuts a principal, a resource or a reason.
+PIPE_WIDTH = 100_000
+
+
+def console(*, stderr: bool = False):  # type: ignore[no-untyped-def]
+    """A rich console for the operator's views.
+
+    On a terminal it is as wide as the terminal and tables fold long values
+    onto more lines; through a pipe it is as wide as the longest line, so
+    every value stays whole on its row (``grep`` still finds it).
+    """
     from rich.console import Console
+
+    if piped() and not stderr:
+        return Console(width=PIPE_WIDTH, highlight=False, emoji=False, markup=False, soft_wrap=False)
+    return Console(stderr=stderr, highlight=False, emoji=False, markup=False)
+
+
+def cell(value: Any):  # type: ignore[no-untyped-def]
+    """A table cell shown literally: no markup, control characters spelled out."""
+    from rich.text import Text
+
+    from broker.literal import visible
+
+    if isinstance(value, Text):
+        return value
+    return Text("" if value is None else visible(value))
+
+
+def make_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]):  # type: ignore[no-untyped-def]
+    """A rich table whose every cell is literal text and folds rather than cuts."""
     from rich.table import Table
 
-    t = Table(title=title, show_lines=False)
+    t = Table(title=None if title is None else cell(title), show_lines=False)
     for c in columns:
-        t.add_column(c)
+        t.add_column(c, overflow="fold")
     for r in rows:
-        t.add_row(*("" if v is None else str(v) for v in r))
-    Console().print(t)
+        t.add_row(*(cell(v) for v in r))
+    return t
+
+
+def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Print a table; every cell is drawn from data, so none is read as markup."""
+    console().print(make_table(title, columns, rows))
 
 
 def say(text: str) -> None:
-    from rich.console import Console
+    """Print one line literally (agent-written text inside it cannot style or move the terminal)."""
+    from rich.text import Text
 
-    Console().print(text, highlight=False)
+    from broker.literal import visible
+
+    console().print(Text(visible(text)))
+
+
+_SPACES = re.compile(r"[ \t\n]+")
+
+
+def shorten(text: Any, width: int) -> str:
+    """``text`` on one line, cut to ``width`` on a terminal; whole when piped."""
+    flat = _SPACES.sub(" ", str(text)).strip()
+    if piped() or len(flat) <= width:
+        return flat
+    return flat[: width - 1] + "\u2026"

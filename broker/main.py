@@ -12,7 +12,7 @@ import logging
 import os
 import signal
 from pathlib import Path
-from typing import Callable, ContextManager, Sequence, final
+from typing import Callable, ContextManager, Final, Sequence, final
 
 import attrs
 import trio
@@ -20,6 +20,7 @@ import trio
 from broker import paths as paths_mod
 from broker.core import BrokerCore, Feature, open_core
 from broker.identity import make_child_subreaper, parent_pid
+from broker.output import EXTENSION as VIEW, RunView, Terminal
 from broker.paths import BrokerAlreadyRunning, StatePaths
 from broker.sandbox import sweep
 from broker.sandbox.machine import Machine
@@ -31,6 +32,15 @@ from store import events
 log = logging.getLogger("conclave.broker")
 
 
+#: ``conclave run``'s exit codes (docs/CLI.md).  Usage errors (a bad team
+#: file, not a git repository) exit 2, as every command's do.
+EXIT_OK: Final = 0
+EXIT_AGENT_FAILED: Final = 1
+EXIT_NOT_STARTED: Final = 4
+EXIT_STOPPED_BY_OPERATOR: Final = 5
+EXIT_SIGNALLED: Final = {"SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}
+
+
 @final
 @attrs.frozen
 class RunSummary:
@@ -38,6 +48,23 @@ class RunSummary:
     ended_at: str
     outcomes: tuple[AgentOutcome, ...]
     stopped_by: str | None  # "SIGINT", "SIGTERM", "operator", or None when the team finished
+    run: int = 0  # the run's number on this state directory (run-N.jsonl, conclave agents --run N)
+
+    @property
+    def failed(self) -> tuple[AgentOutcome, ...]:
+        """The principals that count against the run (see AgentOutcome.failed)."""
+        return tuple(o for o in self.outcomes if o.failed)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when the team finished and no agent failed; 1 when one failed; 130/143 when a
+        signal stopped the run; 5 when the operator did.  A stopped run's code wins: it
+        did not finish, whatever its agents did."""
+        if self.stopped_by in EXIT_SIGNALLED:
+            return EXIT_SIGNALLED[self.stopped_by]
+        if self.stopped_by is not None:
+            return EXIT_STOPPED_BY_OPERATOR
+        return EXIT_AGENT_FAILED if self.failed else EXIT_OK
 
 
 def broker_lock(paths: StatePaths) -> ContextManager[None]:
@@ -53,8 +80,15 @@ async def run_broker(
     machine: Machine,
     grace: float = 5.0,
     on_ready: Callable[[BrokerCore], None] | None = None,
+    terminal: int | None = None,
+    colour: bool = False,
 ) -> RunSummary:
-    """Run a broker for ``team`` until every agent exits or it is stopped."""
+    """Run a broker for ``team`` until every agent exits or it is stopped.
+
+    ``terminal`` is the file descriptor the run is shown on (agents' output
+    and the run's events, see :mod:`broker.output`), or None to show nothing
+    (``--quiet``, ``--json``); the run journal is written either way.
+    """
     with broker_lock(paths):
         if not make_child_subreaper():
             # Without it an agent's orphan would be adopted by init and pass for the operator.
@@ -62,19 +96,27 @@ async def run_broker(
         socket_path = paths_mod.choose_socket_path(paths)
         stopped_by: list[str] = []
         async with open_core(paths, team=team, live=True, features=features) as core:
-            await core.record("broker.start", actor=events.BROKER_ACTOR, payload={"pid": os.getpid(), "agents": [a.name for a in team.agents]})
+            run_number = await core.store.call(_next_run_number)
+            await core.record(
+                "broker.start", actor=events.BROKER_ACTOR, payload={"pid": os.getpid(), "agents": [a.name for a in team.agents], "run": run_number}
+            )
             listener = await bind(socket_path)
             paths.socket_pointer.write_text(str(socket_path))
-            supervisor = Supervisor(core, socket_path=socket_path, machine=machine, grace=grace)
+            view = RunView(paths.logs, run_number, terminal=None if terminal is None else Terminal(terminal), colour=colour)
+            core.extensions[VIEW] = view
+            supervisor = Supervisor(core, socket_path=socket_path, machine=machine, grace=grace, view=view)
             core.supervisor = supervisor
             try:
                 async with trio.open_nursery() as nursery:
                     await nursery.start(serve, core, listener)
                     nursery.start_soon(_reap_orphans, supervisor)
+                    await nursery.start(view.run, core)
+                    view.started(paths.repo, [a.name for a in team.agents])
                     run_scope = trio.CancelScope()
 
                     def stop(reason: str = "operator") -> None:
                         stopped_by.append(reason)
+                        view.stopping(reason, len(supervisor.known_pids), grace)
                         run_scope.cancel()
 
                     core.extensions["stop"] = stop
@@ -83,9 +125,11 @@ async def run_broker(
                         on_ready(core)
                     with run_scope:
                         await supervisor.run(team)
+                    await view.finish(stopped_by[0] if stopped_by else None)
                     nursery.cancel_scope.cancel()
             finally:
                 with trio.CancelScope(shield=True):
+                    view.close()
                     _kill_orphans()
                     _remove_socket(paths, socket_path)
                     await core.record(
@@ -98,7 +142,14 @@ async def run_broker(
             ended_at=events.now(),
             outcomes=tuple(supervisor.outcomes),
             stopped_by=stopped_by[0] if stopped_by else None,
+            run=run_number,
         )
+
+
+def _next_run_number(conn) -> int:  # type: ignore[no-untyped-def]
+    """This run's number: one more than the broker starts recorded on this state directory."""
+    (count,) = conn.execute("SELECT count(*) FROM events WHERE kind = 'broker.start'").fetchone()
+    return int(count) + 1
 
 
 async def _watch_signals(stop: Callable[[str], None]) -> None:

@@ -41,6 +41,7 @@ from store import events
 
 if TYPE_CHECKING:
     from broker.core import BrokerCore
+    from broker.output import RunView
 
 DEFAULT_GRACE: Final = 5.0
 RESTART_BACKOFF: Final = 0.5
@@ -51,7 +52,14 @@ SPAWN_FAILED: Final = 127
 @final
 @attrs.frozen
 class AgentOutcome:
-    """How one principal's process ended; the run summary is a list of these."""
+    """How one principal's process ended; the run summary is a list of these.
+
+    ``status`` says it in words ("exit 0", "killed by SIGKILL", "exit 127:
+    command not found"); ``failed`` is whether it counts against the run (a
+    nonzero exit, a kill, a start that failed -- unless the broker stopped
+    it at shutdown or the restart policy tries again); ``attempt`` of
+    ``attempts`` numbers the restarts.
+    """
 
     agent: str
     session: str
@@ -65,14 +73,54 @@ class AgentOutcome:
     sandbox: str | None = None
     #: Processes it left behind that were killed at its exit (cgroup and sweep).
     leftovers: int = 0
+    status: str = ""
+    failed: bool = False
+    attempt: int = 1
+    attempts: int = 1
+    restarting: bool = False
+    #: Who ended it, when not the process itself: "broker" (shutdown) or "operator" (revoked).
+    ended_by: str | None = None
+
+    def describe(self) -> str:
+        """One line for the terminal and the journal: the status, then what happens next."""
+        if self.restarting:
+            return f"{self.status}; restarting (attempt {self.attempt + 1} of {self.attempts} next)"
+        if self.attempts > 1 and self.failed and self.attempt == self.attempts:
+            return f"{self.status} (attempt {self.attempt} of {self.attempts}, gave up)"
+        return self.status
+
+
+def exit_words(code: int | None) -> str:
+    """An exit status as a person reads it: ``exit 0``, ``killed by SIGKILL``, ``exit 127: command not found``."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        return f"killed by {_signal_name(-code)}"
+    if code == 126:
+        return "exit 126: command not executable"
+    if code == 127:
+        return "exit 127: command not found"
+    if 128 < code < 128 + 65:
+        return f"exit {code} (128+{code - 128}: something it ran died of {_signal_name(code - 128)})"
+    return f"exit {code}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 @final
 class Supervisor:
     """Spawns and watches agent processes.  One per running broker."""
 
-    def __init__(self, core: BrokerCore, *, socket_path: Path, machine: Machine, grace: float = DEFAULT_GRACE) -> None:
+    def __init__(
+        self, core: BrokerCore, *, socket_path: Path, machine: Machine, grace: float = DEFAULT_GRACE, view: RunView | None = None
+    ) -> None:
         self.core = core
+        self.view = view
         self.socket_path = socket_path
         self.machine = machine
         self.grace = grace
@@ -210,11 +258,10 @@ class Supervisor:
             error = f"could not start {command[0]!r}: {exc.strerror or exc}"
             await self._persist_start(live, None, started, attempt, command, box.level)
             await self._persist_end(principal, None, SPAWN_FAILED, error, 0)
-            self.outcomes.append(
-                AgentOutcome(
-                    principal.agent, principal.session, principal.parent, None, SPAWN_FAILED, started, events.now(), str(log_path), error, box.level
-                )
-            )
+            self._report(AgentOutcome(
+                principal.agent, principal.session, principal.parent, None, SPAWN_FAILED, started, events.now(), str(log_path), error, box.level,
+                status=error, failed=True, attempt=attempt + 1, attempts=_attempts(spec, child=parent is not None),
+            ))  # fmt: skip
             return principal
         finally:
             if not log_file.closed:
@@ -222,6 +269,8 @@ class Supervisor:
         self._pids.add(process.pid)
         self.core.registry.started(principal, process.pid, started)
         await self._persist_start(live, process.pid, started, attempt, command, box.level)
+        if self.view is not None:
+            self.view.spawned(principal.key, process.pid, log_path, attempt=attempt + 1, attempts=_attempts(spec, child=parent is not None))
         self._nursery.start_soon(self._watch, live, process, attempt, str(log_path), box)
         return principal
 
@@ -242,17 +291,20 @@ class Supervisor:
                 self.core.registry.end(principal)
                 await self._persist_end(principal, process.pid, code, "stopped by the broker" if cancelled else None, leftovers)
                 await self.core.principal_ended(principal)
-                self.outcomes.append(
-                    AgentOutcome(
-                        principal.agent, principal.session, principal.parent, process.pid, code, live.started_at, events.now(), log_path,
-                        None, box.level, leftovers,
-                    )
-                )
-        spec = live.spec
-        revoked = principal.key in self._revoked
-        if spec.restart == "on-failure" and code != 0 and principal.parent is None and attempt < spec.max_restarts and not revoked:
+                spec = live.spec
+                revoked = principal.key in self._revoked
+                restart = spec.restart == "on-failure" and code != 0 and principal.parent is None and attempt < spec.max_restarts and not revoked
+                self._report(_outcome(
+                    live, process.pid, code, log_path, box.level, leftovers, attempt=attempt, cancelled=cancelled, revoked=revoked, restart=restart
+                ))  # fmt: skip
+        if restart:
             await trio.sleep(RESTART_BACKOFF * (attempt + 1))
             await self._start(spec, parent=None, name=spec.name, attempt=attempt + 1)
+
+    def _report(self, outcome: AgentOutcome) -> None:
+        self.outcomes.append(outcome)
+        if self.view is not None:
+            self.view.exited(outcome)
 
     async def _terminate(self, process: trio.Process) -> None:
         """SIGTERM the whole group, SIGKILL it after the grace period."""
@@ -334,6 +386,33 @@ def _missing_program(command: list[str], env: dict[str, str], cwd: Path) -> OSEr
     else:
         found = shutil.which(program, path=env.get("PATH"))
     return None if found else FileNotFoundError(2, "No such file or directory", program)
+
+
+def _attempts(spec: AgentSpec, *, child: bool) -> int:
+    """How many times the restart policy may start this agent (children are never restarted)."""
+    return 1 + spec.max_restarts if spec.restart == "on-failure" and not child else 1
+
+
+def _outcome(
+    live: LiveAgent, pid: int, code: int | None, log: str, sandbox_level: str | None, leftovers: int,
+    *, attempt: int, cancelled: bool, revoked: bool, restart: bool,
+) -> AgentOutcome:  # fmt: skip
+    p = live.principal
+    status = exit_words(code)
+    if cancelled:
+        ended_by: str | None = "broker"
+        status += " (stopped by the broker at shutdown)" if code != 0 else ""
+    elif revoked:
+        ended_by = "operator"
+        status = f"revoked by the operator; {status}"
+    else:
+        ended_by = None
+    failed = not cancelled and not restart and (code != 0 or revoked)
+    return AgentOutcome(
+        p.agent, p.session, p.parent, pid, code, live.started_at, events.now(), log, None, sandbox_level, leftovers,
+        status=status, failed=failed, attempt=attempt + 1, attempts=_attempts(live.spec, child=p.parent is not None),
+        restarting=restart, ended_by=ended_by,
+    )  # fmt: skip
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -13,6 +13,7 @@ from typing import Annotated, Any, List, Optional
 import typer
 
 from broker.clikit import EXIT_REFUSED, EXIT_USAGE, JsonOpt, RepoOpt, StateOpt, Target, call, die, emit, say, table
+from broker.literal import visible
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 
@@ -182,7 +183,8 @@ def check_commit(
             lines.append(f"  {m['resource']}  ({m['why']}{held})")
         names = " ".join(m["resource"] for m in report["missing"])
         lines.append(f"take them first: conclave exec --lock ... -- git commit ..., or conclave lock acquire {names}")
-        sys.stderr.write("\n".join(lines) + "\n")
+        # Resource names and holders are agents' words: shown literally.
+        sys.stderr.write("\n".join(visible(line) for line in lines) + "\n")
     if not report["allowed"]:
         raise typer.Exit(EXIT_REFUSED)
 

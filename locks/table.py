@@ -762,21 +762,19 @@ class LockTable:
             for key, held in self._by_owner.items()
         }
 
+    def waiting(self) -> list[dict[str, Any]]:
+        """The wait line in order: ``[{"position", "waiter", "resources", "mode", "since"}]``."""
+        return [
+            {"position": i + 1, "waiter": w.request.holder, "resources": w.request.keys, "mode": w.request.mode.value, "since": w.since}
+            for i, w in enumerate(self._queue)
+        ]
+
     def snapshot(self) -> dict[str, Any]:
         """Everything held, everything waiting (in line order), and the slots."""
         held = sorted((h for hs in self._by_key.values() for h in hs), key=lambda h: h.token)
         return {
             "holdings": [h.as_dict() for h in held],
-            "waiting": [
-                {
-                    "position": i + 1,
-                    "waiter": w.request.holder,
-                    "resources": w.request.keys,
-                    "mode": w.request.mode.value,
-                    "since": w.since,
-                }
-                for i, w in enumerate(self._queue)
-            ],
+            "waiting": self.waiting(),
             "slots": [
                 {
                     "name": name,

@@ -14,23 +14,13 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from broker.clikit import JsonOpt, RepoOpt, StateOpt, Target, call, die, emit, say, table
+from broker.clikit import JsonOpt, RepoOpt, StateOpt, Target, call, die, emit, say, shorten, table
+from broker.literal import visible
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 
 IdArg = Annotated[int, typer.Argument(help="The claim id.", min=1)]
 EvidenceOpt = Annotated[Optional[str], typer.Option("--evidence", help="What supports it (a test name, a log line).")]
-
-
-def _esc(value: Any) -> str:
-    from rich.markup import escape
-
-    return escape("" if value is None else str(value))
-
-
-def _short(text: str, width: int = 90) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "\u2026"
 
 
 def _witness_line(w: dict[str, Any]) -> str:
@@ -40,23 +30,26 @@ def _witness_line(w: dict[str, Any]) -> str:
 
 
 def _print_claim(c: dict[str, Any]) -> None:
-    say(f"claim {c['id']} {_esc(c['badge'])}  {c['kind']}/{c['scope']}  edition {c['edition']}  by {_esc(c['author'])}  at {c['created_at']}")
-    say(f"  {_esc(c['text'])}")
+    # say() prints literally: claim text, evidence and reasons are agents' words.
+    say(f"claim {c['id']} {c['badge']}  {c['kind']}/{c['scope']}  edition {c['edition']}  by {c['author']}  at {c['created_at']}")
+    say(f"  {c['text']}")
     if c.get("evidence"):
-        say(f"  evidence: {_esc(c['evidence'])}")
+        say(f"  evidence: {c['evidence']}")
     for w in c.get("corroborations", []):
-        say(f"  corroborated by {_esc(_witness_line(w))}")
+        say(f"  corroborated by {_witness_line(w)}")
+        if w.get("evidence"):
+            say(f"    evidence: {w['evidence']}")
     for d in c.get("disputes", []):
-        say(f"  disputed by {_esc(_witness_line(d))}: {_esc(d['reason'])}")
+        say(f"  disputed by {_witness_line(d)}: {d['reason']}")
     for p in c.get("promotions", []):
-        say(f"  promoted by {_esc(p['by'])} at {p['at']}" + (f": {_esc(p['reason'])}" if p["reason"] else ""))
+        say(f"  promoted by {p['by']} at {p['at']}" + (f": {p['reason']}" if p["reason"] else ""))
     if c.get("superseded_by"):
         say(f"  superseded by claim {c['superseded_by']}")
     if c.get("retired"):
-        say(f"  retired by {_esc(c['retired']['by'])}: {_esc(c['retired']['reason'])}")
+        say(f"  retired by {c['retired']['by']}: {c['retired']['reason']}")
     short = (c.get("standing") or {}).get("short_of_trust")
     if short and c["tier"] in ("unverified", "disputed"):
-        say(f"  not trusted: {_esc(short)}")
+        say(f"  not trusted: {short}")
     if "counted" in c:
         say(f"  this corroboration: {'counted' if c['counted'] else 'not counted (' + str(c['reason_not_counted']) + ')'}")
     if c.get("twins"):
@@ -68,10 +61,7 @@ def _claims_table(title: str, rows: list[dict[str, Any]], *, score: bool = False
     table(
         title,
         cols,
-        [
-            (r["id"], _esc(r["badge"]), r["kind"], *([r["score"]] if score else []), _esc(r["author"]), _esc(_short(r["text"])))
-            for r in rows
-        ],
+        [(r["id"], r["badge"], r["kind"], *([r["score"]] if score else []), r["author"], shorten(r["text"], 90)) for r in rows],
     )
 
 
@@ -155,7 +145,7 @@ def context(
     """The reference block to inject for QUERY: trusted claims only unless told otherwise."""
     target = Target(json_out, repo, state_dir)
     result = call(target, "memory.context", {"query": query, "budget": budget, "include_unverified": include_unverified})
-    emit(target, result, lambda r: sys.stdout.write(r["block"] + "\n") if r["block"] else say("nothing to inject"))
+    emit(target, result, lambda r: sys.stdout.write(visible(r["block"], keep_newlines=True) + "\n") if r["block"] else say("nothing to inject"))
 
 
 @app.command()
@@ -167,10 +157,10 @@ def show(id: IdArg, json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: 
         _print_claim(c)
         if len(c["editions"]) > 1:
             table("editions", ["id", "edition", "tier", "author", "created", "superseded by"], [
-                (e["id"], e["edition"], e["tier"], _esc(e["author"]), e["created_at"], e["superseded_by"]) for e in c["editions"]
+                (e["id"], e["edition"], e["tier"], e["author"], e["created_at"], e["superseded_by"]) for e in c["editions"]
             ])
         table("history", ["seq", "at", "event", "actor", "claim", "detail"], [
-            (h["seq"], h["at"], h["kind"], _esc(h["actor"]), h["claim"], _esc(_short(_detail(h["detail"]), 70))) for h in c["history"]
+            (h["seq"], h["at"], h["kind"], h["actor"], h["claim"], _detail(h["detail"])) for h in c["history"]
         ])
 
     emit(target, call(target, "memory.show", {"id": id}), human)
@@ -220,7 +210,7 @@ def trail(
             return ("counted" if r["counted"] else f"not counted ({r['note']})") + ("" if r["blind"] is None else (", blind" if r["blind"] else ", informed"))
 
         table(f"trail of {agent}", ["at", "principal", "action", "claim", "tier", "verdict", "text"], [
-            (r["at"], _esc(r["principal"]), r["action"], r["claim"], r["tier"], _esc(verdict(r)), _esc(_short(r["text"], 60))) for r in rs
+            (r["at"], r["principal"], r["action"], r["claim"], r["tier"], verdict(r), shorten(r["text"], 60)) for r in rs
         ])
 
     emit(target, rows, human)
@@ -243,7 +233,7 @@ def log(
     args = {"kind": kind, "of_agent": agent, "claim": claim, "since": since, "until": until, "limit": limit}
     rows = call(target, "memory.log", {k: v for k, v in args.items() if v is not None})
     emit(target, rows, lambda rs: table("memory log", ["seq", "at", "event", "actor", "subject", "detail"], [
-        (r["seq"], r["at"], r["kind"], _esc(r["actor"]), _esc(r["subject"]), _esc(_short(_detail(r["detail"]), 70))) for r in rs
+        (r["seq"], r["at"], r["kind"], r["actor"], r["subject"], _detail(r["detail"])) for r in rs
     ]))
 
 
@@ -296,7 +286,7 @@ def revoke(
     result = call(target, "memory.revoke", {"target": principal, **({"reason": reason} if reason else {})})
 
     def human(r: dict[str, Any]) -> None:
-        say(f"revoked {_esc(r['principal'])}" + (" and ended its process" if r["ended"] else "") + f"; {len(r['claims_recomputed'])} claim(s) recomputed")
+        say(f"revoked {r['principal']}" + (" and ended its process" if r["ended"] else "") + f"; {len(r['claims_recomputed'])} claim(s) recomputed")
         for c in r["changes"]:
             say(f"  claim {c['id']}: {c['from']} -> {c['to']}")
 
@@ -313,7 +303,7 @@ def verify(json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt 
         if r["ok"]:
             say(f"ok: {r['events']} events chained, every claim and witness matches its event, search indexes consistent")
         for p in r["problems"]:
-            say(f"  {_esc(p['problem'])}")
+            say(f"  {p['problem']}")
 
     emit(target, report, human)
     if not report["ok"]:
@@ -355,7 +345,7 @@ def groom(
             + ("" if r["dry_run"] else f", {r['retired']} retired, {r['skipped']} skipped (changed since planned)"))
         if r["retire"]:
             table("retire", ["claim", "tier", "kind", "rule", "reason"], [
-                (s["claim"], s["tier"], s["kind"], s["rule"], _esc(s["reason"])) for s in r["retire"][:50]
+                (s["claim"], s["tier"], s["kind"], s["rule"], s["reason"]) for s in r["retire"][:50]
             ])
         hidden = r["omitted"]["retire"] + max(0, len(r["retire"]) - 50)
         if hidden:

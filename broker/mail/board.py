@@ -4,8 +4,8 @@ An agent sets its status line (``conclave status set TEXT``); the line
 belongs to that principal -- a restarted agent starts with none, since it
 cannot know what its previous life was doing.  The board joins the live
 principals (from the registry), their status lines and unread counts (from
-the store) and the locks they hold (from the lock table, when one is
-plugged in as ``core.extensions["locks"]``).  It is the operator's one
+the store) and the locks they hold and wait for (from the lock table, when
+one is plugged in as ``core.extensions["locks"]``).  It is the operator's one
 screen view of a running team.
 """
 
@@ -36,6 +36,17 @@ class HeldLock:
 
 @final
 @attrs.frozen
+class Waiting:
+    """A lock request in the wait line: its place, what it wants, since when."""
+
+    position: int
+    resources: tuple[str, ...]
+    mode: str
+    since: str | None
+
+
+@final
+@attrs.frozen
 class BoardRow:
     agent: str
     session: str
@@ -47,6 +58,7 @@ class BoardRow:
     since: str | None
     locks: tuple[HeldLock, ...]
     unread: int
+    waiting: tuple[Waiting, ...] = ()
 
 
 @final
@@ -91,6 +103,7 @@ async def read_board(core: BrokerCore, job: Callable[[Callable[[apsw.Connection]
     """Assemble the board from the registry, the store (through ``job``) and the lock table."""
     lines, unread = await job(_snapshot)
     held, tracked = await _holdings(core)
+    waits = _waits(core)
     rows = []
     for live in sorted(core.registry.live(), key=lambda a: (a.principal.agent, a.started_at)):
         p = live.principal
@@ -107,6 +120,7 @@ async def read_board(core: BrokerCore, job: Callable[[Callable[[apsw.Connection]
                 since=since,
                 locks=held.get(p.key, ()),
                 unread=unread.get(p.agent, 0),
+                waiting=waits.get(p.key, ()),
             )
         )
     return Board(at=events.now(), agents=tuple(rows), operator_unread=unread.get(OPERATOR_NAME, 0), locks_tracked=tracked)
@@ -126,3 +140,15 @@ async def _holdings(core: BrokerCore) -> tuple[dict[str, tuple[HeldLock, ...]], 
 def _held(entry: Any) -> HeldLock:
     get = entry.get if isinstance(entry, dict) else lambda name: getattr(entry, name, None)
     return HeldLock(resource=str(get("resource")), mode=str(get("mode")), since=get("since"), token=get("token"))
+
+
+def _waits(core: BrokerCore) -> dict[str, tuple[Waiting, ...]]:
+    """Lock requests in the wait line per principal key (empty when no lock table runs)."""
+    table = core.extensions.get("locks")
+    waiting = getattr(table, "waiting", None)
+    if waiting is None:
+        return {}
+    out: dict[str, list[Waiting]] = {}
+    for w in waiting():
+        out.setdefault(w["waiter"], []).append(Waiting(w["position"], tuple(w["resources"]), w["mode"], w["since"]))
+    return {key: tuple(ws) for key, ws in out.items()}

@@ -14,7 +14,7 @@ from typing import Annotated, Any, List, Optional
 
 import typer
 
-from broker.clikit import JsonOpt, RepoOpt, StateOpt, Target, call, emit, say
+from broker.clikit import JsonOpt, RepoOpt, StateOpt, Target, call, cell, console, die, emit, make_table, say
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 status_app = typer.Typer(
@@ -129,13 +129,16 @@ def search(
 @status_app.callback()
 def board(
     ctx: typer.Context,
-    watch: Annotated[bool, typer.Option("--watch", help="Refresh until Ctrl-C.")] = False,
+    watch: Annotated[
+        bool,
+        typer.Option("--watch", help="Refresh until Ctrl-C or the broker stops; started before a run, it waits for the broker."),
+    ] = False,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between refreshes with --watch.")] = 2.0,
     json_out: JsonOpt = False,
     repo: RepoOpt = None,
     state_dir: StateOpt = None,
 ) -> None:
-    """Every live agent: status line, since when, locks held, unread mail."""
+    """Every live agent: status line, since when, locks held and waited for, unread mail."""
     if ctx.invoked_subcommand is not None:
         return
     target = Target(json_out, repo, state_dir)
@@ -162,50 +165,89 @@ def set_status(
 
 
 def _watch(target: Target, interval: float) -> None:
+    """Refresh the board every ``interval`` seconds over one connection.
+
+    With no broker yet it waits for one (``status --watch`` may be started
+    before ``conclave run``); when the broker stops it says so and returns.
+    """
     import time
 
-    if target.json:
-        # One JSON document per line, one line per refresh.
-        while True:
-            sys.stdout.write(json.dumps(call(target, "status.board"), separators=(",", ":")) + "\n")
-            sys.stdout.flush()
-            time.sleep(interval)
-    from rich.live import Live
+    from broker.clikit import connect
 
-    with Live(_board_renderable(call(target, "status.board")), auto_refresh=False) as live:
-        while True:
+    client = connect(target)
+    if client is None:
+        if not target.json:
+            say(f"waiting for a broker on {target.paths().state} (start one with conclave run --team TEAM.toml); Ctrl-C stops")
+        while client is None:
             time.sleep(interval)
-            live.update(_board_renderable(call(target, "status.board")), refresh=True)
+            client = connect(target)
+    with client:
+        if target.json:
+            # One JSON document per line, one line per refresh.
+            while (value := _board_or_none(client)) is not None:
+                sys.stdout.write(json.dumps(value, separators=(",", ":")) + "\n")
+                sys.stdout.flush()
+                time.sleep(interval)
+            return
+        from rich.live import Live
+
+        value = _board_or_none(client)
+        if value is None:
+            say("the broker stopped")
+            return
+        with Live(_board_renderable(value), auto_refresh=False, console=console()) as live:
+            while True:
+                time.sleep(interval)
+                value = _board_or_none(client)
+                if value is None:
+                    break
+                live.update(_board_renderable(value), refresh=True)
+        say("the broker stopped; the run is over")
+
+
+def _board_or_none(client: Any) -> dict[str, Any] | None:
+    """The board, or None once the broker has gone (it closed the connection)."""
+    from broker.errors import ConclaveError, ErrorCode
+
+    try:
+        board: dict[str, Any] = client.call("status.board")
+        return board
+    except ConclaveError as exc:
+        if exc.code is ErrorCode.UNAVAILABLE:
+            return None
+        die(f"{exc.message} [{exc.code.value}]")
+    except OSError:
+        return None
 
 
 def _print_board(value: dict[str, Any]) -> None:
-    from rich.console import Console
+    console().print(_board_renderable(value))
 
-    Console().print(_board_renderable(value))
+
+def _waits(row: dict[str, Any]) -> str:
+    return ", ".join(f"{' '.join(w['resources'])} ({w['mode']}, #{w['position']} since {(w['since'] or '')[11:19]})" for w in row.get("waiting", []))
 
 
 def _board_renderable(value: dict[str, Any]) -> Any:
     from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
 
-    table = Table(title=f"conclave status  {value['at'][11:19]} UTC", show_lines=False)
-    for column in ("agent", "session", "status", "since", "locks", "unread"):
-        table.add_column(column)
+    rows = []
     for row in value["agents"]:
         locks = ", ".join(f"{h['resource']} ({h['mode']})" for h in row["locks"]) if value["locks_tracked"] else "-"
-        # Text() cells: an agent's status line is shown literally, never as markup.
-        table.add_row(
-            Text(row["agent"]),
-            Text(row["session"]),
-            Text(row["status"] or ""),
-            Text(row["since"][11:19] if row["since"] else ""),
-            Text(locks or "none"),
-            Text(str(row["unread"])),
-        )
+        rows.append((
+            row["agent"],
+            row["session"],
+            row["status"] or "",
+            row["since"][11:19] if row["since"] else "",
+            locks or "none",
+            (_waits(row) or "-") if value["locks_tracked"] else "-",
+            row["unread"],
+        ))  # fmt: skip
+    # Every cell is literal text: an agent's status line is shown as written, never as markup.
+    grid = make_table(f"conclave status  {value['at'][11:19]} UTC", ("agent", "session", "status", "since", "locks", "waiting for", "unread"), rows)
     notes = [f"operator inbox: {value['operator_unread']} unread"]
     if not value["agents"]:
         notes.insert(0, "no live agents")
     if not value["locks_tracked"]:
         notes.append("locks: no lock table in this broker")
-    return Group(table, Text("; ".join(notes)))
+    return Group(grid, cell("; ".join(notes)))

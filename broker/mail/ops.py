@@ -19,9 +19,10 @@ from broker.errors import ConclaveError, ErrorCode
 from broker.mail import mailbox, schema
 from broker.mail.board import Board, StatusLine, read_board, set_status
 from broker.mail.budget import check_team
-from broker.mail.message import MAX_ACK, MAX_WAIT, TO_ALL, Message, check_body, check_limit, check_line
+from broker.mail.message import MAX_ACK, MAX_WAIT, TO_ALL, TO_OPERATOR, Message, check_body, check_limit, check_line
 from broker.mail.service import EXTENSION, Mail, MailStatistics
 from broker.optable import Access, OpTable
+from broker.output import view_of
 from broker.router import wait_while_connected
 
 if TYPE_CHECKING:
@@ -106,6 +107,9 @@ async def send(call: Call, args: SendArgs) -> Message:
         )
     )
     mail.notifier.ring(message.recipients)
+    view = view_of(core)
+    if view is not None and TO_OPERATOR in message.recipients:
+        view.mail(message.sender, message.id, message.thread, message.subject, message.body)
     return message
 
 
