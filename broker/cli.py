@@ -232,6 +232,91 @@ def _show_log_entries(entries: list[tuple[str, Any]], renderer: Any, json_out: b
         sys.stdout.flush()
 
 
+team_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Team files: check one without running it.")
+app.add_typer(team_app, name="team")
+
+
+@team_app.command("check")
+def team_check(
+    file: Annotated[Path, typer.Argument(help="The team file (TOML).")],
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Validate a team file as `conclave run` would (names, commands, cwd, presets, slots, policy); run nothing.
+
+    Exit 0 when it is valid, 2 with what to fix when it is not.
+    """
+    from broker import composition
+    from broker.paths import git_toplevel
+    from broker.team import TeamError, load
+
+    target = Target(json_out, repo, state_dir)
+    paths = target.paths()
+    try:
+        team_spec = load(file, repo=paths.repo, rules=composition.team_rules())
+    except TeamError as exc:
+        die(str(exc), EXIT_USAGE)
+    report = {
+        "ok": True,
+        "file": str(file),
+        "repo": str(paths.repo),
+        "repo_is_git": git_toplevel(paths.repo) is not None,
+        "agents": [
+            {"name": a.name, "command": list(a.command), "preset": a.preset, "cwd": a.cwd, "restart": a.restart,
+             "max_restarts": a.max_restarts, "may_spawn": a.may_spawn, "env": sorted(a.env)}
+            for a in team_spec.agents
+        ],
+        "slots": list(team_spec.slots),
+        "policy": team_spec.policy,
+        "memory": team_spec.memory,
+    }  # fmt: skip
+
+    def human(r: dict[str, Any]) -> None:
+        import shlex
+
+        table(f"{r['file']}: {len(r['agents'])} agent(s)", ["agent", "runs", "cwd", "restart", "may spawn"], [
+            (a["name"], f"preset {a['preset']}" if a["preset"] else shlex.join(a["command"]), a["cwd"] or ".",
+             a["restart"] + (f" (up to {a['max_restarts']})" if a["restart"] == "on-failure" else ""), a["may_spawn"])
+            for a in r["agents"]
+        ])  # fmt: skip
+        if r["slots"]:
+            say("slots: " + ", ".join(f"slot://{x.get('name')}" for x in r["slots"]))
+        if r["policy"]:
+            say("policy: " + ", ".join(f"{k} = {v}" for k, v in r["policy"].items()))
+        say(f"ok: {r['file']} is valid for {r['repo']}")
+        if not r["repo_is_git"]:
+            say(f"note: {r['repo']} is not a git repository; conclave run will refuse it until you run `git init` there")
+
+    emit(target, report, human)
+
+
+@app.command()
+def init(
+    force: Annotated[bool, typer.Option("--force", help="Overwrite team.toml and agents/example.sh if they exist.")] = False,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Write a commented sample team file (team.toml) and agent script (agents/example.sh) into the repository."""
+    from broker import scaffold
+
+    target = Target(json_out, repo, state_dir)
+    paths = target.paths()
+    _require_git(paths.repo, repo)
+    try:
+        written = scaffold.write(paths.repo, force=force)
+    except scaffold.ScaffoldError as exc:
+        die(str(exc), EXIT_USAGE)
+
+    def human(r: dict[str, Any]) -> None:
+        for p in r["written"]:
+            say(f"wrote {p}")
+        say("next: read team.toml, then `conclave team check team.toml` and `conclave run --team team.toml`")
+
+    emit(target, {"written": [str(p) for p in written], "team": str(written[0])}, human)
+
+
 @app.command()
 def whoami(json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt = None) -> None:
     """Who this process acts as: {agent, session, parent}, as the broker issued it."""
@@ -246,25 +331,73 @@ def agents(
     repo: RepoOpt = None,
     state_dir: StateOpt = None,
     live: Annotated[bool, typer.Option("--live", help="Only principals whose process runs now.")] = False,
+    run_number: Annotated[Optional[int], typer.Option("--run", help="Only run N (runs are numbered from 1 on this state directory).")] = None,
+    all_runs: Annotated[bool, typer.Option("--all", help="Also runs that conclave gc pruned.")] = False,
 ) -> None:
-    """Every principal the broker has issued: spawn tree, pids, live or ended, exit codes."""
+    """Every principal the broker has issued, grouped by run: spawn tree, pids, live or ended, exit codes."""
     target = Target(json_out, repo, state_dir)
-    rows = call(target, "agents", {"live_only": live})
+    args: dict[str, Any] = {"live_only": live, "include_pruned": all_runs}
+    if run_number is not None:
+        args["run"] = run_number
+    rows = call(target, "agents", args)
 
     def human(rows: list[dict[str, Any]]) -> None:
-        from rich.console import Console
-        from rich.markup import escape
         from rich.tree import Tree
 
-        tree = Tree("broker")
-        nodes: dict[str | None, Any] = {None: tree}
+        from broker.clikit import cell, console
+        from broker.supervisor import exit_words
+
+        if not rows:
+            say("no principals" + (" alive" if live else "") + (f" in run {run_number}" if run_number is not None else ""))
+            return
+        by_run: dict[Any, list[dict[str, Any]]] = {}
         for r in rows:
-            state = "live" if r["live"] else f"ended, exit {r['exit_code']}"
-            parent_node = nodes.get(r["parent"], tree)
-            nodes[r["principal"]] = parent_node.add(escape(f"{r['principal']}  pid {r['pid']}  [{state}]  domain {r['domain']}"))
-        Console().print(tree)
+            by_run.setdefault(r.get("run"), []).append(r)
+        out = console()
+        for run, members in by_run.items():
+            alive = sum(1 for r in members if r["live"])
+            label = f"run {run}" + (" (pruned: logs removed)" if members[0].get("pruned") else "") + f"  started {members[0]['started_at'][:19]}"
+            tree = Tree(cell(label + (f"  {alive} live" if alive else "")))
+            nodes: dict[str | None, Any] = {None: tree}
+            for r in members:
+                state = "live" if r["live"] else ("revoked, " if r["revoked_at"] else "") + f"ended, {exit_words(r['exit_code'])}"
+                parent_node = nodes.get(r["parent"], tree)
+                nodes[r["principal"]] = parent_node.add(cell(f"{r['principal']}  pid {r['pid']}  [{state}]  domain {r['domain']}"))
+            out.print(tree)
 
     emit(target, rows, human)
+
+
+@app.command()
+def gc(
+    keep: Annotated[int, typer.Option("--keep", help="Keep the newest N runs (the live run is always kept).", min=0)] = 3,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be removed; remove nothing.")] = False,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Prune old runs: delete their log files (agent output and run journals) and hide them from `conclave agents`.
+
+    Nothing in the database is deleted: the principals stay (claims, witnesses
+    and `memory verify` refer to them), the event log keeps everything and
+    records the prune (broker.gc) with every file removed.
+    """
+    target = Target(json_out, repo, state_dir)
+    report = call(target, "broker.gc", {"keep": keep, "dry_run": dry_run})
+
+    def human(r: dict[str, Any]) -> None:
+        if not r["runs"]:
+            say(f"nothing to prune: runs kept {', '.join(map(str, r['kept'])) or 'none'} (--keep {keep})")
+            return
+        verb = "would remove" if r["dry_run"] else "removed"
+        runs = ", ".join(map(str, r["runs"]))
+        say(f"{verb} {len(r['files'])} log file(s), {r['bytes'] / 1e6:.1f} MB, of run(s) {runs}; kept run(s) {', '.join(map(str, r['kept'])) or 'none'}")
+        for problem in r["not_removed"]:
+            say(f"  not removed: {problem}")
+        if not r["dry_run"]:
+            say("the database keeps every principal and event; conclave agents --all still lists the pruned runs")
+
+    emit(target, report, human)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -1,4 +1,4 @@
-"""The broker's own ops: whoami, agents, spawn, ping, stats, stop."""
+"""The broker's own ops: whoami, agents, spawn, ping, stats, stop, gc."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import json
 from typing import Any
 
 import attrs
+import trio
 
 from broker.errors import ConclaveError, ErrorCode
-from broker import schema
+from broker import runs, schema
 from broker.core import Call, Feature
 from broker.optable import Access, OpTable, describe_ops
 from broker.server import whoami as whoami_of
@@ -30,6 +31,14 @@ class SpawnArgs:
 @attrs.frozen
 class AgentsArgs:
     live_only: bool = False
+    run: int | None = None
+    include_pruned: bool = False
+
+
+@attrs.frozen
+class GcArgs:
+    keep: int = 3
+    dry_run: bool = False
 
 
 @OPS.op("whoami", NoArgs)
@@ -52,22 +61,33 @@ async def list_ops(call: Call, _args: NoArgs) -> list[dict[str, Any]]:
 
 @OPS.op("agents", AgentsArgs)
 async def agents(call: Call, args: AgentsArgs) -> list[dict[str, Any]]:
-    """Every principal ever issued (or only live ones), with its spawn tree."""
+    """Every principal ever issued (or only live ones, or one run's), with its spawn tree and run."""
     live = {a.principal.key for a in call.core.registry.live()}
 
     def read(conn):  # type: ignore[no-untyped-def]
-        return list(
+        found = runs.read_runs(conn)
+        rows = list(
             conn.execute(
                 "SELECT agent, session, role, domain, parent, pid, command, started_at, ended_at, exit_code, revoked_at "
                 "FROM principals ORDER BY started_at"
             )
         )
+        return found, rows
 
-    rows = await call.core.store.call(read)
+    found, rows = await call.core.store.call(read)
+    if args.run is not None and not any(r.number == args.run for r in found):
+        known = f"1 to {len(found)}" if found else "none yet"
+        raise ConclaveError(ErrorCode.NOT_FOUND, f"agents: no run {args.run} on this state directory (runs: {known})")
+    pruned = {r.number for r in found if r.pruned}
     out = []
     for agent, session, role, domain, parent, pid, command, started, ended, code, revoked in rows:
         key = f"{agent}:{session}"
+        run = runs.run_of(found, started)
         if args.live_only and key not in live:
+            continue
+        if args.run is not None and run != args.run:
+            continue
+        if run in pruned and not args.include_pruned and args.run is None:
             continue
         out.append(
             {
@@ -84,9 +104,29 @@ async def agents(call: Call, args: AgentsArgs) -> list[dict[str, Any]]:
                 "exit_code": code,
                 "revoked_at": revoked,
                 "live": key in live,
+                "run": run,
+                "pruned": run in pruned,
             }
         )
     return out
+
+
+@OPS.op("broker.gc", GcArgs, access=Access.OPERATOR)
+async def gc(call: Call, args: GcArgs) -> dict[str, Any]:
+    """Prune old runs: delete their log files, keep every database row (see broker.runs)."""
+    if not 0 <= args.keep <= 100_000:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"broker.gc: keep must be from 0 to 100000, not {args.keep}")
+    logs = call.core.paths.logs
+
+    def plan(conn):  # type: ignore[no-untyped-def]
+        report = runs.plan_prune(conn, logs, keep=args.keep, live=call.core.live)
+        if report["runs"] and not args.dry_run:
+            runs.record_prune(conn, report, actor=call.principal.key, keep=args.keep)
+        return report
+
+    report = await call.core.store.call(plan)
+    failed = [] if args.dry_run else await trio.to_thread.run_sync(runs.remove_files, logs, report["files"])
+    return {**report, "dry_run": args.dry_run, "not_removed": failed}
 
 
 @OPS.op("spawn", SpawnArgs, access=Access.AGENT)

@@ -9,8 +9,9 @@ command = ["bash", "agents/alice.sh"]
 ```
 
 Parsing is strict: an unknown key, a duplicate or reserved name, a missing
-command or a command that cannot be found is an error naming the agent and
-the key, raised before anything is spawned.  What a ``[[slot]]``, a
+command, a command that cannot be found or a ``cwd`` that is not a
+directory of the repository is an error naming the agent and the key,
+raised before anything is spawned.  What a ``[[slot]]``, a
 ``[policy]`` or a preset means belongs to the package that uses it; the
 composition root passes those checks in as :class:`TeamRules`.
 """
@@ -168,6 +169,8 @@ def _parse_agent(entry: Any, where: str, repo: Path, rules: TeamRules, check_com
             raise TeamError(f"{where}: cwd must be a string (a directory relative to the repository)")
         if not (repo / cwd).resolve().is_relative_to(repo.resolve()):
             raise TeamError(f"{where}: cwd {cwd!r} leaves the repository")
+        if check_commands and not (repo / cwd).is_dir():
+            raise TeamError(f"{where}: cwd {cwd!r} is not a directory in the repository ({repo / cwd}); create it or fix cwd")
     env = entry.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise TeamError(f"{where}: env must be a table of string values")
