@@ -21,11 +21,31 @@ from broker.clikit import EXIT_USAGE, JsonOpt, RepoOpt, StateOpt, Target, call, 
 app = typer.Typer(
     name="conclave",
     help="Run many AI agents on one git repository with unforgeable identities, locks, and a shared memory "
-    "that trusts only independent witnesses.",
+    "that trusts only independent witnesses.  Shell completion: conclave --install-completion.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            sys.stdout.write(f"conclave {version('conclave')}\n")
+        except PackageNotFoundError:
+            sys.stdout.write("conclave (not installed as a package; run from a source tree)\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    _show_version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print conclave's version and exit.")
+    ] = False,
+) -> None:
+    """The root: --version, and typer's shell completion (--install-completion, --show-completion)."""
 
 
 @app.command()

@@ -19,6 +19,7 @@ The stored data is untouched: ``--json`` carries the exact text.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from functools import lru_cache
 from typing import Final
@@ -67,3 +68,25 @@ def visible(text: object, *, keep_newlines: bool = False) -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+def fence_for(text: str, mark: str = "`") -> str:
+    """A Markdown code fence longer than any run of ``mark`` in ``text`` (at least three)."""
+    longest = max((len(run) for run in re.findall(re.escape(mark) + "+", text)), default=0)
+    return mark * max(3, longest + 1)
+
+
+def code_span(text: object) -> str:
+    """``text`` as a Markdown code span that nothing inside it can close, one line, shown literally."""
+    s = visible(text)
+    longest = max((len(run) for run in re.findall(r"`+", s)), default=0)
+    tick = "`" * (longest + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") or not s.strip() else ""
+    return f"{tick}{pad}{s}{pad}{tick}"
+
+
+def code_block(text: object, info: str = "text") -> str:
+    """``text`` as a fenced Markdown block that nothing inside it can close; newlines kept."""
+    s = visible(text, keep_newlines=True)
+    fence = fence_for(s)
+    return f"{fence}{info}\n{s}\n{fence}"

@@ -9,12 +9,13 @@ and ``--repo`` / ``--state-dir``.
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Annotated, Any, Optional
 
 import typer
 
-from broker.clikit import JsonOpt, RepoOpt, StateOpt, Target, call, die, emit, say, shorten, table
+from broker.clikit import EXIT_USAGE, JsonOpt, RepoOpt, StateOpt, Target, call, die, emit, say, shorten, table
 from broker.literal import visible
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
@@ -65,6 +66,36 @@ def _claims_table(title: str, rows: list[dict[str, Any]], *, score: bool = False
     )
 
 
+def _text_arg(value: str) -> str:
+    """``--text -`` reads the text from stdin (for text too long or awkward for a command line)."""
+    return sys.stdin.read().rstrip("\n") if value == "-" else value
+
+
+def _check_length(op: str, field: str, value: str | None, limit: int) -> None:
+    """Refuse over-long text here, with the op's own words, before it is sent.
+
+    The op refuses it anyway; but text past the wire's 1 MiB line limit never
+    reaches the op (the broker hangs up on the line), so without this check
+    such a refusal would read differently inside an agent and at a terminal.
+    """
+    if value is not None and len(value) > limit:
+        die(f"{op}: {field} is {len(value)} characters; at most {limit} [invalid_args]")
+
+
+def _check_claim_text(op: str, text: str, evidence: str | None) -> None:
+    from memory.claims import MAX_NOTE, MAX_TEXT
+
+    _check_length(op, "text", text, MAX_TEXT)
+    _check_length(op, "evidence", evidence, MAX_NOTE)
+
+
+def _check_reason(op: str, reason: str | None) -> None:
+    if reason is not None and len(reason) > 1000:
+        from memory.ops import MAX_REASON
+
+        _check_length(op, "reason", reason, MAX_REASON)
+
+
 def _claim_op(json_out: bool, repo: Any, state_dir: Any, op: str, args: dict[str, Any]) -> None:
     """Run an op that answers with one claim; print it (or its JSON).  None-valued args are left out."""
     target = Target(json_out, repo, state_dir)
@@ -77,7 +108,7 @@ def _claim_op(json_out: bool, repo: Any, state_dir: Any, op: str, args: dict[str
 @app.command()
 def remember(
     kind: Annotated[str, typer.Option("--kind", help="discovery, solution, pattern, workflow or failure.")],
-    text: Annotated[str, typer.Option("--text", help="The claim: one statement of fact about the repository.")],
+    text: Annotated[str, typer.Option("--text", help="The claim: one statement of fact about the repository; '-' reads it from stdin.")],
     scope: Annotated[str, typer.Option("--scope", help="repo (this repository) or general (true everywhere).")] = "repo",
     evidence: EvidenceOpt = None,
     json_out: JsonOpt = False,
@@ -85,12 +116,15 @@ def remember(
     state_dir: StateOpt = None,
 ) -> None:
     """Store a new claim as this agent; it starts unverified."""
+    text = _text_arg(text)
+    _check_claim_text("memory.remember", text, evidence)
     _claim_op(json_out, repo, state_dir, "memory.remember", {"kind": kind, "text": text, "scope": scope, "evidence": evidence})
 
 
 @app.command()
 def corroborate(id: IdArg, evidence: EvidenceOpt = None, json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt = None) -> None:
     """Vouch for claim ID; says whether this corroboration counted, and why not."""
+    _check_claim_text("memory.corroborate", "", evidence)
     _claim_op(json_out, repo, state_dir, "memory.corroborate", {"id": id, "evidence": evidence})
 
 
@@ -103,19 +137,22 @@ def dispute(
     state_dir: StateOpt = None,
 ) -> None:
     """Refute claim ID; an independent dispute makes it disputed."""
+    _check_reason("memory.dispute", reason)
     _claim_op(json_out, repo, state_dir, "memory.dispute", {"id": id, "reason": reason})
 
 
 @app.command()
 def revise(
     id: IdArg,
-    text: Annotated[str, typer.Option("--text", help="The corrected claim.")],
+    text: Annotated[str, typer.Option("--text", help="The corrected claim; '-' reads it from stdin.")],
     evidence: EvidenceOpt = None,
     json_out: JsonOpt = False,
     repo: RepoOpt = None,
     state_dir: StateOpt = None,
 ) -> None:
     """Write a new edition of claim ID (unverified, no witnesses); the old edition is kept."""
+    text = _text_arg(text)
+    _check_claim_text("memory.revise", text, evidence)
     _claim_op(json_out, repo, state_dir, "memory.revise", {"id": id, "text": text, "evidence": evidence})
 
 
@@ -180,28 +217,44 @@ def list_claims(
     scope: Annotated[Optional[str], typer.Option("--scope", help="Only repo or general claims.")] = None,
     agent: Annotated[Optional[str], typer.Option("--agent", help="Only claims authored by this agent (and its children).")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Include retired and superseded claims.")] = False,
-    limit: Annotated[int, typer.Option("--limit", help="At most this many (newest first).")] = 50,
+    limit: Annotated[int, typer.Option("--limit", help="At most this many (newest first; 1000 at most).")] = 50,
+    before: Annotated[
+        Optional[int], typer.Option("--before", help="Only claims with ids below this one: the next page (the last page says what to pass).")
+    ] = None,
     json_out: JsonOpt = False,
     repo: RepoOpt = None,
     state_dir: StateOpt = None,
 ) -> None:
-    """Claims, newest first."""
+    """Claims, newest first, a page at a time (--before ID for the next; `memory export` for everything)."""
     target = Target(json_out, repo, state_dir)
-    args = {"tier": tier, "kind": kind, "scope": scope, "of_agent": agent, "include_retired": all_, "limit": limit}
+    args = {"tier": tier, "kind": kind, "scope": scope, "of_agent": agent, "include_retired": all_, "limit": limit, "before": before}
     rows = call(target, "memory.list", {k: v for k, v in args.items() if v is not None})
-    emit(target, rows, lambda rs: _claims_table("claims", rs) if rs else say("no claims"))
+
+    def human(rs: list[dict[str, Any]]) -> None:
+        if not rs:
+            say("no claims" + (f" below id {before}" if before is not None else ""))
+            return
+        _claims_table("claims", rs)
+        if len(rs) == limit and rs[-1]["id"] > 1:
+            say(f"more: conclave memory list --before {rs[-1]['id']}" + (f" --limit {limit}" if limit != 50 else ""))
+
+    emit(target, rows, human)
 
 
 @app.command()
 def trail(
-    agent: Annotated[str, typer.Option("--agent", help="The agent name (every session of it, and its children).")],
+    claim: Annotated[Optional[int], typer.Argument(help="A claim id: its trail across every edition.", min=1)] = None,
+    agent: Annotated[Optional[str], typer.Option("--agent", help="An agent name: its trail (every session, and its children).")] = None,
     json_out: JsonOpt = False,
     repo: RepoOpt = None,
     state_dir: StateOpt = None,
 ) -> None:
-    """Everything an agent authored, corroborated and disputed, in time order."""
+    """A claim's trail (who wrote, was shown, vouched for, disputed it; tier changes), or with --agent an agent's."""
     target = Target(json_out, repo, state_dir)
-    rows = call(target, "memory.trail", {"of_agent": agent})
+    if (claim is None) == (agent is None):
+        die("give a claim id (conclave memory trail 12) or an agent (conclave memory trail --agent alice), not both", EXIT_USAGE)
+    args: dict[str, Any] = {"claim": claim} if claim is not None else {"of_agent": agent}
+    rows = call(target, "memory.trail", args)
 
     def human(rs: list[dict[str, Any]]) -> None:
         def verdict(r: dict[str, Any]) -> str:
@@ -209,7 +262,9 @@ def trail(
                 return r["note"] or ""
             return ("counted" if r["counted"] else f"not counted ({r['note']})") + ("" if r["blind"] is None else (", blind" if r["blind"] else ", informed"))
 
-        table(f"trail of {agent}", ["at", "principal", "action", "claim", "tier", "verdict", "text"], [
+        title = f"trail of claim {claim}" if claim is not None else f"trail of {agent}"
+        last = "text / evidence / reason" if claim is not None else "text"
+        table(title, ["at", "principal", "action", "claim", "tier", "verdict", last], [
             (r["at"], r["principal"], r["action"], r["claim"], r["tier"], verdict(r), shorten(r["text"], 60)) for r in rs
         ])
 
@@ -258,6 +313,7 @@ def retire(
     state_dir: StateOpt = None,
 ) -> None:
     """Retire claim ID (a tombstone; nothing is deleted)."""
+    _check_reason("memory.retire", reason)
     _claim_op(json_out, repo, state_dir, "memory.retire", {"id": id, "reason": reason})
 
 
@@ -354,6 +410,82 @@ def groom(
             say(f"  review: claims {pair['claims'][0]} ({pair['tiers'][0]}) and {pair['claims'][1]} ({pair['tiers'][1]}) are near-duplicates ({pair['similarity']}); not merged across tiers")
 
     emit(target, result, human)
+
+
+@app.command()
+def export(
+    format_: Annotated[str, typer.Option("--format", help="jsonl (one claim per line) or markdown (for people).")] = "jsonl",
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Every claim -- each edition, its witnesses with their evidence, disputes, promotions and every event of its
+    tier history -- on stdout, oldest first, to audit or archive with ordinary tools.  Nothing is left out or cut."""
+    if format_ not in ("jsonl", "markdown"):
+        die(f"--format must be jsonl or markdown, not {format_!r}", EXIT_USAGE)
+    target = Target(json_out, repo, state_dir)
+    pages = _export_pages(target)
+    if json_out:
+        emit(target, [c for page in pages for c in page])
+        return
+    if format_ == "markdown":
+        from store.events import now
+
+        sys.stdout.write(f"# conclave memory export\n\nExported {now()} from {target.paths().state}.\n")
+    for page in pages:
+        for c in page:
+            sys.stdout.write(json.dumps(c, separators=(",", ":"), default=str) + "\n" if format_ == "jsonl" else _claim_markdown(c))
+        sys.stdout.flush()
+
+
+def _export_pages(target: Target) -> Any:
+    after = 0
+    while True:
+        page = call(target, "memory.export", {"after": after})
+        yield page["claims"]
+        if page["next"] is None:
+            return
+        after = page["next"]
+
+
+def _claim_markdown(c: dict[str, Any]) -> str:
+    from broker.literal import code_block, code_span
+
+    lines = [
+        "",
+        f"## Claim {c['id']}: {c['tier']} {c['kind']}/{c['scope']}, edition {c['edition']} of lineage {c['lineage']}",
+        "",
+        f"- author: {code_span(c['author'])} (domain {code_span(c['author_domain'])}), {c['created_at']}",
+    ]
+    if c.get("superseded_by"):
+        lines.append(f"- superseded by claim {c['superseded_by']}")
+    if c.get("retired"):
+        lines.append(f"- retired by {code_span(c['retired']['by'])}: {code_span(c['retired']['reason'])}")
+    lines += ["", code_block(c["text"])]
+    if c.get("evidence"):
+        lines += ["", "Evidence:", "", code_block(c["evidence"])]
+    if len(c.get("editions", [])) > 1:
+        lines += ["", "Editions: " + ", ".join(f"{e['id']} (edition {e['edition']}, {e['tier']})" for e in c["editions"])]
+    for title, key in (("Corroborations", "corroborations"), ("Disputes", "disputes")):
+        if c.get(key):
+            lines += ["", f"{title}:", ""]
+            for w in c[key]:
+                how = "" if "blind" not in w else (", blind" if w["blind"] else ", informed")
+                verdict = "counted" if w["counted"] else f"not counted ({w['reason_not_counted']})"
+                extra = w.get("evidence") if key == "corroborations" else w.get("reason")
+                label = "evidence" if key == "corroborations" else "reason"
+                lines.append(
+                    f"- {code_span(w['principal'])} (domain {code_span(w['domain'])}) at {w['at']}{how}, {verdict}"
+                    + (f"; {label}: {code_span(extra)}" if extra else "")
+                )
+    if c.get("promotions"):
+        lines += ["", "Promotions:", ""] + [f"- by {code_span(p['by'])} at {p['at']}" + (f": {code_span(p['reason'])}" if p["reason"] else "") for p in c["promotions"]]
+    if c.get("history"):
+        lines += ["", "History:", ""] + [
+            f"- {h['seq']} {h['at']} {h['kind']} by {code_span(h['actor'])}" + (f": {code_span(_detail(h['detail']))}" if _detail(h["detail"]) else "")
+            for h in c["history"]
+        ]
+    return "\n".join(lines) + "\n"
 
 
 # -- the trust graph ------------------------------------------------------------------------

@@ -6,6 +6,7 @@ exposure, like ``recall``); the rest are the operator's.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Final
 
@@ -50,10 +51,19 @@ def _agent_params(name: str) -> tuple[str, str]:
 
 
 def trail(conn: apsw.Connection, of_agent: str) -> list[dict[str, Any]]:
-    """Everything an agent (every session, and its spawned children) authored, corroborated, disputed -- in time order."""
+    """Everything an agent (every session, and its spawned children) authored, corroborated, disputed -- in time order.
+
+    Raises:
+        ConclaveError: ``not_found`` for an agent that never ran here (an
+            empty trail would look like an agent that did nothing).
+    """
     if not of_agent or ":" in of_agent:
         raise ConclaveError(ErrorCode.INVALID_ARGS, "trail takes an agent name (alice), not AGENT:SESSION")
     params = _agent_params(of_agent)
+    if conn.execute("SELECT 1 FROM principals WHERE agent = ? OR agent LIKE ? ESCAPE '\\' LIMIT 1", (of_agent, params[1])).fetchone() is None:
+        raise ConclaveError(
+            ErrorCode.NOT_FOUND, f"no agent named {of_agent} has run on this state directory; `conclave agents` lists the ones that have"
+        )
     rows: list[dict[str, Any]] = []
     for cid, at, principal, edition, supersedes, tier, text in conn.execute(
         f"SELECT id, created_at, author, edition, supersedes, tier, text FROM claims WHERE {_agent_clause('author')}", params
@@ -73,6 +83,50 @@ def trail(conn: apsw.Connection, of_agent: str) -> list[dict[str, Any]]:
         params,
     ):
         rows.append({"at": at, "principal": principal, "action": "disputed", "claim": cid, "tier": tier, "text": text, "counted": bool(counted), "blind": None, "note": why or reason})
+    rows.sort(key=lambda r: (r["at"], r["claim"]))
+    return rows
+
+
+def claim_trail(conn: apsw.Connection, claim_id: int) -> list[dict[str, Any]]:
+    """Everything that happened to a claim and its other editions, in time order.
+
+    Who wrote each edition, who was shown it (and how: recall, context,
+    show), who corroborated or disputed it (counted or not, blind or
+    informed, and why), and every tier change, promotion and retirement --
+    the rows of an agent's trail, seen from the claim.
+    """
+    claim = claims.require(conn, claim_id)
+    family = claims.editions(conn, claim.lineage)
+    ids = [e.id for e in family]
+    marks = ",".join("?" * len(ids))
+    tiers = {e.id: e.tier.value for e in family}
+    rows: list[dict[str, Any]] = []
+
+    def row(at: str, principal: str, action: str, cid: int, *, counted: bool | None = None, blind: bool | None = None, note: str | None = None, text: str = "") -> None:
+        rows.append({"at": at, "principal": principal, "action": action, "claim": cid, "tier": tiers[cid], "text": text, "counted": counted, "blind": blind, "note": note})
+
+    for e in family:
+        row(e.created_at, e.author, "revised" if e.supersedes else "authored", e.id, note=f"edition {e.edition}" + (f" of claim {e.supersedes}" if e.supersedes else ""), text=e.text)
+    for cid, at, principal, via in conn.execute(f"SELECT claim, at, principal, via FROM exposures WHERE claim IN ({marks})", ids):
+        row(at, principal, "shown", cid, note=f"via {via}")
+    for cid, at, principal, blind, counted, why, evidence in conn.execute(
+        f"SELECT claim, at, principal, blind, counted, reason_not_counted, evidence FROM corroborations WHERE claim IN ({marks})", ids
+    ):
+        row(at, principal, "corroborated", cid, counted=bool(counted), blind=bool(blind), note=why, text=evidence or "")
+    for cid, at, principal, counted, why, reason in conn.execute(
+        f"SELECT claim, at, principal, counted, reason_not_counted, reason FROM disputes WHERE claim IN ({marks})", ids
+    ):
+        row(at, principal, "disputed", cid, counted=bool(counted), note=why, text=reason or "")
+    for cid, at, by, reason in conn.execute(f"SELECT claim, at, by, reason FROM promotions WHERE claim IN ({marks})", ids):
+        row(at, by, "promoted", cid, text=reason or "")
+    for subject in ids:
+        for e in events.read(conn, subject=str(subject), kind_prefix="memory"):
+            if e.kind in ("memory.tier", "memory.retire", "memory.unretire"):
+                detail = e.payload
+                change = f"{detail.get('from')} -> {detail.get('to')}" if "to" in detail else None
+                cause = detail.get("cause") or detail.get("rule")
+                note = "; ".join(str(x) for x in (change, cause) if x) or None
+                row(e.at, e.actor, e.kind.removeprefix("memory."), subject, note=note, text=str(detail.get("reason") or ""))
     rows.sort(key=lambda r: (r["at"], r["claim"]))
     return rows
 
@@ -116,8 +170,13 @@ def listing(
     of_agent: str | None,
     include_retired: bool,
     limit: int,
+    before: int | None = None,
 ) -> list[dict[str, Any]]:
+    """Claims, newest first; ``before`` pages on (only ids below it)."""
     where, params = [], []
+    if before is not None:
+        where.append("id < ?")
+        params.append(before)
     if tier:
         where.append("tier = ?")
         params.append(Tier(tier).value)
@@ -141,6 +200,28 @@ def listing(
         counted = conn.execute("SELECT count(*) FROM corroborations WHERE claim = ? AND counted = 1", (i,)).fetchone()[0]
         out.append({**claims.brief(c), "counted_corroborations": counted})
     return out
+
+
+#: Claims in one page of ``memory.export``, and about how many bytes of JSON.
+EXPORT_PAGE: Final = 500
+EXPORT_BYTES: Final = 256 * 1024
+
+
+def export_page(conn: apsw.Connection, policy: TrustPolicy, *, after: int, limit: int) -> dict[str, Any]:
+    """Claims with ids above ``after``, oldest first, each with its whole biography
+    (editions, witnesses with evidence, disputes, promotions, every event); ``next``
+    is the ``after`` of the following page (None at the end)."""
+    ids = [r[0] for r in conn.execute("SELECT id FROM claims WHERE id > ? ORDER BY id LIMIT ?", (after, limit + 1))]
+    page: list[dict[str, Any]] = []
+    size = 0
+    for i in ids[:limit]:
+        if size >= EXPORT_BYTES:
+            break  # a reply stays well under the wire's line limit
+        bio = show(conn, policy, i)
+        size += len(json.dumps(bio, default=str))
+        page.append(bio)
+    more = len(page) < len(ids)
+    return {"claims": page, "next": page[-1]["id"] if more and page else None}
 
 
 def stats(conn: apsw.Connection, policy: TrustPolicy, database: str | None) -> dict[str, Any]:

@@ -88,11 +88,19 @@ class ListArgs:
     of_agent: str | None = None
     include_retired: bool = False
     limit: int = 50
+    before: int | None = None
 
 
 @attrs.frozen
 class TrailArgs:
-    of_agent: str
+    of_agent: str | None = None
+    claim: int | None = None
+
+
+@attrs.frozen
+class ExportArgs:
+    after: int = 0
+    limit: int = inspection.EXPORT_PAGE
 
 
 @attrs.frozen
@@ -283,15 +291,32 @@ async def list_claims(call: Call, args: ListArgs) -> list[dict[str, Any]]:
     svc = service(call)
     return await svc.read(
         lambda conn: inspection.listing(
-            conn, tier=args.tier, kind=args.kind, scope=args.scope, of_agent=args.of_agent, include_retired=args.include_retired, limit=args.limit
+            conn, tier=args.tier, kind=args.kind, scope=args.scope, of_agent=args.of_agent, include_retired=args.include_retired,
+            limit=args.limit, before=args.before,
         )
-    )
+    )  # fmt: skip
 
 
 @OPS.op("memory.trail", TrailArgs, access=Access.OPERATOR)
 async def trail(call: Call, args: TrailArgs) -> list[dict[str, Any]]:
-    """Everything an agent (its sessions and its children) authored, corroborated, disputed, in time order."""
-    return await service(call).read(lambda conn: inspection.trail(conn, args.of_agent))
+    """A claim's trail (every edition: authored, shown, corroborated, disputed, tier changes), or an agent's
+    (its sessions and children: what it authored, corroborated, disputed), in time order."""
+    if (args.claim is None) == (args.of_agent is None):
+        raise ConclaveError(ErrorCode.INVALID_ARGS, "memory.trail: give either claim (an id) or of_agent (an agent name)")
+    if args.claim is not None:
+        claim_id = args.claim
+        return await service(call).read(lambda conn: inspection.claim_trail(conn, claim_id))
+    agent = args.of_agent
+    assert agent is not None
+    return await service(call).read(lambda conn: inspection.trail(conn, agent))
+
+
+@OPS.op("memory.export", ExportArgs, access=Access.OPERATOR)
+async def export(call: Call, args: ExportArgs) -> dict[str, Any]:
+    """One page of every claim with its whole biography, oldest first; pass ``next`` as ``after`` for the next page."""
+    _range("memory.export", "limit", args.limit, 1, inspection.EXPORT_PAGE)
+    svc = service(call)
+    return await svc.read(lambda conn: inspection.export_page(conn, svc.policy, after=args.after, limit=args.limit))
 
 
 @OPS.op("memory.log", LogArgs, access=Access.OPERATOR)

@@ -56,10 +56,28 @@ def send(
     state_dir: StateOpt = None,
 ) -> None:
     """Send mail as yourself (the sender is always who the broker says you are)."""
+    from broker.errors import ConclaveError
+    from broker.mail.message import check_body, check_line
+
     target = Target(json_out, repo, state_dir)
     text = sys.stdin.read() if body == "-" else body
+    try:
+        # The op's own checks, here too: a body past the wire's 1 MiB line limit never reaches the
+        # op, and its refusal must read the same inside an agent as at a terminal.
+        check_body(text)
+        if subject is not None:
+            check_line(subject, "msg.send: the subject")
+    except ConclaveError as exc:
+        die(f"{exc.message} [{exc.code.value}]")
     message = call(target, "msg.send", _given(to=to, body=text, thread=thread, subject=subject))
-    emit(target, message, lambda m: say(f"sent message {m['id']} (thread {m['thread']}) to {', '.join(m['recipients'])}"))
+
+    def human(m: dict[str, Any]) -> None:
+        if m["recipients"]:
+            say(f"sent message {m['id']} (thread {m['thread']}) to {', '.join(m['recipients'])}")
+        else:
+            say(f"message {m['id']} (thread {m['thread']}) to all was recorded, but no one received it: no other agent is alive")
+
+    emit(target, message, human)
 
 
 @app.command()
@@ -121,6 +139,65 @@ def search(
     """Search mail you sent or received (the operator searches all mail)."""
     target = Target(json_out, repo, state_dir)
     _show_messages(target, "msg.search", _given(query=query, limit=limit), "nothing matches")
+
+
+@app.command()
+def export(
+    format_: Annotated[str, typer.Option("--format", help="jsonl (one message per line) or markdown (for people).")] = "jsonl",
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """All mail, oldest first, with every delivery (read, acknowledged), on stdout (operator only; nothing is marked read)."""
+    from broker.clikit import EXIT_USAGE
+
+    if format_ not in ("jsonl", "markdown"):
+        die(f"--format must be jsonl or markdown, not {format_!r}", EXIT_USAGE)
+    target = Target(json_out, repo, state_dir)
+    pages = _export_pages(target)
+    if json_out:
+        emit(target, [m for page in pages for m in page])
+        return
+    if format_ == "markdown":
+        from store.events import now
+
+        sys.stdout.write(f"# conclave mail export\n\nExported {now()} from {target.paths().state}.\n")
+    for page in pages:
+        for m in page:
+            sys.stdout.write(json.dumps(m, separators=(",", ":")) + "\n" if format_ == "jsonl" else _message_markdown(m))
+        sys.stdout.flush()
+
+
+def _export_pages(target: Target) -> Any:
+    after = 0
+    while True:
+        page = call(target, "msg.export", {"after": after})
+        yield page["messages"]
+        if page["next"] is None:
+            return
+        after = page["next"]
+
+
+def _delivery(d: dict[str, Any]) -> str:
+    state = f"acknowledged {d['acked_at']}" if d.get("acked_at") else (f"read {d['read_at']}" if d.get("read_at") else "unread")
+    return f"{d['mailbox']} {state}"
+
+
+def _message_markdown(m: dict[str, Any]) -> str:
+    from broker.literal import code_block, code_span
+
+    lines = [
+        "",
+        f"## Message {m['id']} (thread {code_span(m['thread'])}), {m['at']}",
+        "",
+        f"- from: {code_span(m['sender'])}" + (" (the operator)" if m["sender_agent"] == "operator" else ""),
+        f"- to: {code_span(m['to'])}",
+        "- deliveries: " + (", ".join(_delivery(d) for d in m["deliveries"] or []) or "none (no one received it)"),
+    ]
+    if m.get("subject"):
+        lines.append(f"- subject: {code_span(m['subject'])}")
+    lines += ["", code_block(m["body"])]
+    return "\n".join(lines) + "\n"
 
 
 # -- status ----------------------------------------------------------------------

@@ -58,9 +58,12 @@ def post(
 
     ``live_boxes`` are the mailboxes of live agents (for ``all``).
 
+    A message to ``all`` when no other agent is alive is stored with no
+    delivery (it is recorded that it was said, and that nobody heard it).
+
     Raises:
-        ConclaveError: ``not_found`` for an unknown recipient, an empty
-            broadcast or a thread the sender cannot see.
+        ConclaveError: ``not_found`` for an unknown recipient or a thread the
+            sender cannot see.
     """
     box = mailbox_of(sender)
     recipients = _resolve(conn, to, box, live_boxes, team_names)
@@ -104,10 +107,7 @@ def _resolve(conn: apsw.Connection, to: str, own_box: str, live_boxes: Sequence[
     if to == TO_OPERATOR:
         return [TO_OPERATOR]
     if to == TO_ALL:
-        everyone = sorted({b for b in live_boxes if b != own_box})
-        if not everyone:
-            raise ConclaveError(ErrorCode.NOT_FOUND, "msg.send: no live agent besides you to receive a message to all")
-        return everyone
+        return sorted({b for b in live_boxes if b != own_box})
     known = to in set(team_names) or conn.execute(
         "SELECT 1 FROM principals WHERE agent = ? AND role = 'agent' LIMIT 1", (to,)
     ).fetchone()
@@ -249,6 +249,12 @@ def search(conn: apsw.Connection, viewer: Principal, query: str, limit: int) -> 
             {**params, "match": match, "limit": limit},
         )
     )
+    return _build(conn, rows, viewer)
+
+
+def export_page(conn: apsw.Connection, viewer: Principal, *, after: int, limit: int) -> list[Message]:
+    """Every message with an id above ``after``, oldest first, with every delivery (the operator's audit)."""
+    rows = list(conn.execute(f"SELECT {_COLUMNS} FROM mail_messages m WHERE m.id > ? ORDER BY m.id LIMIT ?", (after, limit)))
     return _build(conn, rows, viewer)
 
 

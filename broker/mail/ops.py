@@ -9,7 +9,8 @@ unknown field with ``invalid_args``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -170,6 +171,31 @@ async def status_set(call: Call, args: StatusArgs) -> StatusLine:
 async def status_board(call: Call, _args: NoArgs) -> Board:
     """Every live agent: status line, since when, locks held, unread mail."""
     return await read_board(call.core, Mail.of(call.core).job)
+
+
+#: About how many bytes of message text one page of ``msg.export`` carries.
+EXPORT_BYTES = 256 * 1024
+
+
+@attrs.frozen
+class ExportArgs:
+    after: int = 0
+    limit: int = 200
+
+
+@OPS.op("msg.export", ExportArgs, access=Access.OPERATOR)
+async def export(call: Call, args: ExportArgs) -> dict[str, Any]:
+    """One page of all mail with every delivery, oldest first; pass ``next`` as ``after`` for the next page."""
+    limit = check_limit(args.limit, "msg.export")
+    found = await Mail.of(call.core).job(lambda conn: mailbox.export_page(conn, call.principal, after=args.after, limit=limit + 1))
+    page, size = [], 0
+    for m in found[:limit]:
+        if size >= EXPORT_BYTES:
+            break  # a reply stays well under the wire's line limit
+        size += len(json.dumps(m.body)) + len(json.dumps(m.subject))
+        page.append(m)
+    more = len(page) < len(found)
+    return {"messages": page, "next": page[-1].id if more and page else None}
 
 
 @OPS.op("mail.stats", NoArgs, access=Access.OPERATOR)
