@@ -100,20 +100,21 @@ def list_locks(
     """Every lock held, the wait line in order, and the slots."""
     target = Target(json_out, repo, state_dir)
     snap = call(target, "lock.list", {"mine": mine} if mine else {})
+    emit(target, snap, print_locks)
 
-    def human(s: dict[str, Any]) -> None:
-        if not s["holdings"] and not s["waiting"]:
-            say("no locks are held")
-        if s["holdings"]:
-            rows = [(h["resource"], h["mode"], h["holder"], _time(h["since"]), h["token"], h["scope"], _time(h["expires_at"])) for h in s["holdings"]]
-            table("held", ["resource", "mode", "holder", "since", "token", "scope", "expires"], rows)
-        if s["waiting"]:
-            rows = [(w["position"], " ".join(w["resources"]), w["mode"], w["waiter"], _time(w["since"])) for w in s["waiting"]]
-            table("waiting", ["#", "resources", "mode", "waiter", "since"], rows)
-        if s["slots"]:
-            table("slots", ["slot", "held", "capacity", "min interval"], [(f"slot://{x['name']}", x["held"], x["capacity"], f"{x['min_interval_ms']} ms") for x in s["slots"]])
 
-    emit(target, snap, human)
+def print_locks(s: dict[str, Any]) -> None:
+    """The lock table as the operator reads it (every name literally: agents chose them)."""
+    if not s["holdings"] and not s["waiting"]:
+        say("no locks are held")
+    if s["holdings"]:
+        rows = [(h["resource"], h["mode"], h["holder"], _time(h["since"]), h["token"], h["scope"], _time(h["expires_at"])) for h in s["holdings"]]
+        table("held", ["resource", "mode", "holder", "since", "token", "scope", "expires"], rows)
+    if s["waiting"]:
+        rows = [(w["position"], " ".join(w["resources"]), w["mode"], w["waiter"], _time(w["since"])) for w in s["waiting"]]
+        table("waiting", ["#", "resources", "mode", "waiter", "since"], rows)
+    if s["slots"]:
+        table("slots", ["slot", "held", "capacity", "min interval"], [(f"slot://{x['name']}", x["held"], x["capacity"], f"{x['min_interval_ms']} ms") for x in s["slots"]])
 
 
 @app.command()
@@ -131,12 +132,12 @@ def log(
         args["limit"] = limit
     if since is not None:
         args["since"] = since
-    rows = call(target, "lock.log", args)
+    emit(target, call(target, "lock.log", args), print_lock_log)
 
-    def human(rs: list[dict[str, Any]]) -> None:
-        table("lock log", ["#", "at", "event", "actor", "subject", "detail"], [(e["seq"], _time(e["at"]), e["kind"], e["actor"], e["subject"], _detail(e["payload"])) for e in rs])
 
-    emit(target, rows, human)
+def print_lock_log(rows: list[dict[str, Any]]) -> None:
+    """Lock events as the operator reads them (resources and reasons literally)."""
+    table("lock log", ["#", "at", "event", "actor", "subject", "detail"], [(e["seq"], _time(e["at"]), e["kind"], e["actor"], e["subject"], _detail(e["payload"])) for e in rows])
 
 
 def _detail(payload: dict[str, Any]) -> str:

@@ -220,7 +220,7 @@ def board(
         return
     target = Target(json_out, repo, state_dir)
     if not watch:
-        emit(target, call(target, "status.board"), _print_board)
+        emit(target, call(target, "status.board"), print_board)
         return
     try:
         _watch(target, max(interval, 0.2))
@@ -297,7 +297,7 @@ def _board_or_none(client: Any) -> dict[str, Any] | None:
         return None
 
 
-def _print_board(value: dict[str, Any]) -> None:
+def print_board(value: dict[str, Any]) -> None:
     console().print(_board_renderable(value))
 
 

@@ -1,0 +1,254 @@
+"""`conclave run` as the operator watches it: the agents' output prefixed with
+their principals, the run's events in words, honest exit codes, and the same
+streams read back by `conclave logs` from another terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from agents.harness import Run, make_repo
+from broker.entry import conclave_argv
+
+SESSION = r"[0-9a-f]{12}"
+
+
+def env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+
+
+def setup(tmp_path: Path, team: str) -> tuple[Path, Path, Path]:
+    repo = make_repo(tmp_path)
+    team_file = tmp_path / "team.toml"
+    team_file.write_text(team)
+    return repo, team_file, tmp_path / "state"
+
+
+def run_argv(repo: Path, team: Path, state: Path, *extra: str) -> list[str]:
+    return conclave_argv("run", "--team", str(team), "--repo", str(repo), "--state-dir", str(state), "--grace", "1", *extra)
+
+
+def cli(state: Path, repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(conclave_argv(*args, "--state-dir", str(state), "--repo", str(repo)), capture_output=True, text=True, env=env(), timeout=60)
+
+
+def line(out: str, who: str, mark: str, text: str) -> re.Match[str]:
+    """The stream line from ``who`` (an agent name, or conclave) with ``mark`` (| output, > event) starting with ``text``."""
+    prefix = re.escape(who) + (f":{SESSION}" if who != "conclave" else "")
+    found = re.search(rf"^{prefix} +{re.escape(mark)} {re.escape(text)}.*$", out, re.MULTILINE)
+    assert found, f"no line `{who} {mark} {text}...` in:\n{out}"
+    return found
+
+
+def journal(state: Path, run: int = 1) -> list[dict]:
+    path = state / "logs" / f"run-{run}.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+STORY = """
+[[agent]]
+name = "holder"
+command = ["sh", "-c", "conclave lock acquire data.txt > /dev/null; echo holding; sleep 4.5"]
+
+[[agent]]
+name = "waiter"
+command = ["sh", "-c", "sleep 0.5; conclave lock acquire data.txt --wait 30 > /dev/null; echo got it; conclave msg send --to operator --subject 'waiter done' 'all yours' > /dev/null"]
+
+[[agent]]
+name = "flaky"
+command = ["sh", "-c", "echo trying; exit 3"]
+restart = "on-failure"
+max_restarts = 1
+
+[[agent]]
+name = "ghost"
+command = ["sh", "-c", "no-such-program-anywhere"]
+
+[[agent]]
+name = "painter"
+command = ["sh", "-c", "printf 'paint \\\\033[2J\\\\033[31mred \\\\342\\\\200\\\\256rev [bold]x[/]\\\\n'; printf 'no newline at the end'"]
+"""
+
+
+@pytest.fixture(scope="module")
+def story(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
+    repo, team, state = setup(tmp_path_factory.mktemp("story"), STORY)
+    out = subprocess.run(run_argv(repo, team, state), capture_output=True, text=True, env=env(), timeout=120)
+    return out, repo, state
+
+
+def test_the_run_streams_each_agents_output_under_its_principal(story):
+    out, _, state = story
+    stream = out.stdout
+    holding = line(stream, "holder", "|", "holding")
+    line(stream, "waiter", "|", "got it")
+    line(stream, "painter", "|", "paint \\x1b[2J\\x1b[31mred \\u202erev [bold]x[/]")
+    line(stream, "painter", "|", "no newline at the end")  # a last line without its newline is shown at exit
+    assert "\x1b" not in stream and "\u202e" not in stream, "agent output reached the terminal raw"
+    # Every output line comes after its principal's spawn and before its exit.
+    spawned = line(stream, "holder", ">", "started (pid")
+    ended = line(stream, "holder", ">", "exit 0")
+    assert spawned.start() < holding.start() < ended.start()
+    # The log keeps the bytes exactly; the view only spelled them out.
+    painter_log = next((state / "logs").glob("painter-*.log")).read_bytes()
+    assert painter_log == b"paint \x1b[2J\x1b[31mred \xe2\x80\xaerev [bold]x[/]\nno newline at the end"
+
+
+def test_the_run_shows_its_events_in_words(story):
+    out, _, state = story
+    stream = out.stdout
+    line(stream, "conclave", ">", "run 1 on ")
+    line(stream, "flaky", ">", "exit 3; restarting (attempt 2 of 2 next)")
+    line(stream, "flaky", ">", "started (pid")
+    line(stream, "flaky", ">", "exit 3 (attempt 2 of 2, gave up)")
+    line(stream, "ghost", ">", "exit 127: command not found")
+    line(stream, "waiter", ">", "waiting ")
+    assert re.search(r"waiting \d+ s for data\.txt \(exclusive\), #1 in line", stream)
+    line(stream, "waiter", ">", "mail to the operator, message 1 (thread t1): waiter done")
+    line(stream, "conclave", ">", "run 1 ended: every agent has exited; 2 failed")
+    # The journal records the same events, for `conclave logs` and for the record.
+    kinds = [n["kind"] for n in journal(state)]
+    assert kinds[0] == "run" and kinds[-1] == "end" and kinds.count("spawn") == 6 and kinds.count("exit") == 6
+    assert {"lock_wait", "mail"} <= set(kinds)
+
+
+def test_a_failed_agent_makes_the_run_exit_1_and_the_summary_says_who(story):
+    out, _, _ = story
+    assert out.returncode == 1, out.stderr
+    assert re.search(rf"2 failed: (flaky:{SESSION}, ghost:{SESSION}|ghost:{SESSION}, flaky:{SESSION}); exit code 1", out.stdout), out.stdout
+    assert "exit 127: command not found [FAILED]" in out.stdout
+    # Control: the agents that did their work are not failures.
+    assert re.search(r"holder:\S+ +│ - +│ exit 0 ", out.stdout)
+
+
+def test_logs_reads_the_same_streams_afterwards(story):
+    out, repo, state = story
+    shown = cli(state, repo, "logs")
+    assert shown.returncode == 0, shown.stderr
+    ours = [ln.split("| ", 1)[1] for ln in shown.stdout.splitlines() if " | " in ln]
+    streamed = [ln.split("| ", 1)[1] for ln in out.stdout.splitlines() if re.match(rf"^\w+:{SESSION} +\| ", ln)]
+    assert sorted(ours) == sorted(streamed) and len(ours) >= 6
+    one = cli(state, repo, "logs", "waiter")
+    assert one.returncode == 0 and "got it" in one.stdout and "holding" not in one.stdout
+    assert "run 1 ended" in one.stdout  # the run's own events stay in an agent's view
+    unknown = cli(state, repo, "logs", "nobody")
+    assert unknown.returncode == 2 and "no agent named nobody in run 1" in unknown.stderr and "holder" in unknown.stderr
+    as_json = json.loads(cli(state, repo, "logs", "painter", "--json").stdout)
+    outputs = [e["text"] for e in as_json if e["type"] == "output"]
+    assert outputs[0] == "paint \x1b[2J\x1b[31mred \u202erev [bold]x[/]"  # --json carries the exact text
+    missing = cli(state, repo, "logs", "--run", "7")
+    assert missing.returncode == 2 and "runs recorded: 1" in missing.stderr
+
+
+def test_quiet_shows_only_the_first_line_and_the_summary(tmp_path):
+    repo, team, state = setup(tmp_path, '[[agent]]\nname = "a"\ncommand = ["sh", "-c", "echo chatter; exit 2"]\n')
+    out = subprocess.run(run_argv(repo, team, state, "--quiet"), capture_output=True, text=True, env=env(), timeout=60)
+    assert out.returncode == 1
+    assert out.stdout.startswith("conclave: broker for") and "chatter" not in out.stdout and " | " not in out.stdout
+    assert "exit 2 [FAILED]" in out.stdout
+    # The journal and the log are written all the same.
+    assert [n["kind"] for n in journal(state)] == ["run", "spawn", "exit", "end"]
+    assert next((state / "logs").glob("a-*.log")).read_text() == "chatter\n"
+
+
+def test_a_run_where_every_agent_succeeds_exits_0_and_json_says_so(tmp_path):
+    repo, team, state = setup(tmp_path, '[[agent]]\nname = "a"\ncommand = ["true"]\n\n[[agent]]\nname = "b"\ncommand = ["sh", "-c", "echo hi"]\n')
+    out = subprocess.run(run_argv(repo, team, state, "--json"), capture_output=True, text=True, env=env(), timeout=60)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)  # --json: one document, no stream around it
+    assert summary["exit_code"] == 0 and summary["failed"] == [] and summary["run"] == 1
+    assert {a["status"] for a in summary["agents"]} == {"exit 0"} and not any(a["failed"] for a in summary["agents"])
+
+
+def wait_for_spawns(state: Path, count: int, *, run: int = 1, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while sum(1 for n in journal(state, run) if n["kind"] == "spawn") < count:
+        assert time.monotonic() < deadline, "agents did not start"
+        time.sleep(0.05)
+
+
+def test_ctrl_c_says_what_the_grace_period_does_and_exits_130(tmp_path):
+    team = (
+        '[[agent]]\nname = "calm"\ncommand = ["sleep", "60"]\n\n'
+        "[[agent]]\nname = \"stubborn\"\ncommand = [\"sh\", \"-c\", \"trap 'echo ignoring TERM' TERM; echo ready; while true; do sleep 0.1; done\"]\n"
+    )
+    repo, team_file, state = setup(tmp_path, team)
+    process = subprocess.Popen(run_argv(repo, team_file, state), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    wait_for_spawns(state, 2)
+    time.sleep(0.3)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    line(out, "conclave", ">", "Ctrl-C (SIGINT): stopping. SIGTERM sent to 2 agent(s); SIGKILL in 1 s to any still running")
+    line(out, "stubborn", ">", "killed by SIGKILL (stopped by the broker at shutdown)")
+    line(out, "calm", ">", "killed by SIGTERM (stopped by the broker at shutdown)")
+    # Agents the broker stopped are not failures: the run's code says it was interrupted.
+    line(out, "conclave", ">", "run 1 ended: stopped by SIGINT")
+    assert "[FAILED]" not in out
+
+
+def test_sigterm_exits_143_and_conclave_stop_exits_5(tmp_path):
+    repo, team_file, state = setup(tmp_path, '[[agent]]\nname = "calm"\ncommand = ["sleep", "60"]\n')
+    process = subprocess.Popen(run_argv(repo, team_file, state, "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    wait_for_spawns(state, 1)
+    process.send_signal(signal.SIGTERM)
+    out, _ = process.communicate(timeout=60)
+    assert process.returncode == 143 and json.loads(out)["stopped_by"] == "SIGTERM" and json.loads(out)["exit_code"] == 143
+    process = subprocess.Popen(run_argv(repo, team_file, state, "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    wait_for_spawns(state, 1, run=2)
+    assert cli(state, repo, "stop").returncode == 0
+    out, _ = process.communicate(timeout=60)
+    summary = json.loads(out)
+    assert process.returncode == 5 and summary["stopped_by"] == "operator" and summary["run"] == 2
+
+
+def test_a_terminal_that_never_reads_does_not_hold_up_the_broker(tmp_path):
+    """The operator's terminal stops reading (Ctrl-S, a stuck pipe).  The agents'
+    output fills it; the broker must still answer requests and finish the run,
+    drop lines from the view only (saying so), and keep every line in the log."""
+    lines = 300_000
+    team = (
+        f'[[agent]]\nname = "flood"\ncommand = ["sh", "-c", "seq {lines}; conclave whoami"]\n\n'
+        '[[agent]]\nname = "asker"\ncommand = ["sh", "-c", "sleep 1; for i in 1 2 3 4 5; do conclave whoami > /dev/null || exit 9; done; echo asked"]\n'
+    )
+    repo, team_file, state = setup(tmp_path, team)
+    process = subprocess.Popen(run_argv(repo, team_file, state), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
+    # Nobody reads the pipe until the run has ended by itself.
+    deadline = time.monotonic() + 90
+    while not any(n["kind"] == "end" for n in journal(state)):
+        assert time.monotonic() < deadline, "the run did not finish while its terminal was not reading"
+        assert process.poll() is None
+        time.sleep(0.1)
+    exits = {n["principal"].split(":")[0]: n["text"] for n in journal(state) if n["kind"] == "exit"}
+    assert exits == {"flood": "exit 0", "asker": "exit 0"}
+    out, _ = process.communicate(timeout=60)
+    assert process.returncode == 0
+    assert b"line(s) not shown: the terminal fell behind; every line is in the logs" in out
+    flood_log = next((state / "logs").glob("flood-*.log")).read_text().splitlines()
+    assert flood_log[:lines] == [str(i) for i in range(1, lines + 1)] and flood_log[lines].startswith("flood:")
+
+
+def test_logs_follow_waits_for_a_run_and_ends_with_it(tmp_path):
+    run = Run(tmp_path, [{"name": "talker", "command": ["sh", "-c", "echo one; sleep 1.5; echo two"]}])
+    follower = subprocess.Popen(
+        conclave_argv("logs", "-f", "--state-dir", str(run.state), "--repo", str(run.repo)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env()
+    )
+    try:
+        time.sleep(0.5)
+        assert follower.poll() is None, "logs -f must wait for a run to start"
+        run.start(wait_for=[])
+        out, err = follower.communicate(timeout=60)
+    finally:
+        run.close()
+    assert follower.returncode == 0, err
+    assert out.startswith("waiting for a run to start")
+    one, two, ended = line(out, "talker", "|", "one"), line(out, "talker", "|", "two"), line(out, "talker", ">", "exit 0")
+    assert one.start() < two.start() < ended.start()
+    line(out, "conclave", ">", "run 1 ended: every agent has exited")
