@@ -29,6 +29,7 @@ GOOD = '[[agent]]\nname = "alice"\ncommand = ["true"]\n'
         ('[[agent]]\nname = "alice"\ncommand = ["true"]\nrestart = "always"\n', "restart must be one of"),
         ('[[agent]]\nname = "alice"\ncommand = ["true"]\nmay_spawn = -1\n', "may_spawn"),
         ('[[agent]]\nname = "alice"\ncommand = ["true"]\ncwd = "../.."\n', "leaves the repository"),
+        ('[[agent]]\nname = "alice"\ncommand = ["true"]\ncwd = "no/such/dir"\n', "cwd 'no/such/dir' is not a directory in the repository"),
         ('[[agent]]\nname = "alice"\ncommand = ["true"]\nenv = {CONCLAVE_TICKET = "x"}\n', "CONCLAVE_"),
         ('[[agent]]\nname = "alice"\ncommand = ["true"]\nprompt = "do it"\n', "prompt is the task for a preset agent"),
         ("[[agent]\n", "not valid TOML"),
@@ -49,6 +50,14 @@ def test_good_team_file_parses(tmp_path):
     parsed = load(team, repo=tmp_path, rules=team_rules())
     assert [a.name for a in parsed.agents] == ["alice", "bob"]
     assert parsed.agents[1].command == ("sh", "-c", "true") and parsed.agents[1].may_spawn == 2
+
+
+def test_a_cwd_that_exists_is_accepted(tmp_path):
+    """Control for the missing-cwd refusal: the same entry loads once the directory is there."""
+    team = tmp_path / "team.toml"
+    team.write_text('[[agent]]\nname = "alice"\ncommand = ["true"]\ncwd = "sub/dir"\n')
+    (tmp_path / "sub" / "dir").mkdir(parents=True)
+    assert load(team, repo=tmp_path, rules=team_rules()).agents[0].cwd == "sub/dir"
 
 
 def test_conclave_run_with_a_bad_team_file_exits_2_and_writes_nothing(tmp_path):
