@@ -193,11 +193,12 @@ def console(*, stderr: bool = False):  # type: ignore[no-untyped-def]
 
     On a terminal it is as wide as the terminal and tables fold long values
     onto more lines; through a pipe it is as wide as the longest line, so
-    every value stays whole on its row (``grep`` still finds it).
+    every value stays whole on its row (``grep`` still finds it) -- unless
+    ``COLUMNS`` says how wide to be.
     """
     from rich.console import Console
 
-    if piped() and not stderr:
+    if piped() and not stderr and not os.environ.get("COLUMNS"):
         return Console(width=PIPE_WIDTH, highlight=False, emoji=False, markup=False, soft_wrap=False)
     return Console(stderr=stderr, highlight=False, emoji=False, markup=False)
 

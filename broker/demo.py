@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -126,6 +127,9 @@ def make_scratch_repo(root: Path) -> Path:
     return repo
 
 
+WIDTH = 80
+
+
 def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
 
@@ -135,61 +139,115 @@ def _where(repo: Path) -> list[str]:
     return ["--repo", str(repo), "--state-dir", str(repo.parent / "state")]
 
 
-def _conclave(repo: Path, *args: str) -> Any:
+def _conclave(repo: Path, *args: str, check: bool = True) -> Any:
     out = subprocess.run(
         conclave_argv(*args, *_where(repo), "--json"),
-        capture_output=True, text=True, check=True, env=_env(),
-    )
+        capture_output=True, text=True, check=check, env=_env(),
+    )  # fmt: skip
     return json.loads(out.stdout)
 
 
 def _show(repo: Path, *args: str) -> None:
-    subprocess.run(conclave_argv(*args, *_where(repo)), check=True, env=_env())
+    subprocess.run(conclave_argv(*args, *_where(repo)), check=True, env={**_env(), "COLUMNS": str(WIDTH)})
+
+
+def _say(text: str = "", indent: int = 0) -> None:
+    """Print ``text`` wrapped at 80 columns, continuation lines indented."""
+    from broker.literal import visible
+
+    pad = " " * indent
+    for para in visible(text, keep_newlines=True).split("\n"):
+        print(textwrap.fill(para, WIDTH, initial_indent=pad, subsequent_indent=pad + "  ", break_on_hyphens=False) if para else "")
+
+
+def _heading(text: str) -> None:
+    print()
+    _say(text)
+    print()
+
+
+def _hhmmss(iso: str) -> str:
+    return iso[11:19]
 
 
 def run_demo(*, keep: bool, json_out: bool) -> int:
     root = Path(tempfile.mkdtemp(prefix="conclave-demo-"))
+    repo = root / "repo"
     try:
         repo = make_scratch_repo(root)
-        say = (lambda *a: None) if json_out else print
-        say(f"scratch repository: {repo}\n")
-        say("1. the broker spawns alice, bob and carol; each acts only through `conclave` as itself\n")
-        run = _conclave(repo, "run", "--team", str(repo / "team.toml"))
+        if not json_out:
+            _say(f"scratch repository: {repo}")
+            _heading("1. the broker spawns alice, bob and carol; each acts only through `conclave` as itself (`conclave run` shows this live)")
+        run = _conclave(repo, "run", "--team", str(repo / "team.toml"), check=False)
         claims = _conclave(repo, "memory", "list")
         claim_id = next(c["id"] for c in claims if c["text"] == CLAIM)
         commits = subprocess.run(["git", "-C", str(repo), "log", "--format=%an: %s"], capture_output=True, text=True).stdout
+        claim = _conclave(repo, "memory", "show", str(claim_id))
+        trail = _conclave(repo, "memory", "trail", "--agent", "alice")
         if json_out:
             print(json.dumps({
                 "repo": str(repo),
                 "run": run,
-                "claim": _conclave(repo, "memory", "show", str(claim_id)),
-                "trail": _conclave(repo, "memory", "trail", "--agent", "alice"),
+                "claim": claim,
+                "trail": trail,
                 "commits": commits.splitlines(),
                 "agents": _conclave(repo, "agents"),
-            }, indent=2))
+            }, indent=2))  # fmt: skip
         else:
-            for outcome in run["agents"]:
-                log = Path(outcome["log"]).read_text().strip()
-                print(f"   {outcome['agent']}:{outcome['session']} exited {outcome['exit_code']}")
-                for line in log.splitlines():
-                    print(f"     | {line}")
-            print("\n2. parallel edits, serialised by the git lock (no index.lock failures):\n")
-            for line in commits.splitlines():
-                print(f"     {line}")
-            print("\n3. the claim's biography: alice's child was recorded but not counted; bob and carol made it trusted\n")
-            _show(repo, "memory", "show", str(claim_id))
-            print("\n4. alice's trail, as the operator audits it\n")
-            _show(repo, "memory", "trail", "--agent", "alice")
-            print("\n5. what an agent is now pushed for 'config loader encoding' (trusted claims only)\n")
-            _show(repo, "memory", "context", "config loader encoding")
-            print("\n6. every principal, its parent and its trust domain\n")
-            _show(repo, "agents")
-            print("\n7. the event log's hash chain is intact\n")
-            _show(repo, "memory", "verify")
-        ok = all(o["exit_code"] == 0 for o in run["agents"])
-        return 0 if ok else 1
+            _tell(repo, run, commits, claim, trail)
+        return int(run["exit_code"])
     finally:
+        if not json_out:
+            _what_next(repo, keep)
         if keep:
-            print(f"\nkept: {root}")
+            if json_out:
+                print(f"kept: {root}", file=sys.stderr)
         else:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _tell(repo: Path, run: dict[str, Any], commits: str, claim: dict[str, Any], trail: list[dict[str, Any]]) -> None:
+    """The story, from the commands' --json, at 80 columns; each step names the full view."""
+    for outcome in run["agents"]:
+        _say(f"{outcome['agent']}:{outcome['session']}: {outcome['status']}", indent=3)
+        for line in Path(outcome["log"]).read_text().strip().splitlines():
+            _say(f"| {line}", indent=5)
+    _heading("2. parallel edits, serialised by the git lock (no index.lock failures):")
+    for line in commits.splitlines():
+        _say(line, indent=5)
+    _heading(
+        f"3. claim {claim['id']}'s witnesses: alice's child was recorded but not counted; "
+        f"bob and carol made it {claim['tier']}  (full biography: conclave memory show {claim['id']})"
+    )
+    _say(f"{claim['badge']} {claim['text']}", indent=3)
+    _say(f"by {claim['author']}", indent=5)
+    for w in claim["corroborations"]:
+        verdict = "counted" if w["counted"] else f"NOT counted ({w['reason_not_counted']}: same trust domain as the author)"
+        _say(f"{_hhmmss(w['at'])} {w['principal']} vouched, {'blind' if w['blind'] else 'informed'}: {verdict}", indent=5)
+        if w.get("evidence"):
+            _say(f"evidence: {w['evidence']}", indent=7)
+    _heading("4. alice's trail, as the operator audits it  (conclave memory trail --agent alice)")
+    for r in trail:
+        verdict = "" if r["counted"] is None else (" counted" if r["counted"] else f" NOT counted ({r['note']})")
+        _say(f"{_hhmmss(r['at'])} {r['principal']} {r['action']} claim {r['claim']}{verdict}", indent=5)
+    _heading("5. what an agent is now pushed for 'config loader encoding' (trusted claims only)")
+    for line in _conclave(repo, "memory", "context", "config loader encoding")["block"].splitlines():
+        _say(line, indent=3)
+    _heading("6. every principal, its parent and its trust domain")
+    _show(repo, "agents")
+    _heading("7. the event log's hash chain is intact")
+    _show(repo, "memory", "verify")
+
+
+def _what_next(repo: Path, keep: bool) -> None:
+    _heading("what next")
+    _say("* your own team: in your repository, `conclave init` writes a commented team.toml and an agent script; "
+         "`conclave team check team.toml` checks it and `conclave run --team team.toml` runs it.", indent=2)  # fmt: skip
+    _say('* real coding agents: preset = "claude-code", "codex" or "aider" in the team file (docs/AGENTS.md).', indent=2)
+    if keep:
+        state = repo.parent / "state"
+        _say(f"* this scratch repository is kept: cd {repo}, export CONCLAVE_STATE_DIR={state}, and try "
+             "`conclave logs`, `conclave memory trail 1`, `conclave memory export --format markdown`.", indent=2)  # fmt: skip
+    else:
+        _say("* this scratch repository is deleted now; `conclave demo --keep` keeps it to look around "
+             "(`conclave logs`, `conclave memory trail 1`).", indent=2)  # fmt: skip

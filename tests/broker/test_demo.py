@@ -25,3 +25,14 @@ def test_demo_promotes_by_independent_witnesses_refuses_the_sybil_and_serialises
     assert sorted(authors) == ["alice"] * 3 + ["bob"] * 3 + ["demo"]
     # The trail names alice's child as part of her domain's activity.
     assert any(entry["principal"].startswith("alice/echo:") for entry in story["trail"])
+
+
+def test_the_human_demo_fits_80_columns_and_ends_with_what_next():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    out = subprocess.run([sys.executable, "-m", "broker.cli", "demo"], capture_output=True, text=True, env={**env, "COLUMNS": "80"}, timeout=180)
+    assert out.returncode == 0, out.stderr
+    wide = [line for line in out.stdout.splitlines() if len(line) > 80]
+    assert wide == [], wide
+    tail = out.stdout[out.stdout.index("what next") :]
+    assert "conclave init" in tail and "conclave run --team team.toml" in tail and "conclave demo --keep" in tail
+    assert "NOT counted" in out.stdout and "[TRUSTED]" in out.stdout
