@@ -244,8 +244,12 @@ class RunView:
         while True:
             await trio.sleep(TICK)
             for principal, tail in list(self._tails.items()):
-                for line in tail.read(limit=READ_PER_TICK):
-                    self._show_output(principal, line)
+                lines = tail.read(limit=READ_PER_TICK)
+                if lines:
+                    for line in lines:
+                        self._show_output(principal, line)
+                    # Requests waiting meanwhile go first: the view works in small steps.
+                    await trio.lowlevel.checkpoint()
 
     async def _watch_waits(self, core: BrokerCore) -> None:
         while True:
