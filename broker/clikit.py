@@ -214,21 +214,53 @@ def cell(value: Any):  # type: ignore[no-untyped-def]
     return Text("" if value is None else visible(value))
 
 
-def make_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]):  # type: ignore[no-untyped-def]
-    """A rich table whose every cell is literal text and folds rather than cuts."""
+#: A column whose values are all this short keeps them whole (they fold only if they must).
+SHORT = 32
+
+
+def cell_len(text: str) -> int:
+    from rich.cells import cell_len as width
+
+    return width(text)
+
+
+def make_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, width: int | None = None):  # type: ignore[no-untyped-def]
+    """A rich table whose every cell is literal text and folds rather than cuts.
+
+    Given the ``width`` it will be printed at, columns whose values are all
+    short (principals, times, modes, ids) keep them whole when that still
+    leaves the long columns (text, details) room to fold into.
+    """
     from rich.table import Table
 
+    cells = [[cell(v) for v in r] for r in rows]
+    longest = [max([cell_len(c), *(cell_len(r[i].plain) for r in cells if i < len(r))]) for i, c in enumerate(columns)]
+    words = [max([*(cell_len(w) for w in c.split()), *(cell_len(w) for r in cells if i < len(r) for w in r[i].plain.split())], default=1) for i, c in enumerate(columns)]
+    # What a column needs to fold without splitting words (at most its longest value).
+    fold = [min(n, max(w, 10)) for n, w in zip(longest, words)]
+    whole: set[int] = set()
+    if width is not None:
+        # The short columns, shortest first, keep their values whole while the
+        # others can still fold without splitting words (each column has two
+        # characters of padding; the borders take one more per column, plus one).
+        budget = width - (len(columns) + 1) - sum(f + 2 for f in fold)
+        for i in sorted((i for i, n in enumerate(longest) if n <= SHORT), key=lambda i: longest[i]):
+            if longest[i] - fold[i] <= budget:
+                whole.add(i)
+                budget -= longest[i] - fold[i]
     t = Table(title=None if title is None else cell(title), show_lines=False)
-    for c in columns:
-        t.add_column(c, overflow="fold")
-    for r in rows:
-        t.add_row(*(cell(v) for v in r))
+    for i, c in enumerate(columns):
+        # no_wrap: rich shrinks only the other columns to make the row fit.
+        t.add_column(c, overflow="fold", no_wrap=i in whole)
+    for r in cells:
+        t.add_row(*r)
     return t
 
 
 def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Print a table; every cell is drawn from data, so none is read as markup."""
-    console().print(make_table(title, columns, rows))
+    out = console()
+    out.print(make_table(title, columns, rows, width=out.width))
 
 
 def say(text: str) -> None:
@@ -241,6 +273,14 @@ def say(text: str) -> None:
 
 
 _SPACES = re.compile(r"[ \t\n]+")
+
+
+def when(iso: Any) -> str:
+    """An ISO time as a table shows it: ``2026-11-30 09:10:01`` (UTC; ``--json`` has the microseconds)."""
+    if not iso:
+        return ""
+    text = str(iso)
+    return f"{text[:10]} {text[11:19]}" if len(text) >= 19 and text[10] == "T" else text
 
 
 def shorten(text: Any, width: int) -> str:

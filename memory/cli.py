@@ -15,7 +15,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from broker.clikit import EXIT_USAGE, JsonOpt, RepoOpt, StateOpt, Target, call, die, emit, say, shorten, table
+from broker.clikit import EXIT_USAGE, JsonOpt, RepoOpt, StateOpt, Target, call, die, emit, say, shorten, table, when
 from broker.literal import visible
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
@@ -194,10 +194,10 @@ def show(id: IdArg, json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: 
         _print_claim(c)
         if len(c["editions"]) > 1:
             table("editions", ["id", "edition", "tier", "author", "created", "superseded by"], [
-                (e["id"], e["edition"], e["tier"], e["author"], e["created_at"], e["superseded_by"]) for e in c["editions"]
+                (e["id"], e["edition"], e["tier"], e["author"], when(e["created_at"]), e["superseded_by"]) for e in c["editions"]
             ])
-        table("history", ["seq", "at", "event", "actor", "claim", "detail"], [
-            (h["seq"], h["at"], h["kind"], h["actor"], h["claim"], _detail(h["detail"])) for h in c["history"]
+        table("history", ["seq", "at (UTC)", "event", "actor", "claim", "detail"], [
+            (h["seq"], when(h["at"]), h["kind"], h["actor"], h["claim"], _detail(h["detail"])) for h in c["history"]
         ])
 
     emit(target, call(target, "memory.show", {"id": id}), human)
@@ -263,9 +263,8 @@ def trail(
             return ("counted" if r["counted"] else f"not counted ({r['note']})") + ("" if r["blind"] is None else (", blind" if r["blind"] else ", informed"))
 
         title = f"trail of claim {claim}" if claim is not None else f"trail of {agent}"
-        last = "text / evidence / reason" if claim is not None else "text"
-        table(title, ["at", "principal", "action", "claim", "tier", "verdict", last], [
-            (r["at"], r["principal"], r["action"], r["claim"], r["tier"], verdict(r), shorten(r["text"], 60)) for r in rs
+        table(title, ["at (UTC)", "principal", "action", "claim", "tier", "verdict", "text"], [
+            (when(r["at"]), r["principal"], r["action"], r["claim"], r["tier"], verdict(r), shorten(r["text"], 60)) for r in rs
         ])
 
     emit(target, rows, human)
@@ -287,8 +286,8 @@ def log(
     target = Target(json_out, repo, state_dir)
     args = {"kind": kind, "of_agent": agent, "claim": claim, "since": since, "until": until, "limit": limit}
     rows = call(target, "memory.log", {k: v for k, v in args.items() if v is not None})
-    emit(target, rows, lambda rs: table("memory log", ["seq", "at", "event", "actor", "subject", "detail"], [
-        (r["seq"], r["at"], r["kind"], r["actor"], r["subject"], _detail(r["detail"])) for r in rs
+    emit(target, rows, lambda rs: table("memory log", ["seq", "at (UTC)", "event", "actor", "subject", "detail"], [
+        (r["seq"], when(r["at"]), r["kind"], r["actor"], r["subject"], _detail(r["detail"])) for r in rs
     ]))
 
 
