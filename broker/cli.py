@@ -82,11 +82,13 @@ def run(
 
     target = Target(json_out, repo, state_dir)
     paths = target.paths()
-    _require_git(paths.repo, repo)
+    if paths.repo == Path("/"):
+        die("refusing to run on / ; pass --repo DIR (a git repository)", EXIT_USAGE)
     try:
         team_spec = load(team, repo=paths.repo, rules=composition.team_rules())
     except TeamError as exc:
         die(str(exc), EXIT_USAGE)
+    _require_git(paths.repo, repo)
     machine = sandbox_machine.probe()
     try:
         chosen = sandbox_box.levels(((a.name, a.sandbox) for a in team_spec.agents), machine, state_in_work_tree=paths.inside_work_tree())

@@ -9,6 +9,7 @@ import pytest
 from tests.memory.memory_support import FACT
 
 from agents.harness import Run
+from broker.errors import ConclaveError, ErrorCode
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +53,10 @@ def test_trail_lists_what_an_agent_and_its_children_did_in_time_order(story: tup
     assert trail[-1]["principal"].startswith("alice/helper:")
     bob = run.op("memory.trail", of_agent="bob")
     assert [(r["action"], r["claim"], r["counted"]) for r in bob] == [("corroborated", ids["claim"], True), ("disputed", ids["other"], True)]
-    # Control: an agent that did nothing has an empty trail; AGENT:SESSION is not a name.
-    assert run.op("memory.trail", of_agent="dave") == []
+    # An agent that never ran here is an error (an empty trail would read as "did nothing").
+    with pytest.raises(ConclaveError) as unknown:
+        run.op("memory.trail", of_agent="dave")
+    assert unknown.value.code is ErrorCode.NOT_FOUND and "no agent named dave" in unknown.value.message
     cli = run.cli("memory", "trail", "--agent", "bob", "--json")
     assert cli.returncode == 0 and len(json.loads(cli.stdout)) == 2
 
