@@ -28,9 +28,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import zlib
 from pathlib import Path
-from typing import Any, Final, Iterable, final
+from typing import Final, Iterable, final
 
 import attrs
 
@@ -41,6 +42,8 @@ MAX_SHOWN: Final = 4000
 #: Bytes read from a log at a time.
 CHUNK: Final = 1 << 16
 JOURNAL_PATTERN: Final = re.compile(r"^run-(\d+)\.jsonl$")
+#: A principal's log file name (no directory part: a journal line cannot point elsewhere).
+LOG_PATTERN: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*-[0-9a-f]+\.log$")
 BROKER_PREFIX: Final = "conclave"
 
 # Colours for agents' prefixes (no red: that is for failures).
@@ -167,18 +170,26 @@ class LogTail:
         self.path = path
         self.offset = offset
         self._partial = b""
+        self._fd: int | None = None
+        self._open()
+
+    def _open(self) -> bool:
+        # O_NOFOLLOW: a log replaced by a symlink (to a key, to a device) is not read.
         try:
-            self._fd: int | None = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return False
+        if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+            os.close(self._fd)
             self._fd = None
+            return False
+        return True
 
     def read(self, *, limit: int = 64 * CHUNK) -> list[str]:
         """Complete lines appended since the last read (at most about ``limit`` bytes' worth)."""
-        if self._fd is None:
-            try:
-                self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                return []
+        if self._fd is None and not self._open():
+            return []
+        assert self._fd is not None
         data = bytearray()
         while len(data) < limit:
             chunk = os.pread(self._fd, CHUNK, self.offset)
@@ -269,7 +280,7 @@ class RunReader:
             if n.principal is not None:
                 self.seen.add(n.principal.rpartition(":")[0])
             wanted = n.principal is None or matches(n.principal, self.agent)
-            if n.kind == "spawn" and n.principal and n.log and wanted:
+            if n.kind == "spawn" and n.principal and n.log and LOG_PATTERN.match(n.log) and wanted:
                 self._tails[n.principal] = LogTail(self.logs / n.log)
             elif n.kind == "exit" and n.principal in self._tails:
                 tail = self._tails.pop(n.principal)

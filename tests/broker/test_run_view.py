@@ -252,3 +252,29 @@ def test_logs_follow_waits_for_a_run_and_ends_with_it(tmp_path):
     one, two, ended = line(out, "talker", "|", "one"), line(out, "talker", "|", "two"), line(out, "talker", ">", "exit 0")
     assert one.start() < two.start() < ended.start()
     line(out, "conclave", ">", "run 1 ended: every agent has exited")
+
+
+def test_logs_reads_only_log_files_never_where_a_link_or_the_journal_points(story, tmp_path):
+    """Attack: with write access to logs/, a process swaps its log for a symlink to
+    a secret, or writes a journal line whose log is ``../../secret``; `conclave logs`
+    run by the operator must print neither (and never block on a FIFO)."""
+    import shutil
+
+    _, repo, state = story
+    copy = tmp_path / "state"
+    shutil.copytree(state, copy, symlinks=True)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the operator's private key\n")
+    painter_log = next((copy / "logs").glob("painter-*.log"))
+    painter_log.unlink()
+    painter_log.symlink_to(secret)
+    with open(copy / "logs" / "run-1.jsonl", "a") as journal_file:
+        journal_file.write(json.dumps({"at": "2030-01-01T00:00:00+00:00", "kind": "spawn", "text": "forged", "principal": "evil:0a1b2c3d4e5f", "log": "../../secret.txt"}) + "\n")
+    os.mkfifo(copy / "logs" / "lurker-abcdef.log")
+    with open(copy / "logs" / "run-1.jsonl", "a") as journal_file:
+        journal_file.write(json.dumps({"at": "2030-01-01T00:00:00+00:00", "kind": "spawn", "text": "forged", "principal": "lurker:abcdef", "log": "lurker-abcdef.log"}) + "\n")
+    out = cli(copy, repo, "logs")
+    assert out.returncode == 0, out.stderr
+    assert "private key" not in out.stdout
+    # Control: the same command shows the logs that are ordinary files.
+    assert "holding" in out.stdout and "got it" in out.stdout
