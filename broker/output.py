@@ -157,9 +157,10 @@ class RunView:
         names = ", ".join(agents)
         self._note("run", f"run {self.run_number} on {repo}: {len(agents)} agent(s) ({names}); logs in {self.logs}; Ctrl-C stops")
 
-    def spawned(self, principal: str, pid: int | None, log: Path, *, attempt: int, attempts: int) -> None:
+    def spawned(self, principal: str, pid: int | None, log: Path, *, attempt: int, attempts: int, sandbox: str | None = None) -> None:
         again = f", attempt {attempt} of {attempts}" if attempt > 1 else ""
-        self._note("spawn", f"started (pid {pid}{again}); log {log.name}", principal=principal, log=log.name)
+        box = f", sandbox {sandbox}" if sandbox else ""
+        self._note("spawn", f"started (pid {pid}{box}{again}); log {log.name}", principal=principal, log=log.name)
         if self.terminal is not None:
             self._tails[principal] = LogTail(log)
 

@@ -270,7 +270,9 @@ class Supervisor:
         self.core.registry.started(principal, process.pid, started)
         await self._persist_start(live, process.pid, started, attempt, command, box.level)
         if self.view is not None:
-            self.view.spawned(principal.key, process.pid, log_path, attempt=attempt + 1, attempts=_attempts(spec, child=parent is not None))
+            self.view.spawned(
+                principal.key, process.pid, log_path, attempt=attempt + 1, attempts=_attempts(spec, child=parent is not None), sandbox=box.level
+            )
         self._nursery.start_soon(self._watch, live, process, attempt, str(log_path), box)
         return principal
 
