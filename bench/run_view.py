@@ -77,17 +77,20 @@ json.dump({"samples": samples, "cpu": (cpu1 - cpu0) / (t1 - t0), "idle_cpu": (cp
 """
 
 
-def team(tmp: Path, agents: int, rate: float, seconds: float, warmup: float, idle: float) -> Path:
-    (tmp / "chatty.py").write_text(CHATTY)
-    (tmp / "prober.py").write_text(PROBER)
+def team(tmp: Path, repo: Path, agents: int, rate: float, seconds: float, warmup: float, idle: float) -> Path:
+    # Inside the work tree: a boxed agent sees its tree, not the rest of /tmp.
+    scripts = repo / "bench-agents"
+    scripts.mkdir(exist_ok=True)
+    (scripts / "chatty.py").write_text(CHATTY)
+    (scripts / "prober.py").write_text(PROBER)
     total = warmup + seconds + idle + 2
     lines = [
         "[[agent]]",
         'name = "prober"',
-        f"command = {json.dumps([sys.executable, str(tmp / 'prober.py'), str(ROOT), str(warmup), str(seconds), str(idle), str(tmp / 'probe.json')])}",
+        f"command = {json.dumps([sys.executable, str(scripts / 'prober.py'), str(ROOT), str(warmup), str(seconds), str(idle), str(scripts / 'probe.json')])}",
     ]
     for i in range(agents):
-        lines += ["", "[[agent]]", f'name = "chatty{i}"', f"command = {json.dumps([sys.executable, str(tmp / 'chatty.py'), str(rate), str(total)])}"]
+        lines += ["", "[[agent]]", f'name = "chatty{i}"', f"command = {json.dumps([sys.executable, str(scripts / 'chatty.py'), str(rate), str(total)])}"]
     path = tmp / "team.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -97,7 +100,7 @@ def one_run(quiet: bool, agents: int, rate: float, seconds: float, warmup: float
     with tempfile.TemporaryDirectory(prefix="cv-bench-") as tmp_name:
         tmp = Path(tmp_name)
         repo = make_repo(tmp)
-        team_file = team(tmp, agents, rate, seconds, warmup, idle)
+        team_file = team(tmp, repo, agents, rate, seconds, warmup, idle)
         env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
         argv = conclave_argv("run", "--team", str(team_file), "--repo", str(repo), "--state-dir", str(tmp / "state"), *(["--quiet"] if quiet else []))
         process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
@@ -114,7 +117,7 @@ def one_run(quiet: bool, agents: int, rate: float, seconds: float, warmup: float
         reader.join(timeout=10)
         if process.returncode != 0:
             raise SystemExit(f"the run failed ({process.returncode}): {process.stderr.read().decode()[-2000:] if process.stderr else ''}")
-        probe = json.loads((tmp / "probe.json").read_text())
+        probe = json.loads((repo / "bench-agents" / "probe.json").read_text())
         logged = sum(len(p.read_bytes().splitlines()) for p in (tmp / "state" / "logs").glob("chatty*.log"))
         samples = sorted(probe["samples"])
         return {
