@@ -490,7 +490,8 @@ def doctor(json_out: JsonOpt = False) -> None:
         say(f"Landlock: {f'ABI {abi}' if abi else 'not available'}")
         say(f"user namespaces: {'yes' if found.user_namespaces else 'no (' + str(found.user_namespaces_error) + ')'}")
         say(f"cgroup v2 for leftovers: {r['cgroup'] or 'not delegated to this user (the subreaper sweep is used)'}")
-        say(f"default sandbox: [bold]{r['strongest']}[/]" + ("" if r["strongest"] != "off" else " [bold red](agents are not contained)[/]"))
+        line = f"default sandbox: {r['strongest']}" + ("" if r["strongest"] != "off" else " (agents are not contained)")
+        console().print(cell(line), style="bold red" if r["strongest"] == "off" else "bold")
         table("what each level means here", ["threat", "holds"], list(r["threats"].items()))
 
     emit(Target(json_out), report, human)
