@@ -188,11 +188,19 @@ class BlockingClient:
 
     def _roundtrip(self, op: str, args: dict[str, Any]) -> Any:
         rid = next(self._ids)
-        self._sock.sendall(json.dumps({"id": rid, "op": op, "args": args}, separators=(",", ":")).encode() + b"\n")
+        line = json.dumps({"id": rid, "op": op, "args": args}, separators=(",", ":")).encode() + b"\n"
+        if len(line) > MAX_LINE:
+            # The broker would refuse it and hang up; say so here, the same way everywhere.
+            raise ConclaveError(
+                ErrorCode.TOO_LARGE,
+                f"{op}: the request is {len(line):,} bytes; a request may be at most {MAX_LINE:,} (1 MiB) -- send less at once",
+            )
+        self._sock.sendall(line)
         return _check_reply(self._read())
 
     def _read(self) -> dict[str, Any]:
-        line = self._file.readline(MAX_LINE + 1)
+        # Requests are capped at 1 MiB; a reply (a long listing) may be longer.
+        line = self._file.readline()
         if not line:
             raise ConclaveError(ErrorCode.UNAVAILABLE, "the broker closed the connection")
         return json.loads(line)

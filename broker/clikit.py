@@ -34,7 +34,10 @@ RepoOpt = Annotated[
 ]
 StateOpt = Annotated[
     Optional[Path],
-    typer.Option("--state-dir", help="Where state lives (default: $CONCLAVE_STATE_DIR, else <repo>/.conclave)."),
+    typer.Option(
+        "--state-dir",
+        help="Where state lives (default: $CONCLAVE_STATE_DIR, else $XDG_STATE_HOME/conclave/<repo>-<hash>, outside the work tree).",
+    ),
 ]
 
 EXIT_REFUSED = 1

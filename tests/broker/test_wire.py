@@ -243,3 +243,12 @@ def test_hostile_numbers_nesting_and_text_are_refused_by_name_never_internal(run
         assert client.send_raw(b'{"id": %d, "op": "ping", "args": {}}\n' % (2**63 - 1))["ok"] is True
     assert run.puppet("alice").call("msg.inbox", wait=0.0) == []
     assert run.puppet("alice").call("ping") == {}
+
+
+def test_a_request_too_large_is_refused_by_the_client_in_words_and_the_connection_goes_on(run):
+    with run.operator() as client:
+        with pytest.raises(ConclaveError) as refused:
+            client.call("whoami", {"pad": "x" * (MAX_LINE_BYTES + 1)})
+        assert refused.value.code is ErrorCode.TOO_LARGE and "at most 1,048,576" in refused.value.message
+        # Nothing was sent: the same connection still answers (control).
+        assert client.call("whoami")["role"] == "operator"
