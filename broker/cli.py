@@ -161,6 +161,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
     how = f"stopped by {summary['stopped_by']}" if summary["stopped_by"] else "every agent has exited"
     failed = f"; {len(summary['failed'])} failed: {', '.join(summary['failed'])}" if summary["failed"] else ""
     say(f"{how}{failed}; exit code {summary['exit_code']}")
+    for o in summary["agents"]:
+        if o.get("leftovers"):
+            say(f"{o['agent']}:{o['session']} left {o['leftovers']} process(es) behind; killed at its exit")
 
 
 def _outcome_words(o: dict[str, Any]) -> str:

@@ -323,7 +323,8 @@ class Supervisor:
     def _contain(self, box: sandbox.Box) -> int:
         """Kill what the exited agent left behind; how many processes that was."""
         leftovers = box.release()
-        return leftovers + sweep.sweep(os.getpid(), self._pids)
+        spare = sweep.in_agent_cgroup if box.cgroup is not None else (lambda pid: False)
+        return leftovers + sweep.sweep(os.getpid(), self._pids, spare)
 
     def _environment(self, spec: AgentSpec, secret: str) -> dict[str, str]:
         env = sandbox.clean_environment(os.environ)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 MAX_PASSES = 50
 
@@ -46,12 +46,26 @@ def _table() -> dict[int, tuple[int, int, str]]:
     return table
 
 
-def orphans(broker: int, live: Iterable[int]) -> list[int]:
-    """Every process under the broker that no live agent accounts for (zombies excluded)."""
+def in_agent_cgroup(pid: int) -> bool:
+    """Is ``pid`` in some agent's cgroup (``.../conclave-<broker>/agent-<session>``)?  Its own
+    agent's exit kills it there, and counts it for that agent."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return False
+    return any(line.startswith("0::") and "/conclave-" in line and "/agent-" in line for line in lines)
+
+
+def orphans(broker: int, live: Iterable[int], spare: Callable[[int], bool] = lambda pid: False) -> list[int]:
+    """Every process under the broker that no live agent accounts for (zombies and ``spare`` excluded)."""
     table = _table()
     keep = set(live)
     own_group = os.getpgid(broker)
-    roots = [pid for pid, (ppid, pgid, state) in table.items() if ppid == broker and pid not in keep and pgid != own_group and state != "Z"]
+    roots = [
+        pid for pid, (ppid, pgid, state) in table.items()
+        if ppid == broker and pid not in keep and pgid != own_group and state != "Z" and not spare(pid)
+    ]  # fmt: skip
     children: dict[int, list[int]] = {}
     for pid, (ppid, _, _) in table.items():
         children.setdefault(ppid, []).append(pid)
@@ -64,12 +78,16 @@ def orphans(broker: int, live: Iterable[int]) -> list[int]:
     return found
 
 
-def sweep(broker: int, live: Iterable[int]) -> int:
-    """Kill every orphan under ``broker`` and everything below it; return how many were killed."""
+def sweep(broker: int, live: Iterable[int], spare: Callable[[int], bool] = lambda pid: False) -> int:
+    """Kill every orphan under ``broker`` and everything below it; return how many were killed.
+
+    ``spare`` leaves a process to someone else (another agent's cgroup, which that agent's
+    exit kills and counts); without cgroups an orphan is counted for the exit that found it.
+    """
     keep = frozenset(live)
     killed: set[int] = set()
     for _ in range(MAX_PASSES):
-        found = orphans(broker, keep)
+        found = orphans(broker, keep, spare)
         if not found:
             break
         for pid in found:

@@ -109,3 +109,18 @@ def test_deputies_variables_never_reach_an_agent(tmp_path: Path) -> None:
     seen = dict(line.split("=", 1) for line in report.read_text().splitlines() if "=" in line)
     assert not {"TMUX", "DBUS_SESSION_BUS_ADDRESS", "SSH_AUTH_SOCK", "VSCODE_IPC_HOOK_CLI"} & set(seen)
     assert seen["KEEP_ME"] == "yes" and "CONCLAVE_TICKET" in seen  # control: the rest of the environment arrives
+
+
+def test_the_run_summary_counts_what_an_agent_left_behind(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    path = team(
+        tmp_path,
+        '[[agent]]\nname = "alice"\ncommand = ["sh", "-c", "setsid sleep 60 </dev/null >/dev/null 2>&1 & exit 0"]\n\n'
+        '[[agent]]\nname = "bob"\ncommand = ["true"]\n',
+    )
+    human = conclave("run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / "s1"))
+    assert human.returncode == 0, human.stderr
+    assert "alice:" in human.stdout and "left 1 process(es) behind; killed at its exit" in human.stdout
+    assert "bob:" not in human.stdout.split("exit code 0")[-1]  # control: bob left nothing, and is not named
+    summary = json.loads(conclave("run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / "s2"), "--json").stdout)
+    assert {a["agent"]: a["leftovers"] for a in summary["agents"]} == {"alice": 1, "bob": 0}
