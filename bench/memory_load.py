@@ -31,7 +31,9 @@ from memory_corpus import ClaimText  # noqa: E402
 from broker.identity import Principal, Role  # noqa: E402
 from memory import authoring, claims  # noqa: E402
 from broker import composition  # noqa: E402
-from store import database  # noqa: E402
+from store import database, events  # noqa: E402
+from store.anchor import AnchorFile  # noqa: E402
+from store.chainkey import ChainKey  # noqa: E402
 from memory.policy import TrustPolicy  # noqa: E402
 
 TRUSTED_SHARE = 0.10
@@ -54,6 +56,12 @@ def build(path: Path, count: int, *, seed: int = 3, progress: bool = True) -> di
     authors = [bench_principal(f"author{i}", i) for i in range(AUTHORS)]
     witnesses = [bench_principal(f"witness{i}", i) for i in range(WITNESSES)]
     conn = database.open_store(path, composition.schemas())
+    # The store is keyed and anchored as a broker would leave it; install() copies both files beside it.
+    key_file, anchor_file = chain_files(path)
+    for leftover in (key_file, anchor_file):
+        leftover.unlink(missing_ok=True)
+    key = ChainKey.create(key_file)
+    events.key_chain(conn, key)
     started = time.perf_counter()
     written: list[str] = []
     tiers = {"trusted": 0, "disputed": 0, "unverified": 0}
@@ -82,6 +90,10 @@ def build(path: Path, count: int, *, seed: int = 3, progress: bool = True) -> di
             rate = done / (time.perf_counter() - started)
             print(f"  loaded {done:,} claims ({rate:,.0f}/s)", file=sys.stderr, flush=True)
     conn.pragma("wal_checkpoint", "TRUNCATE")
+    anchor = AnchorFile(anchor_file, key)
+    head = events.head(conn)
+    anchor.write(head, head)
+    anchor.close()
     conn.close()
     return {"claims": count, "seconds": time.perf_counter() - started, **tiers}
 
@@ -97,14 +109,26 @@ def cached_store(workdir: Path, count: int) -> Path:
         print(f"building a {count:,}-claim store in {target}", file=sys.stderr, flush=True)
         figures = build(partial, count)
         print(f"  built in {figures['seconds']:.0f} s: {figures}", file=sys.stderr, flush=True)
+        for made, final in zip(chain_files(partial), chain_files(target)):
+            made.rename(final)
         partial.rename(target)
     return target
+
+
+def chain_files(store: Path) -> tuple[Path, Path]:
+    """The chain key and anchor kept beside a cached store."""
+    return store.with_name(store.name + ".chain-key"), store.with_name(store.name + ".chain-anchor")
 
 
 def install(store: Path, state: Path) -> None:
     """Copy a cached database into a run's state directory (before the broker starts)."""
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
     shutil.copyfile(store, state / "conclave.db")
+    key_file, anchor_file = chain_files(store)
+    if key_file.exists():  # a store cached before the chain was keyed has neither: the broker keys it
+        shutil.copyfile(key_file, state / "chain-key")
+        (state / "chain-key").chmod(0o600)
+        shutil.copyfile(anchor_file, state / "chain-anchor")
 
 
 def main() -> None:

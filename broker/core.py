@@ -28,7 +28,7 @@ from broker.registry import PrincipalRegistry
 from broker.team import Team, TeamCheck
 from store import events
 from store.backend import Backend, SqliteBackend
-from store.owner import StoreOwner
+from store.owner import ChainFiles, StoreOwner
 from store.schema import Schema
 
 EndedListener = Callable[[Principal], Awaitable[None]]
@@ -68,6 +68,12 @@ class CoreStatistics:
     connections: int
     store_jobs: int
     store_batches: int
+    #: The event log's head as the store owner last committed it, ``"SEQ:HASH"``.
+    chain_head: str | None
+    #: Why the store refuses to append events (the log changed behind its back); None while all is well.
+    chain_refusing: str | None
+    #: Acknowledged events that could not be written (each also a ``broker.error`` event when possible).
+    lost_events: int
 
 
 @final
@@ -100,7 +106,7 @@ class BrokerCore:
         self.paths = paths
         self.team = team
         self.live = live
-        self.store = StoreOwner(SqliteBackend(paths.database), schemas)
+        self.store = StoreOwner(SqliteBackend(paths.database), schemas, chain=ChainFiles(paths.chain_key, paths.chain_anchor))
         self.registry = PrincipalRegistry(uid=uid, broker_pid=broker_pid, operator_key=paths.operator_key())
         self.ops: dict[str, OpSpec] = {}
         self.extensions: dict[str, Any] = {}
@@ -162,7 +168,7 @@ class BrokerCore:
     def statistics(self) -> CoreStatistics:
         store = self.store.statistics()
         reg = self.registry.statistics()
-        return CoreStatistics(reg.live, reg.connections, store.jobs, store.batches)
+        return CoreStatistics(reg.live, reg.connections, store.jobs, store.batches, store.head, store.refusing, store.lost_events)
 
 
 def _check_operator_key(backend: Backend, digest: str, paths: StatePaths) -> None:

@@ -62,6 +62,16 @@ class StatePaths:
         return self.state / "conclave.db"
 
     @property
+    def chain_key(self) -> Path:
+        """The secret that keys the event chain (0600; never inside the database)."""
+        return self.state / "chain-key"
+
+    @property
+    def chain_anchor(self) -> Path:
+        """The event log's last (seq, hash), written at every commit that moves it (``store.anchor``)."""
+        return self.state / "chain-anchor"
+
+    @property
     def logs(self) -> Path:
         return self.state / "logs"
 

@@ -16,6 +16,7 @@ from broker.core import BrokerCore, Call
 from broker.errors import ConclaveError, ErrorCode
 from broker.optable import Access
 from broker.wire import IDENTITY_FIELDS, structure_args
+from store.events import ChainRefused
 
 async def wait_while_connected(event: trio.Event, seconds: float, peer_gone: Callable[[], Awaitable[None]] | None) -> bool:
     """Wait up to ``seconds`` for ``event``; False when the client hung up first.
@@ -64,4 +65,9 @@ async def dispatch(core: BrokerCore, call: Call, op: str, raw_args: dict[str, An
         if exc.code is ErrorCode.IDENTITY_FIELD:
             await core.record_identity_refusal(call.principal, op, sorted(k for k in raw_args if k in IDENTITY_FIELDS))
         raise
-    return await spec.handler(call, args)
+    try:
+        return await spec.handler(call, args)
+    except ChainRefused as exc:
+        # The event log changed behind the broker's back (or its key is gone): nothing that
+        # needs an event is done until a person has looked (`conclave memory verify`).
+        raise ConclaveError(ErrorCode.UNAVAILABLE, f"the broker refuses changes: {exc}") from None

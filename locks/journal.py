@@ -6,15 +6,23 @@ a no-op round trip.  So each decision appends its event to this journal
 (synchronously, stamped with the time it happened) and one task writes the
 queue to the event log in batches, in the order the decisions were made.
 Lock state itself is not stored -- it dies with the broker -- so nothing can
-disagree with the log; a crash can lose at most the last batch of history.
+disagree with the log; a crash can lose at most what was queued and not yet
+written: the events of the last ``GATHER`` seconds plus the batch in flight
+(docs/LOCKS.md gives the window measured under load).
 :meth:`Journal.flush` waits until everything queued so far is written
 (``lock log`` calls it first, and so does the end of every agent).
+
+A batch that fails is never dropped: its entries are written again one by
+one, so one bad event cannot take other agents' history with it, and any
+entry that still cannot be written is reported loudly -- in the broker's
+log, as a ``broker.error`` event (``conclave memory verify`` lists those) and
+in ``broker.stats`` (``lost_events``).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Final, final
+from typing import Any, Callable, Final, Sequence, final
 
 import apsw
 import trio
@@ -76,15 +84,26 @@ class Journal:
             batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
             if not self._pending:
                 self._arrived = trio.Event()
-            try:
-                await self._store.call(lambda conn: _write(conn, batch))
-            except Exception:  # the history is lost, not the broker
-                log.exception("could not write %d lock event(s)", len(batch))
+            await self._write(batch)
             self._written += len(batch)
             self._progress.set()
             self._progress = trio.Event()
             if self._written >= self._queued:
                 self._hurry = trio.Event()
+
+    async def _write(self, batch: list[Entry]) -> None:
+        """Write ``batch`` in one store job; if that fails, entry by entry; report what still fails."""
+        try:
+            await self._store.call(lambda conn: _write(conn, batch))
+            return
+        except Exception as exc:
+            log.warning("a batch of %d lock event(s) failed (%s: %s); writing them one at a time", len(batch), type(exc).__name__, exc)
+        try:
+            failed = await self._store.call(lambda conn: _write_each(conn, batch))
+        except Exception as exc:  # the store refused the whole job: every entry is lost
+            failed = [(entry, exc) for entry in batch]
+        if failed:
+            await report_lost(self._store, [(describe(entry), error) for entry, error in failed])
 
     async def flush(self) -> None:
         """Return once everything queued before this call is in the store."""
@@ -108,3 +127,51 @@ def _write(conn: apsw.Connection, batch: list[Entry]) -> None:
         entry(conn)
     if run:
         events.append_many(conn, run)
+
+
+def _write_each(conn: apsw.Connection, batch: Sequence[Entry]) -> list[tuple[Entry, Exception]]:
+    """Write each entry in its own savepoint; return the ones that failed, with why."""
+    failed = []
+    for entry in batch:
+        conn.execute("SAVEPOINT entry")
+        try:
+            _write(conn, [entry])
+        except Exception as exc:
+            conn.execute("ROLLBACK TO entry")
+            failed.append((entry, exc))
+        conn.execute("RELEASE entry")
+    return failed
+
+
+def describe(entry: Entry) -> dict[str, Any]:
+    """What a lost entry was, in text that can always be written (unencodable characters escaped)."""
+    if type(entry) is not tuple:
+        return {"kind": "job", "job": _printable(getattr(entry, "__qualname__", repr(entry)))}
+    kind, actor, subject, payload, at = entry
+    return {
+        "kind": _printable(kind),
+        "actor": _printable(actor),
+        "subject": None if subject is None else _printable(subject),
+        "at": _printable(at),
+        "payload": _printable(repr(payload))[:500],
+    }
+
+
+def _printable(text: str) -> str:
+    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+async def report_lost(store: StoreOwner, lost: list[tuple[dict[str, Any], Exception]]) -> None:
+    """Say loudly that acknowledged events could not be written: the log, broker.stats, and a broker.error event each."""
+    summary = "; ".join(f"{d['kind']} by {d.get('actor')} on {d.get('subject')} at {d.get('at')} ({type(e).__name__}: {_printable(str(e))})" for d, e in lost)
+    store.report_lost(len(lost), summary)
+
+    def record(conn: apsw.Connection) -> None:
+        for what, error in lost:
+            events.append(conn, "broker.error", actor=events.BROKER_ACTOR, subject="event_lost",
+                          payload={"error": "event_lost", "event": what, "reason": f"{type(error).__name__}: {_printable(str(error))}"})
+
+    try:
+        await store.call(record)
+    except Exception:
+        log.exception("could not even record that %d event(s) were lost", len(lost))

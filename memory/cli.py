@@ -349,16 +349,35 @@ def revoke(
 
 
 @app.command()
-def verify(json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt = None) -> None:
-    """Check the event hash chain, every row against its event, and the search indexes; exit 1 on tampering."""
+def verify(
+    expect_head: Annotated[
+        Optional[str],
+        typer.Option("--expect-head", metavar="SEQ:HASH", help="A head you noted earlier (as verify printed it): the log must still hold that event with that hash."),
+    ] = None,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Check the keyed event chain, its head against the anchor (and --expect-head), every row against its event, and the search indexes; exit 1 on tampering.
+
+    Prints the head (SEQ:HASH): keep it somewhere the machine cannot reach (a
+    note, a commit message) and pass it back with --expect-head later.
+    """
     target = Target(json_out, repo, state_dir)
-    report = call(target, "memory.verify")
+    report = call(target, "memory.verify", {"expect_head": expect_head} if expect_head is not None else {})
 
     def human(r: dict[str, Any]) -> None:
+        chain = r.get("chain") or {}
         if r["ok"]:
-            say(f"ok: {r['events']} events chained, every claim and witness matches its event, search indexes consistent")
+            unkeyed = chain.get("unkeyed_events") or 0
+            keyed = f", keyed from event {chain.get('keyed_from')}" + (f" ({unkeyed} earlier unkeyed event(s), pinned by it)" if unkeyed else "")
+            say(f"ok: {r['events']} events chained{keyed}, head matches the anchor, every claim and witness matches its event, search indexes consistent")
         for p in r["problems"]:
             say(f"  {p['problem']}")
+        expected = chain.get("expected_head")
+        if expected and expected["found"]:
+            say(f"expected head {expected['seq']} found; {expected['events_after']} event(s) written after it")
+        say(f"head: {r['head']['seq']}:{r['head']['hash']}")
 
     emit(target, report, human)
     if not report["ok"]:

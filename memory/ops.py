@@ -23,6 +23,7 @@ from broker.optable import Access, OpTable
 from memory import authoring, claims, curation, exposures, inspection, prefilter, retrieval, revocation, schema, settings, standing
 from store import events
 from store.events import BROKER_ACTOR
+from store.integrity import ExpectedHead
 from memory.policy import PolicyError
 from memory.service import MemoryService
 
@@ -367,10 +368,20 @@ async def revoke(call: Call, args: RevokeArgs) -> dict[str, Any]:
     return {**result, "ended": ended}
 
 
-@OPS.op("memory.verify", NoArgs, access=Access.OPERATOR)
-async def verify(call: Call, _args: NoArgs) -> dict[str, Any]:
-    """Walk the hash chain, the rows against their events, and the search indexes."""
-    return await service(call).verify()
+@attrs.frozen
+class VerifyArgs:
+    #: A head a person kept elsewhere, ``SEQ:HASH`` as verify printed it (the hash may be a 16+ digit prefix).
+    expect_head: str | None = None
+
+
+@OPS.op("memory.verify", VerifyArgs, access=Access.OPERATOR)
+async def verify(call: Call, args: VerifyArgs) -> dict[str, Any]:
+    """Walk the keyed chain, hold its head against the anchor (and a head you noted), the rows against their events, and the search indexes."""
+    try:
+        expect = ExpectedHead.parse(args.expect_head) if args.expect_head is not None else None
+    except ValueError as exc:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, str(exc)) from None
+    return await service(call).verify(expect)
 
 
 @OPS.op("memory.groom", GroomArgs, access=Access.OPERATOR)

@@ -17,7 +17,9 @@ import apsw
 import trio
 
 from memory import groom, verify
+from store import integrity
 from store.events import BROKER_ACTOR
+from store.integrity import ExpectedHead
 from memory.policy import TrustPolicy
 from memory.settings import MemorySettings
 
@@ -111,7 +113,24 @@ class MemoryService:
 
     # -- verify ------------------------------------------------------------------
 
-    async def verify(self) -> dict[str, Any]:
-        walked, problems = await self.read(lambda conn: verify.check_records(conn, self.policy))
-        problems += await self.core.store.call(verify.check_indexes)
-        return verify.report(walked, problems)
+    async def verify(self, expect: ExpectedHead | None = None) -> dict[str, Any]:
+        store = self.core.store
+        key, key_problems = await trio.to_thread.run_sync(integrity.load_key, store.chain.key)
+        # A writer job is a batch, and every batch starts by checking, under the write lock,
+        # that the database still ends at the head the owner committed: read both after it.
+        problems = [verify.Problem(f.problem) for f in key_problems]
+        problems += await store.call(verify.check_indexes)
+        committed, refusing = store.head, store.refusing
+        if refusing is not None:
+            problems.append(verify.Problem(f"the broker refuses to append events: {refusing}"))
+        anchor_problems, reading = await trio.to_thread.run_sync(integrity.check_anchor, store.chain.anchor, key, committed)
+        problems += [verify.Problem(f.problem) for f in anchor_problems]
+        chain, record_problems = await self.read(lambda conn: verify.check_records(conn, self.policy, key=key, committed=committed, expect=expect))
+        anchored = reading.record.head if reading.record is not None else None
+        facts = {
+            "key_file": str(store.chain.key),
+            "anchor_file": str(store.chain.anchor),
+            "anchor": None if anchored is None else {"seq": anchored.seq, "hash": anchored.hash},
+            "committed": None if committed is None else {"seq": committed.seq, "hash": committed.hash},
+        }
+        return verify.report(chain, record_problems + problems, facts)

@@ -1,12 +1,17 @@
 """``conclave memory verify``: does the database still tell the truth?
 
 Someone with write access to the file (threat T3) can change any row.  The
-event log is hash-chained, and every change to memory wrote an event in the
-same transaction, so :func:`check_records` can hold the rows against the
-events that vouch for them:
+event log is hash-chained under a key kept outside the database, its head is
+anchored outside it, and every change to memory wrote an event in the same
+transaction, so :func:`check_records` can hold the rows against the events
+that vouch for them:
 
-* the chain itself (``store.events.verify_chain``): an edited, inserted or
-  dropped event breaks it at that event;
+* the chain, its key and its head (``store.integrity``): an edited, inserted
+  or dropped event, or one written without the key, breaks the chain at that
+  event; a log cut short or appended to disagrees with the anchor and with the
+  head the broker committed last; ``--expect-head`` holds it against a head a
+  person kept elsewhere; events the broker recorded as lost, and starts that
+  found the database disagreeing with its anchor, are listed;
 * every claim's text against the hash its ``memory.remember`` /
   ``memory.revise`` event recorded;
 * every corroboration, dispute and promotion row against its event (a row
@@ -30,8 +35,10 @@ import apsw
 import attrs
 
 from memory import claims, standing
-from store import events
 from memory.policy import Tier, TrustPolicy
+from store import integrity
+from store.chainkey import ChainKey
+from store.events import Head
 
 
 @final
@@ -42,10 +49,17 @@ class Problem:
     claim: int | None = None
 
 
-def check_records(conn: apsw.Connection, policy: TrustPolicy) -> tuple[int, list[Problem]]:
-    """The chain and the rows against it; returns (events walked, problems)."""
-    chain = events.verify_chain(conn)
-    problems = [] if chain.ok else [Problem(chain.reason or "the event chain is broken", event=chain.first_bad)]
+def check_records(
+    conn: apsw.Connection,
+    policy: TrustPolicy,
+    *,
+    key: ChainKey | None,
+    committed: Head | None = None,
+    expect: integrity.ExpectedHead | None = None,
+) -> tuple[integrity.ChainFindings, list[Problem]]:
+    """The chain (against ``committed``, the head the store owner committed last, and ``expect``) and the rows against it."""
+    chain = integrity.check_chain(conn, key, committed=committed, expect=expect)
+    problems = [Problem(f.problem, event=f.event) for f in chain.findings]
     created: dict[str, tuple[int, dict[str, Any], str]] = {}
     rows = conn.execute(
         "SELECT seq, kind, subject, payload, actor FROM events WHERE kind IN "
@@ -107,7 +121,7 @@ def check_records(conn: apsw.Connection, policy: TrustPolicy) -> tuple[int, list
             expected = Tier.RETIRED if retired_at else Tier.SUPERSEDED if superseded_by else Tier.UNVERIFIED
         if expected.value != tier:
             problems.append(Problem(f"claim {claim_id} is stored as {tier}, but its witnesses and events make it {expected.value}", claim=claim_id))
-    return chain.events, problems
+    return chain, problems
 
 
 def check_indexes(conn: apsw.Connection) -> list[Problem]:
@@ -121,11 +135,13 @@ def check_indexes(conn: apsw.Connection) -> list[Problem]:
     return problems
 
 
-def report(walked: int, problems: list[Problem]) -> dict[str, Any]:
+def report(chain: integrity.ChainFindings, problems: list[Problem], facts: dict[str, Any]) -> dict[str, Any]:
     with_events = [p.event for p in problems if p.event is not None]
     return {
         "ok": not problems,
-        "events": walked,
+        "events": chain.walked,
+        "head": {"seq": chain.head.seq, "hash": chain.head.hash},
         "first_bad_event": min(with_events) if with_events else None,
         "problems": [attrs.asdict(p) for p in problems],
+        "chain": {**chain.facts, **facts},
     }

@@ -1,12 +1,26 @@
-"""The append-only, hash-chained event log every component writes to.
+"""The append-only, keyed, hash-chained event log every component writes to.
 
 Each change -- a claim remembered, a lock granted, an agent spawned -- appends
 one event in the *same transaction* as the change, so the log and the state
-can never disagree.  Each event's hash covers its own fields and the previous
-event's hash.  Triggers refuse UPDATE and DELETE through SQLite; someone who
-edits the file behind the broker's back (threat T3) can drop the triggers, but
-cannot rewrite history without breaking the chain, and :func:`verify` names
-the first event that no longer matches.
+can never disagree.  Each event's hash is an HMAC-SHA256, under a key kept
+outside the database (:class:`~store.chainkey.ChainKey`), of its own fields
+and the previous event's hash.  Triggers refuse UPDATE and DELETE through
+SQLite; someone who edits the file behind the broker's back (threat T3) can
+drop the triggers, but without the key cannot write a link that verifies:
+:func:`verify_chain` names the first event that no longer matches.  What a
+chain cannot show -- its last events cut off -- the anchor shows
+(``store.anchor``).
+
+Schemes.  Databases written before the chain was keyed hold events hashed
+with plain SHA-256.  They are never rewritten: the first time a keyed writer
+opens such a log it appends one ``store.chain_keyed`` event (:data:`KEYED`),
+itself keyed, whose link pins every unkeyed event before it.  From that event
+on, every event must carry the keyed hash; an unkeyed hash after it is a
+forgery.  A fresh database starts with that event.
+
+A connection appends only once a key is bound to it (:func:`key_chain`);
+the store owner binds its writer's, and seals it (:func:`refuse_appends`)
+when the log changed behind its back.
 """
 
 from __future__ import annotations
@@ -14,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import weakref
 from datetime import datetime, timezone
 from typing import Any, Final, NamedTuple, Sequence, final
 
@@ -21,12 +36,43 @@ import apsw
 import attrs
 
 from store import jsoncodec
+from store.chainkey import ChainKey
 from store.schema import Schema
 
 COMPONENT = "events"
 GENESIS: Final = "0" * 64
 #: The actor recorded for the broker's own bookkeeping (spawns, exits, expiries).
 BROKER_ACTOR: Final = "broker"
+#: The event from which on the chain is keyed (its payload names the scheme and the key's id).
+KEYED: Final = "store.chain_keyed"
+SCHEME: Final = "hmac-sha256"
+
+
+class ChainRefused(RuntimeError):
+    """This connection may not append: no key is bound to it, or the log changed behind its owner's back."""
+
+
+class Head(NamedTuple):
+    """The last event of the log: its seq and hash (``(0, GENESIS)`` for an empty log)."""
+
+    seq: int
+    hash: str
+
+    def __str__(self) -> str:
+        return f"{self.seq}:{self.hash}"
+
+
+EMPTY: Final = Head(0, GENESIS)
+
+
+@attrs.define
+class _Binding:
+    key: ChainKey | None
+    refusal: str | None = None
+
+
+#: What each writer connection may append with.  Weak: a closed connection leaves no trace here.
+_BOUND: Final[weakref.WeakKeyDictionary[apsw.Connection, _Binding]] = weakref.WeakKeyDictionary()
 
 MIGRATIONS: list[str] = [
     """
@@ -81,9 +127,17 @@ def canonical(value: Any) -> str:
 _FLAT: Final = jsoncodec.compact(ensure_ascii=False)
 
 
-def _digest(seq: int, at: str, kind: str, actor: str, subject: str | None, payload: str, prev: str) -> str:
-    body = _FLAT([seq, at, kind, actor, subject, payload, prev])
-    return hashlib.sha256(body.encode()).hexdigest()
+def _message(seq: int, at: str, kind: str, actor: str, subject: str | None, payload: str, prev: str) -> bytes:
+    return _FLAT([seq, at, kind, actor, subject, payload, prev]).encode()
+
+
+def unkeyed_digest(seq: int, at: str, kind: str, actor: str, subject: str | None, payload: str, prev: str) -> str:
+    """The hash events had before the chain was keyed (plain SHA-256); only verification uses it."""
+    return hashlib.sha256(_message(seq, at, kind, actor, subject, payload, prev)).hexdigest()
+
+
+def keyed_digest(key: ChainKey, seq: int, at: str, kind: str, actor: str, subject: str | None, payload: str, prev: str) -> str:
+    return key.mac(_message(seq, at, kind, actor, subject, payload, prev))
 
 
 @final
@@ -153,56 +207,175 @@ def append_many(conn: apsw.Connection, pending: Sequence[Pending]) -> int | None
 
 
 def _chain(conn: apsw.Connection, pending: Sequence[Pending]) -> list[tuple[Any, ...]]:
-    """The rows for ``pending``, each linked to the one before, after the log's last event."""
+    """The rows for ``pending``, each linked to the one before, after the log's last event.
+
+    Raises:
+        ChainRefused: no key is bound to ``conn``, or its owner sealed it.
+    """
     for p in pending:
         if not p.actor:
             raise ValueError("an event needs the acting principal; there is no default actor")
     if not pending:
         return []
-    row = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
-    seq, prev = (row[0], row[1]) if row else (0, GENESIS)
+    key = _key_for(conn)
+    seq, prev = head(conn)
     rows = []
     for p in pending:
         seq += 1
         body = canonical(p.payload or {})
-        digest = _digest(seq, p.at, p.kind, p.actor, p.subject, body, prev)
+        digest = key.mac(_message(seq, p.at, p.kind, p.actor, p.subject, body, prev))
         rows.append((seq, p.at, p.kind, p.actor, p.subject, body, prev, digest))
         prev = digest
     return rows
 
 
+def _key_for(conn: apsw.Connection) -> ChainKey:
+    binding = _BOUND.get(conn)
+    if binding is None:
+        raise ChainRefused("this connection has no chain key: only the store owner's writer appends events (see store.events.key_chain)")
+    if binding.refusal is not None:
+        raise ChainRefused(binding.refusal)
+    if binding.key is None:
+        raise ChainRefused("the event log is keyed but its key is missing")
+    return binding.key
+
+
+def head(conn: apsw.Connection) -> Head:
+    """The log's last event (``EMPTY`` when it has none)."""
+    row = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    return Head(row[0], row[1]) if row else EMPTY
+
+
+def key_switch(conn: apsw.Connection) -> tuple[int, str | None] | None:
+    """The last ``store.chain_keyed`` event: its seq and the key id it names; None when the log was never keyed."""
+    row = conn.execute(f"SELECT seq, payload FROM events WHERE kind = '{KEYED}' ORDER BY seq DESC LIMIT 1").fetchone()
+    if row is None:
+        return None
+    try:
+        return row[0], json.loads(row[1]).get("key_id")
+    except (ValueError, AttributeError):
+        return row[0], None
+
+
+def key_chain(conn: apsw.Connection, key: ChainKey) -> Event | None:
+    """Bind ``key`` to ``conn`` for appending; key the log if it never was.
+
+    A log with no ``store.chain_keyed`` event (a fresh database, or one an
+    older conclave wrote with plain SHA-256) gets one now, keyed, in its own
+    transaction; it is returned.  A log keyed under another key is not
+    touched: the connection is sealed with the reason, so nothing is
+    appended under a key verification would not accept.
+    """
+    switch = key_switch(conn)
+    if switch is not None and switch[1] != key.id:
+        bind_sealed(conn, key, f"the event log is keyed with key {switch[1]} (event {switch[0]}), but the chain key file holds key {key.id}: "
+                    "it was replaced, or this database belongs to another state directory; restore the key file that goes with it")
+        return None
+    _BOUND[conn] = _Binding(key)
+    if switch is not None:
+        return None
+    with conn:
+        unkeyed = head(conn).seq
+        return append(conn, KEYED, actor=BROKER_ACTOR, payload={"scheme": SCHEME, "key_id": key.id, "unkeyed_before": unkeyed})
+
+
+def bind_sealed(conn: apsw.Connection, key: ChainKey | None, reason: str) -> None:
+    """Bind ``conn`` so that every append is refused with ``reason`` (reads and other writes go on)."""
+    _BOUND[conn] = _Binding(key, reason)
+
+
+def refuse_appends(conn: apsw.Connection, reason: str) -> None:
+    """Seal ``conn``: from now on every append raises :class:`ChainRefused` with ``reason``."""
+    binding = _BOUND.get(conn)
+    if binding is None:
+        _BOUND[conn] = _Binding(None, reason)
+    elif binding.refusal is None:
+        binding.refusal = reason
+
+
+def refusal(conn: apsw.Connection) -> str | None:
+    """Why ``conn`` may not append (None when it may)."""
+    binding = _BOUND.get(conn)
+    if binding is None:
+        return "no chain key is bound to this connection"
+    return binding.refusal or (None if binding.key is not None else "the chain key is missing")
+
+
 @final
 @attrs.frozen
 class ChainReport:
-    """What :func:`verify_chain` found.  ``first_bad`` is None when intact."""
+    """What :func:`verify_chain` found.
+
+    ``first_bad`` is the first event that does not verify (None when every
+    event does); ``head`` is the last event walked; ``keyed_from`` the
+    ``store.chain_keyed`` event from which on the chain is keyed (events
+    before it were hashed with plain SHA-256 by an older conclave), and
+    ``key_id`` the key that event names.
+    """
 
     events: int
     first_bad: int | None
     reason: str | None
+    head: Head = EMPTY
+    keyed_from: int | None = None
+    key_id: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.first_bad is None
+        return self.reason is None
 
 
-def verify_chain(conn: apsw.Connection) -> ChainReport:
-    """Walk the whole chain; name the first event whose hash or link is wrong."""
+def verify_chain(conn: apsw.Connection, key: ChainKey | None) -> ChainReport:
+    """Walk the whole chain; name the first event whose hash or link is wrong.
+
+    Events before the first ``store.chain_keyed`` event are checked with plain
+    SHA-256, every event from it on with ``key``.  With no key at hand only
+    the unkeyed prefix can be checked, and the report says so.
+    """
     prev = GENESIS
     expected_seq = 1
     count = 0
+    keyed_from: int | None = None
+    key_id: str | None = None
+    last = EMPTY
+
+    def bad(seq: int, reason: str) -> ChainReport:
+        return ChainReport(count, seq, reason, last, keyed_from, key_id)
+
     for seq, at, kind, actor, subject, payload, prev_hash, digest in conn.execute(
         "SELECT seq, at, kind, actor, subject, payload, prev_hash, hash FROM events ORDER BY seq"
     ):
         count += 1
         if seq != expected_seq:
-            return ChainReport(count, expected_seq, f"event {expected_seq} is missing (next is {seq})")
+            return bad(expected_seq, f"event {expected_seq} is missing (next is {seq})")
         if prev_hash != prev:
-            return ChainReport(count, seq, f"event {seq} does not link to event {seq - 1}")
-        if _digest(seq, at, kind, actor, subject, payload, prev_hash) != digest:
-            return ChainReport(count, seq, f"event {seq} ({kind}) was altered after it was written")
+            return bad(seq, f"event {seq} does not link to event {seq - 1}")
+        message = _message(seq, at, kind, actor, subject, payload, prev_hash)
+        if kind == KEYED:
+            try:
+                named = json.loads(payload).get("key_id")
+            except (ValueError, AttributeError):
+                named = None
+            if key is None:
+                return bad(seq, f"the chain is keyed from event {seq} on (key {named}) and there is no chain key to check it with")
+            if named != key.id:
+                return bad(seq, f"events from {seq} on were keyed with key {named}, but the chain key file holds key {key.id}: "
+                                "the key file was replaced, or the database comes from another state directory")
+            if key_id is None:
+                keyed_from, key_id = seq, named
+        if keyed_from is not None:
+            if key is not None and key.mac(message) != digest:
+                if hashlib.sha256(message).hexdigest() == digest:
+                    return bad(seq, f"event {seq} ({kind}) is hashed with plain SHA-256, not the chain key: it was written by someone without the key")
+                return bad(seq, f"event {seq} ({kind}) fails its keyed hash: it was forged or altered without the chain key")
+        elif hashlib.sha256(message).hexdigest() != digest:
+            return bad(seq, f"event {seq} ({kind}) was altered after it was written")
         prev = digest
+        last = Head(seq, digest)
         expected_seq += 1
-    return ChainReport(count, None, None)
+    if count and keyed_from is None:
+        return ChainReport(count, None, "the event log is not keyed: it has no store.chain_keyed event (a broker keys it the first time it opens it)", last, None, None)
+    return ChainReport(count, None, None, last, keyed_from, key_id)
 
 
 def read(

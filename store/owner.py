@@ -11,11 +11,24 @@ lets eight agents remember thousands of claims a second.
 Use :meth:`StoreOwner.call` from any task to change state and
 :meth:`StoreOwner.read` to read on a connection of its own; never touch the
 writer connection directly.
+
+The owner also guards the event log's head (threat T3).  It keys the chain
+(``store.chainkey``), remembers the last ``(seq, hash)`` it committed, and at
+the start of every batch -- holding SQLite's write lock -- checks that the
+database still ends there: if something appended or cut behind its back it
+refuses every append from then on (:class:`~store.events.ChainRefused`) and
+says so loudly.  Every batch that moved the head writes it to the anchor
+file before committing (``store.anchor``), and shutdown writes it once more.
+At start, a database that disagrees with its anchor gets a
+``store.anchor_mismatch`` event saying how (so ``conclave memory verify``
+keeps naming it), and the run goes on from there.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+from pathlib import Path
 from typing import Any, Callable, Final, Sequence, TypeVar, final
 
 import apsw
@@ -23,8 +36,14 @@ import attrs
 import outcome
 import trio
 
+from store import anchor, events
 from store.backend import Backend
+from store.chainkey import ChainKey, ChainKeyError
 from store.schema import Schema
+
+log = logging.getLogger("conclave.store")
+#: The event a starting owner writes when the database disagrees with its anchor.
+ANCHOR_MISMATCH: Final = "store.anchor_mismatch"
 
 T = TypeVar("T")
 #: Most jobs grouped into one transaction.
@@ -36,11 +55,26 @@ LINGER_PASSES: Final = 4
 
 @final
 @attrs.frozen
+class ChainFiles:
+    """Where the chain's secrets live, outside the database (``StatePaths.chain_key`` / ``chain_anchor``)."""
+
+    key: Path
+    anchor: Path
+
+
+@final
+@attrs.frozen
 class StoreStatistics:
     jobs: int
     batches: int
     largest_batch: int
     queued: int
+    #: The last event committed, ``"SEQ:HASH"`` (None before the store opened).
+    head: str | None
+    #: Why no event may be appended (the log changed behind the owner's back, the key is missing); None when all is well.
+    refusing: str | None
+    #: Events a writer could not write even one by one (reported by :meth:`StoreOwner.report_lost`).
+    lost_events: int
 
 
 @attrs.define
@@ -59,8 +93,9 @@ class StoreOwner:
     ``schemas`` before reporting started.
     """
 
-    def __init__(self, backend: Backend, schemas: Sequence[Schema]) -> None:
+    def __init__(self, backend: Backend, schemas: Sequence[Schema], *, chain: ChainFiles) -> None:
         self.backend = backend
+        self.chain = chain
         self._schemas = tuple(schemas)
         self._send, self._receive = trio.open_memory_channel[_Job](math.inf)
         self._limiter = trio.CapacityLimiter(1)
@@ -69,9 +104,19 @@ class StoreOwner:
         self._batches = 0
         self._largest = 0
         self._last_batch = 0
+        self._head: events.Head | None = None
+        self._anchor: anchor.AnchorFile | None = None
+        self._refusing: str | None = None
+        self._lost = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self._conn = await trio.to_thread.run_sync(self.backend.open_writer, self._schemas, limiter=self._limiter)
+        try:
+            await trio.to_thread.run_sync(self._open_chain, self._conn, limiter=self._limiter)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._close, limiter=self._limiter)
+            raise
         try:
             task_status.started()
             async with self._receive:
@@ -95,9 +140,20 @@ class StoreOwner:
                         finished.done.set()
         finally:
             with trio.CancelScope(shield=True):
-                conn, self._conn = self._conn, None
-                if conn is not None:
-                    await trio.to_thread.run_sync(conn.close, limiter=self._limiter)
+                await trio.to_thread.run_sync(self._close, limiter=self._limiter)
+
+    def _close(self) -> None:
+        """Anchor the head one last time (unless the log was found tampered with) and close."""
+        conn, self._conn = self._conn, None
+        try:
+            if self._anchor is not None:
+                if self._refusing is None and self._head is not None:
+                    self._anchor.write(self._head, self._head)
+                self._anchor.close()
+                self._anchor = None
+        finally:
+            if conn is not None:
+                conn.close()
 
     async def call(self, fn: Callable[[apsw.Connection], T]) -> T:
         """Run ``fn(conn)`` in a transaction on the owner's thread; return its result.
@@ -132,7 +188,86 @@ class StoreOwner:
             batches=self._batches,
             largest_batch=self._largest,
             queued=self._send.statistics().current_buffer_used,
+            head=None if self._head is None else str(self._head),
+            refusing=self._refusing,
+            lost_events=self._lost,
         )
+
+    @property
+    def head(self) -> events.Head | None:
+        """The last event this owner committed (what it expects the database to end with)."""
+        return self._head
+
+    @property
+    def refusing(self) -> str | None:
+        """Why appends are refused; None while they are not."""
+        return self._refusing
+
+    def report_lost(self, count: int, what: str) -> None:
+        """A writer could not write ``count`` event(s) it had acknowledged: count them and say so loudly.
+
+        The writer also tries to record a ``broker.error`` event naming them
+        (``conclave memory verify`` lists those); this is for ``broker.stats``
+        and the log when even that fails.
+        """
+        self._lost += count
+        log.error("LOST %d event(s) the broker had acknowledged: %s", count, what)
+
+    # -- the chain's head -------------------------------------------------------
+
+    def _open_chain(self, conn: apsw.Connection) -> None:
+        """Key the chain, hold the database against its anchor, and start anchoring (worker thread)."""
+        files = self.chain
+        switch = events.key_switch(conn)
+        found = events.head(conn)
+        try:
+            key = ChainKey.load(files.key)
+        except ChainKeyError as exc:
+            return self._refuse(conn, f"{exc}; nothing can be appended until it is restored")
+        if key is None:
+            if switch is not None or files.anchor.exists():
+                return self._refuse(conn, f"the event log is keyed (key {switch[1] if switch else '?'}) but the chain key {files.key} is missing: "
+                                    "restore it from your copy; nothing can be appended without it")
+            key = ChainKey.create(files.key)
+        reading = anchor.read(files.anchor, key)
+        if reading.missing and switch is None:
+            mismatch = None  # a fresh store, or one an older conclave wrote: nothing was ever anchored
+        else:
+            mismatch = anchor.compare(reading, found)
+        events.key_chain(conn, key)
+        refused = events.refusal(conn)
+        if refused is not None:
+            return self._refuse(conn, refused)
+        if mismatch is not None:
+            log.error("the state database disagrees with its anchor: %s", mismatch)
+            anchored = reading.record.head if reading.record is not None else None
+            with conn:
+                events.append(conn, ANCHOR_MISMATCH, actor=events.BROKER_ACTOR, payload={
+                    "problem": mismatch,
+                    "anchored": None if anchored is None else [anchored.seq, anchored.hash],
+                    "found": [found.seq, found.hash],
+                })
+        self._head = events.head(conn)
+        self._anchor = anchor.AnchorFile(files.anchor, key)
+        self._anchor.write(self._head, self._head)
+
+    def _refuse(self, conn: apsw.Connection, reason: str) -> None:
+        if self._refusing is None:
+            self._refusing = reason
+            log.error("the event log refuses appends: %s", reason)
+        events.refuse_appends(conn, reason)
+
+    def _check_head(self, conn: apsw.Connection) -> None:
+        """Inside the batch's write lock: does the database still end where this owner left it?"""
+        if self._head is None or self._refusing is not None:
+            return
+        found = events.head(conn)
+        if found != self._head:
+            what = "cut" if found.seq < self._head.seq else "appended to" if found.seq > self._head.seq else "rewritten"
+            reason = (f"the event log was {what} behind the broker's back: the broker's last event is {self._head.seq} "
+                      f"({self._head.hash[:16]}...), the database's is {found.seq} ({found.hash[:16]}...); "
+                      "appends are refused until the broker is restarted (run `conclave memory verify`)")
+            self._refuse(conn, reason)
 
     def _run_batch(self, batch: list[_Job]) -> None:
         conn = self._conn
@@ -143,13 +278,24 @@ class StoreOwner:
         self._last_batch = len(batch)
         conn.execute("BEGIN IMMEDIATE")
         try:
+            self._check_head(conn)
             for job in batch:
                 conn.execute("SAVEPOINT job")
                 job.result = outcome.capture(job.fn, conn)
                 if isinstance(job.result, outcome.Error):
                     conn.execute("ROLLBACK TO job")
                 conn.execute("RELEASE job")
+            moved = None
+            if self._anchor is not None and self._refusing is None:
+                new = events.head(conn)
+                if new != self._head:
+                    assert self._head is not None
+                    # Before the commit: a crash in between leaves the database at either head.
+                    self._anchor.write(self._head, new)
+                    moved = new
             conn.execute("COMMIT")
+            if moved is not None:
+                self._head = moved
         except BaseException as exc:
             if not conn.getautocommit():
                 conn.execute("ROLLBACK")

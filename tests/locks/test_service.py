@@ -16,12 +16,12 @@ from locks import LockStatistics, LockTable
 from locks import schema as locks_schema
 from locks.journal import Journal
 from store.backend import SqliteBackend
-from store.owner import StoreOwner
+from store.owner import ChainFiles, StoreOwner
 
 
 async def test_holdings_and_statistics_report_what_is_held(tmp_path: Path, nursery) -> None:
     repo = make_repo(tmp_path)
-    store = StoreOwner(SqliteBackend(tmp_path / "state.db"), [locks_schema.SCHEMA])
+    store = StoreOwner(SqliteBackend(tmp_path / "state.db"), [locks_schema.SCHEMA], chain=ChainFiles(tmp_path / "chain-key", tmp_path / "chain-anchor"))
     await nursery.start(store.run)
     table = LockTable(repo, Journal(store))
     await nursery.start(table.run)

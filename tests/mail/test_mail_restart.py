@@ -57,11 +57,12 @@ def test_mail_survives_a_broker_restart(tmp_path: Path) -> None:
         assert [m["id"] for m in found] == [unread["id"]]
     # The chain of events still verifies across both runs.
     from store import events
+    from store.chainkey import ChainKey
     from store.database import connect
 
     conn = connect(second.state / "conclave.db", readonly=True)
     try:
-        assert events.verify_chain(conn).ok
+        assert events.verify_chain(conn, ChainKey.load(second.state / "chain-key")).ok
     finally:
         conn.close()
     kinds = [k for (k,) in query(second, "SELECT kind FROM events WHERE kind LIKE 'msg.%' ORDER BY seq")]

@@ -10,12 +10,14 @@ import apsw
 import pytest
 
 from broker import composition
-from store import database
+from store import database, events
+from store.chainkey import ChainKey
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[apsw.Connection]:
     conn = database.open_store(tmp_path / "memory.db", composition.schemas())
+    events.key_chain(conn, ChainKey.generate())  # this connection writes as the store owner would
     yield conn
     conn.close()
 

@@ -7,12 +7,27 @@ import pytest
 
 from store import events
 from store.backend import SqliteBackend
-from store.database import connect, open_store
-from store.owner import StoreOwner
+from store.chainkey import ChainKey
+from store.database import connect
+from store.database import open_store as open_unkeyed
+from store.owner import ChainFiles, StoreOwner
+
+KEY = ChainKey.generate()
+
+
+def open_store(path, schemas):
+    """The writer connection keyed as the store owner keys its own."""
+    conn = open_unkeyed(path, schemas)
+    events.key_chain(conn, KEY)
+    return conn
+
+
+def chain_files(tmp_path):
+    return ChainFiles(tmp_path / "chain-key", tmp_path / "chain-anchor")
 
 
 async def test_concurrent_jobs_are_grouped_and_a_failing_job_rolls_back_alone(tmp_path):
-    owner = StoreOwner(SqliteBackend(tmp_path / "db"), [])
+    owner = StoreOwner(SqliteBackend(tmp_path / "db"), [], chain=chain_files(tmp_path))
     async with trio.open_nursery() as nursery:
         await nursery.start(owner.run)
         results: dict[int, object] = {}
@@ -39,9 +54,9 @@ async def test_concurrent_jobs_are_grouped_and_a_failing_job_rolls_back_alone(tm
     assert results == {i: i for i in range(50) if i != 13}
     assert stats.jobs == 50 and stats.batches < 50  # grouped: fewer transactions than jobs
     conn = connect(tmp_path / "db")
-    subjects = sorted(int(r[0]) for r in conn.execute("SELECT subject FROM events"))
+    subjects = sorted(int(r[0]) for r in conn.execute("SELECT subject FROM events WHERE kind = 'test.write'"))
     assert subjects == [i for i in range(50) if i != 13]
-    assert events.verify_chain(conn).ok
+    assert events.verify_chain(conn, ChainKey.load(tmp_path / "chain-key")).ok
 
 
 def test_the_event_log_refuses_update_and_delete_through_sqlite(tmp_path):
@@ -54,7 +69,7 @@ def test_the_event_log_refuses_update_and_delete_through_sqlite(tmp_path):
         conn.execute("UPDATE events SET kind = 'x'")
     with pytest.raises(apsw.ConstraintError, match="append-only"):
         conn.execute("DELETE FROM events")
-    assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 1
+    assert conn.execute("SELECT count(*) FROM events WHERE kind = 'test.one'").fetchone()[0] == 1
 
 
 def test_verify_names_the_first_event_edited_behind_the_log(tmp_path):
@@ -62,11 +77,11 @@ def test_verify_names_the_first_event_edited_behind_the_log(tmp_path):
     with conn:
         for n in range(5):
             events.append(conn, "test.n", actor="tester:1", payload={"n": n})
-    assert events.verify_chain(conn).ok  # control: untouched chain verifies
+    assert events.verify_chain(conn, KEY).ok  # control: untouched chain verifies
     # T3: someone with the file drops the trigger and rewrites event 3.
     conn.execute("DROP TRIGGER events_append_only_update")
     conn.execute("UPDATE events SET payload = '{\"n\":99}' WHERE seq = 3")
-    report = events.verify_chain(conn)
+    report = events.verify_chain(conn, KEY)
     assert not report.ok and report.first_bad == 3 and "altered" in report.reason
 
 
@@ -77,7 +92,7 @@ def test_verify_notices_a_deleted_event(tmp_path):
             events.append(conn, "test.n", actor="tester:1")
     conn.execute("DROP TRIGGER events_append_only_delete")
     conn.execute("DELETE FROM events WHERE seq = 2")
-    report = events.verify_chain(conn)
+    report = events.verify_chain(conn, KEY)
     assert report.first_bad == 2 and "missing" in report.reason
 
 
@@ -120,6 +135,11 @@ def test_a_batch_of_events_chains_exactly_like_events_appended_one_at_a_time(tmp
         for n in range(1, 40)
     ]
     first = dict(actor="tester:1", at="2026-11-29T00:00:00.000000+00:00")
+    # Both logs start from the same store.chain_keyed event, so every later hash must agree.
+    open_store(tmp_path / "one", []).close()
+    import shutil
+
+    shutil.copyfile(tmp_path / "one", tmp_path / "many")
     one, many = open_store(tmp_path / "one", []), open_store(tmp_path / "many", [])
     with one:
         events.append(one, "test.first", **first)
@@ -128,13 +148,14 @@ def test_a_batch_of_events_chains_exactly_like_events_appended_one_at_a_time(tmp
         events.append(one, "test.last", **first)
     with many:
         events.append(many, "test.first", **first)
-        assert events.append_many(many, pending) == 1 + len(pending)
+        # seq 1 is the store.chain_keyed event that opens every keyed log
+        assert events.append_many(many, pending) == 2 + len(pending)
         events.append(many, "test.last", **first)  # the chain goes on after a batch
     rows = "SELECT seq, at, kind, actor, subject, payload, prev_hash, hash FROM events ORDER BY seq"
     written = many.execute(rows).fetchall()
     assert written == one.execute(rows).fetchall()
-    assert len(written) == len(pending) + 2
-    assert events.verify_chain(many).ok
+    assert len(written) == len(pending) + 3
+    assert events.verify_chain(many, KEY).ok
     assert [e.payload for e in events.read(many, kind_prefix="test.n")] == [p.payload or {} for p in pending]
 
 
@@ -144,7 +165,7 @@ def test_a_batch_with_an_event_without_actor_writes_nothing(tmp_path):
     with pytest.raises(ValueError, match="no default actor"):
         with conn:
             events.append_many(conn, [good, good._replace(actor="")])
-    assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM events WHERE kind = 'test.n'").fetchone()[0] == 0
     with conn:  # control: the same batch with its actor is written
         events.append_many(conn, [good, good])
-    assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 2
+    assert conn.execute("SELECT count(*) FROM events WHERE kind = 'test.n'").fetchone()[0] == 2

@@ -1,0 +1,157 @@
+"""The chain's head, kept outside the database: what shows a log cut short.
+
+A chain proves every link, but not that links are missing at the end:
+delete the last N events and what is left is a perfectly good, shorter
+chain.  So the store owner writes the head -- the last event's ``(seq,
+hash)`` -- to this file (``StatePaths.chain_anchor``) at every commit that
+moved it and at shutdown, and ``conclave memory verify`` holds the database
+against it.
+
+The record is written *before* the commit and names the head before the
+batch as well as the head after it: a broker killed between the two leaves a
+database at either, and both are accepted.  The file has two slots written
+in turn, each MAC'd with the chain key, so a torn write leaves the other
+slot good and a slot edited without the key is refused.  One ``pwrite`` and
+one ``fdatasync`` per batch, on a file kept open.
+
+What it cannot show: someone who holds the key (a process running as the
+user outside every sandbox can read it) can rewrite this file too; someone
+who kept an old copy of the database *and* this file can roll both back to
+it.  A head a person noted elsewhere (``verify --expect-head``) catches both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Final, final
+
+import attrs
+
+from store.chainkey import ChainKey
+from store.events import Head
+
+SLOT: Final = 512
+VERSION: Final = 1
+
+
+@final
+@attrs.frozen
+class AnchorRecord:
+    """One slot: the head before the batch in flight, and the head it commits (equal when idle)."""
+
+    before: Head
+    head: Head
+    key_id: str
+    written: int  # which write this was; the newest valid slot wins
+
+    def accepts(self, found: Head) -> bool:
+        return found == self.head or found == self.before
+
+
+@final
+@attrs.frozen
+class AnchorReading:
+    """What the anchor file says: the newest good record, or why there is none."""
+
+    record: AnchorRecord | None
+    problem: str | None = None
+    missing: bool = False
+
+
+def _body(before: Head, head: Head, key_id: str, written: int) -> dict[str, object]:
+    return {"v": VERSION, "before": [before.seq, before.hash], "head": [head.seq, head.hash], "key_id": key_id, "written": written}
+
+
+def _mac(key: ChainKey, body: dict[str, object]) -> str:
+    return key.mac(b"conclave anchor\0" + json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
+@final
+class AnchorFile:
+    """The writer's handle: an open file and the count of records written."""
+
+    def __init__(self, path: Path, key: ChainKey) -> None:
+        self.path = path
+        self._key = key
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        previous = read(path, key).record
+        self._written = previous.written if previous is not None else 0
+
+    def write(self, before: Head, head: Head) -> None:
+        """Record ``head`` (and the head before it), durably, in the slot not holding the newest record."""
+        self._written += 1
+        body = _body(before, head, self._key.id, self._written)
+        line = json.dumps({**body, "mac": _mac(self._key, body)}, separators=(",", ":")).encode()
+        if len(line) >= SLOT:
+            raise ValueError("an anchor record outgrew its slot")
+        os.pwrite(self._fd, line.ljust(SLOT - 1) + b"\n", (self._written % 2) * SLOT)
+        os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def read(path: Path, key: ChainKey | None) -> AnchorReading:
+    """The newest record in ``path`` whose MAC holds under ``key``."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return AnchorReading(None, f"the anchor file {path} is missing", missing=True)
+    except OSError as exc:
+        return AnchorReading(None, f"cannot read the anchor file {path}: {exc.strerror}")
+    if key is None:
+        return AnchorReading(None, "the anchor cannot be checked without the chain key")
+    good: list[AnchorRecord] = []
+    foreign: set[str] = set()
+    for offset in (0, SLOT):
+        chunk = data[offset : offset + SLOT].strip()
+        if not chunk:
+            continue
+        try:
+            raw = json.loads(chunk)
+            body = {k: raw[k] for k in ("v", "before", "head", "key_id", "written")}
+            mac = raw["mac"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if body["key_id"] != key.id:
+            foreign.add(str(body["key_id"]))
+            continue
+        if mac != _mac(key, body):
+            continue
+        try:
+            good.append(AnchorRecord(Head(*body["before"]), Head(*body["head"]), body["key_id"], int(body["written"])))
+        except TypeError:
+            continue
+    if good:
+        return AnchorReading(max(good, key=lambda r: r.written))
+    if foreign:
+        return AnchorReading(None, f"the anchor file was written under key {', '.join(sorted(foreign))}, not the chain key {key.id}")
+    if not data.strip():
+        return AnchorReading(None, f"the anchor file {path} is empty")
+    return AnchorReading(None, f"the anchor file {path} fails its MAC: it was edited without the chain key")
+
+
+def compare(reading: AnchorReading, found: Head) -> str | None:
+    """Why the database's head ``found`` does not agree with the anchor; None when it does."""
+    if reading.record is None:
+        return reading.problem
+    record = reading.record
+    if record.accepts(found):
+        return None
+    anchored = record.head
+    for recorded in (anchored, record.before):
+        if found.seq == recorded.seq:
+            return (f"event {found.seq} is not the event the anchor recorded (hash {found.hash[:16]}..., anchored {recorded.hash[:16]}...): "
+                    "the end of the log was replaced")
+    if found.seq < record.before.seq:
+        return (f"the event log ends at event {found.seq}, but the anchor recorded event {anchored.seq}: "
+                f"the last {anchored.seq - found.seq} event(s) were cut (or lost to a power failure)")
+    if found.seq > anchored.seq:
+        return (f"the event log runs to event {found.seq}, past the anchored head (event {anchored.seq}): "
+                f"{found.seq - anchored.seq} event(s) were appended behind the broker's back")
+    return (f"the event log ends at event {found.seq}, between the heads the anchor recorded ({record.before.seq} and {anchored.seq}), "
+            "and at neither: the log was cut and rewritten")
