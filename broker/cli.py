@@ -109,6 +109,8 @@ def run(
             else:
                 say(line)
     sys.stdout.flush()
+    from store.events import ChainRefused
+
     try:
         summary = trio.run(
             lambda: run_broker(
@@ -118,6 +120,14 @@ def run(
         )  # fmt: skip
     except (BrokerAlreadyRunning, StateError) as exc:
         die(str(exc), EXIT_NOT_STARTED)
+    except BaseExceptionGroup as group:
+        # The store would not append the broker's first event: its chain key is gone, or replaced.
+        refused = group.subgroup(ChainRefused)
+        if refused is None:
+            raise
+        while isinstance(refused, BaseExceptionGroup):
+            refused = refused.exceptions[0]
+        die(f"the broker will not run: {refused}; `conclave memory verify` says more", EXIT_NOT_STARTED)
     emit(target, _summary_json(summary), _print_summary)
     raise typer.Exit(summary.exit_code)
 

@@ -11,6 +11,7 @@ scenario expects fails the scenario, with what was expected and what happened.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -190,6 +191,9 @@ class ScenarioRun:
 
             conn = connect(self.run.state / "conclave.db")
             try:
+                # The attacker has tools: sha256(text) in its SQL, to rehash or extend the chain
+                # the way an unkeyed chain would be extended.  The key is not given to it.
+                conn.create_scalar_function("sha256", lambda text: hashlib.sha256(str(text).encode()).hexdigest(), 1, deterministic=True)
                 # The attacker with the file drops the append-only triggers first.
                 conn.execute("DROP TRIGGER IF EXISTS events_append_only_update")
                 conn.execute("DROP TRIGGER IF EXISTS events_append_only_delete")

@@ -136,7 +136,7 @@ def recorded_findings(conn: apsw.Connection) -> list[Finding]:
     for seq, kind, payload in rows:
         body = _json(payload)
         if kind == "store.anchor_mismatch":
-            found.append(Finding(f"event {seq}: a broker started on a database that disagreed with its anchor: {body.get('problem')}", seq))
+            found.append(Finding(f"event {seq}: when the store was opened, the database disagreed with its anchor: {body.get('problem')}", seq))
         else:
             lost = body.get("event") or {}
             found.append(Finding(
