@@ -11,8 +11,14 @@ The record is written *before* the commit and names the head before the
 batch as well as the head after it: a broker killed between the two leaves a
 database at either, and both are accepted.  The file has two slots written
 in turn, each MAC'd with the chain key, so a torn write leaves the other
-slot good and a slot edited without the key is refused.  One ``pwrite`` and
-one ``fdatasync`` per batch, on a file kept open.
+slot good and a slot edited without the key is refused.  One ``pwrite`` per
+batch, on a file kept open; the ``fdatasync`` that makes it durable runs on
+a thread of its own right after (the store owner's ``_keep_anchor_synced``),
+so the writer never waits for the disk.  A ``pwrite`` survives the broker
+being killed (it is in the kernel's cache); only a power failure in the
+millisecond before the sync can leave the anchor one batch behind -- and the
+database, which commits with ``synchronous=NORMAL``, can lose its own last
+commits to a power failure too.
 
 What it cannot show: someone who holds the key (a process running as the
 user outside every sandbox can read it) can rewrite this file too; someone
@@ -79,14 +85,23 @@ class AnchorFile:
         previous = read(path, key).record
         self._written = previous.written if previous is not None else 0
 
-    def write(self, before: Head, head: Head) -> None:
-        """Record ``head`` (and the head before it), durably, in the slot not holding the newest record."""
+    def write(self, before: Head, head: Head, *, sync: bool = True) -> None:
+        """Record ``head`` (and the head before it) in the slot not holding the newest record.
+
+        With ``sync`` (the default) it is on disk when this returns; without,
+        it is in the kernel's cache and :meth:`sync` makes it durable.
+        """
         self._written += 1
         body = _body(before, head, self._key.id, self._written)
         line = json.dumps({**body, "mac": _mac(self._key, body)}, separators=(",", ":")).encode()
         if len(line) >= SLOT:
             raise ValueError("an anchor record outgrew its slot")
         os.pwrite(self._fd, line.ljust(SLOT - 1) + b"\n", (self._written % 2) * SLOT)
+        if sync:
+            os.fdatasync(self._fd)
+
+    def sync(self) -> None:
+        """Make every record written so far durable (safe from another thread while the writer goes on)."""
         os.fdatasync(self._fd)
 
     def close(self) -> None:

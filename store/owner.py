@@ -18,7 +18,8 @@ the start of every batch -- holding SQLite's write lock -- checks that the
 database still ends there: if something appended or cut behind its back it
 refuses every append from then on (:class:`~store.events.ChainRefused`) and
 says so loudly.  Every batch that moved the head writes it to the anchor
-file before committing (``store.anchor``), and shutdown writes it once more.
+file before committing (``store.anchor``; made durable by a sync on another
+thread right after), and shutdown writes and syncs it once more.
 At start, a database that disagrees with its anchor gets a
 ``store.anchor_mismatch`` event saying how (so ``conclave memory verify``
 keeps naming it), and the run goes on from there.
@@ -75,6 +76,9 @@ class StoreStatistics:
     refusing: str | None
     #: Events a writer could not write even one by one (reported by :meth:`StoreOwner.report_lost`).
     lost_events: int
+    #: Anchor records written (one per batch that moved the head) and fdatasyncs that made them durable.
+    anchor_writes: int
+    anchor_syncs: int
 
 
 @attrs.define
@@ -108,6 +112,10 @@ class StoreOwner:
         self._anchor: anchor.AnchorFile | None = None
         self._refusing: str | None = None
         self._lost = 0
+        self._anchor_dirty = trio.Event()
+        self._anchor_unsynced = False
+        self._anchor_writes = 0
+        self._anchor_syncs = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self._conn = await trio.to_thread.run_sync(self.backend.open_writer, self._schemas, limiter=self._limiter)
@@ -118,29 +126,50 @@ class StoreOwner:
                 await trio.to_thread.run_sync(self._close, limiter=self._limiter)
             raise
         try:
-            task_status.started()
-            async with self._receive:
-                async for job in self._receive:
-                    # Under load (the last batch had company), linger a moment so the
-                    # jobs of requests already on their way join this batch: one commit
-                    # instead of several.  An idle store never waits.
-                    for _ in range(LINGER_PASSES if self._last_batch > 1 else 1):
-                        await trio.lowlevel.checkpoint()
-                    batch = [job]
-                    while len(batch) < MAX_BATCH:
-                        try:
-                            batch.append(self._receive.receive_nowait())
-                        except trio.WouldBlock:
-                            break
-                    # Shielded: a batch that started must finish and report,
-                    # or its callers would wait forever on a half-run job.
-                    with trio.CancelScope(shield=True):
-                        await trio.to_thread.run_sync(self._run_batch, batch, limiter=self._limiter)
-                    for finished in batch:
-                        finished.done.set()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._keep_anchor_synced)
+                task_status.started()
+                async with self._receive:
+                    async for job in self._receive:
+                        # Under load (the last batch had company), linger a moment so the
+                        # jobs of requests already on their way join this batch: one commit
+                        # instead of several.  An idle store never waits.
+                        for _ in range(LINGER_PASSES if self._last_batch > 1 else 1):
+                            await trio.lowlevel.checkpoint()
+                        batch = [job]
+                        while len(batch) < MAX_BATCH:
+                            try:
+                                batch.append(self._receive.receive_nowait())
+                            except trio.WouldBlock:
+                                break
+                        # Shielded: a batch that started must finish and report,
+                        # or its callers would wait forever on a half-run job.
+                        with trio.CancelScope(shield=True):
+                            await trio.to_thread.run_sync(self._run_batch, batch, limiter=self._limiter)
+                        if self._anchor_unsynced:
+                            self._anchor_dirty.set()
+                        for finished in batch:
+                            finished.done.set()
+                nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self._close, limiter=self._limiter)
+
+    async def _keep_anchor_synced(self) -> None:
+        """``fdatasync`` the anchor after each batch that wrote it, on a thread of its own.
+
+        The writer thread goes on with the next batch meanwhile; a sync that
+        starts late covers every record written before it, so under load one
+        sync serves several batches.
+        """
+        while True:
+            await self._anchor_dirty.wait()
+            self._anchor_dirty = trio.Event()
+            self._anchor_unsynced = False
+            anchor_file = self._anchor
+            if anchor_file is not None:
+                await trio.to_thread.run_sync(anchor_file.sync)
+                self._anchor_syncs += 1
 
     def _close(self) -> None:
         """Anchor the head one last time (unless the log was found tampered with) and close."""
@@ -191,6 +220,8 @@ class StoreOwner:
             head=None if self._head is None else str(self._head),
             refusing=self._refusing,
             lost_events=self._lost,
+            anchor_writes=self._anchor_writes,
+            anchor_syncs=self._anchor_syncs,
         )
 
     @property
@@ -291,7 +322,10 @@ class StoreOwner:
                 if new != self._head:
                     assert self._head is not None
                     # Before the commit: a crash in between leaves the database at either head.
-                    self._anchor.write(self._head, new)
+                    # Synced right after, on another thread (_keep_anchor_synced).
+                    self._anchor.write(self._head, new, sync=False)
+                    self._anchor_unsynced = True
+                    self._anchor_writes += 1
                     moved = new
             conn.execute("COMMIT")
             if moved is not None:
