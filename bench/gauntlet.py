@@ -97,9 +97,15 @@ def sustained(root: Path, agents: int, seconds: float) -> dict[str, Any]:
         started = time.monotonic()
         samples.append((0.0, rss_mb(pid), db_mb(run.state)))
         go.touch()
+        midway: dict[str, Any] | None = None
         while len(list(out.glob("load*.json"))) < agents:
             time.sleep(2)
             samples.append((time.monotonic() - started, rss_mb(pid), db_mb(run.state)))
+            if midway is None and time.monotonic() - started > seconds / 2:
+                # verify under full load: the head it holds against the anchor keeps moving meanwhile
+                t = time.monotonic()
+                done = run.cli("memory", "verify", "--json")
+                midway = {"ok": done.returncode == 0, "seconds": time.monotonic() - t, "output": done.stdout[-600:] + done.stderr[-300:]}
             if time.monotonic() - started > seconds + 300:
                 raise SystemExit("the load agents did not finish")
         elapsed = time.monotonic() - started
@@ -113,7 +119,7 @@ def sustained(root: Path, agents: int, seconds: float) -> dict[str, Any]:
     result = collect(out, names)
     report = json.loads(verified.stdout) if verified.stdout.strip() else {}
     result.update(
-        seconds=elapsed, rss=samples, stats=stats, verify_ok=verified.returncode == 0 and report.get("ok") is True,
+        seconds=elapsed, rss=samples, stats=stats, verify_ok=verified.returncode == 0 and report.get("ok") is True, midway=midway,
         verify_seconds=verify_seconds, verify_problems=[p["problem"] for p in report.get("problems", [])][:5],
         events=report.get("events"),
     )
@@ -204,6 +210,10 @@ def main() -> int:
         step = max(1, len(load["rss"]) // 12)
         for t, rss, size in load["rss"][::step] + ([load["rss"][-1]] if (len(load["rss"]) - 1) % step else []):
             print(f"  t={t:>6.0f} s  RSS {rss:>7.1f} MB  database {size:>7.1f} MB")
+        midway = load["midway"]
+        if midway is not None:
+            print(f"verify under load (half way): {'ok' if midway['ok'] else 'FAILED'} in {midway['seconds']:.1f} s"
+                  + ("" if midway["ok"] else ": " + midway["output"]))
         print(f"verify after the load: {'ok' if load['verify_ok'] else 'FAILED'} in {load['verify_seconds']:.1f} s"
               + ("" if load["verify_ok"] else ": " + "; ".join(load["verify_problems"])))
         crowd = herd(root, args.herd, args.rounds)
@@ -218,7 +228,7 @@ def main() -> int:
                 "load": {k: v for k, v in load.items() if k not in ("latency", "extra")}, "load_table": rows,
                 "herd_table": herd_rows, "herd_peak_rss": crowd["peak_rss"], "load_average_at_start": load_avg,
             }, indent=2, default=str))
-        return 0 if errors == 0 and load["verify_ok"] else 1
+        return 0 if errors == 0 and load["verify_ok"] and (midway is None or midway["ok"]) else 1
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -116,14 +116,19 @@ class MemoryService:
     async def verify(self, expect: ExpectedHead | None = None) -> dict[str, Any]:
         store = self.core.store
         key, key_problems = await trio.to_thread.run_sync(integrity.load_key, store.chain.key)
-        # A writer job is a batch, and every batch starts by checking, under the write lock,
-        # that the database still ends at the head the owner committed: read both after it.
-        problems = [verify.Problem(f.problem) for f in key_problems]
-        problems += await store.call(verify.check_indexes)
-        committed, refusing = store.head, store.refusing
+
+        def under_the_writer(conn: apsw.Connection) -> tuple[list[verify.Problem], Any, str | None, list[integrity.Finding], Any]:
+            # A job runs inside a batch, and every batch starts by checking, under the write lock,
+            # that the database still ends at the head the owner committed; and the anchor's newest
+            # record names that head until this batch commits.  So all three are read together here.
+            committed = store.head
+            anchor_problems, reading = integrity.check_anchor(store.chain.anchor, key, committed)
+            return verify.check_indexes(conn), committed, store.refusing, anchor_problems, reading
+
+        index_problems, committed, refusing, anchor_problems, reading = await store.call(under_the_writer)
+        problems = [verify.Problem(f.problem) for f in key_problems] + index_problems
         if refusing is not None:
             problems.append(verify.Problem(f"the broker refuses to append events: {refusing}"))
-        anchor_problems, reading = await trio.to_thread.run_sync(integrity.check_anchor, store.chain.anchor, key, committed)
         problems += [verify.Problem(f.problem) for f in anchor_problems]
         chain, record_problems = await self.read(lambda conn: verify.check_records(conn, self.policy, key=key, committed=committed, expect=expect))
         anchored = reading.record.head if reading.record is not None else None
