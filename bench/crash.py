@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -60,8 +60,11 @@ def team(agents: int, out: Path, go: Path, seconds: float) -> list[dict[str, Any
     ]
 
 
-def load_and_kill(root: Path, agents: int, load_seconds: float, *, round_no: int) -> dict[str, Any]:
-    """One round up to the kill: start (or restart) the broker with the writers, load, SIGKILL. Returns the round's facts."""
+def load_and_kill(root: Path, agents: int, load_seconds: float, *, round_no: int, probe: Callable[[Run], Any] | None = None) -> dict[str, Any]:
+    """One round up to the kill: start (or restart) the broker with the writers, load, SIGKILL. Returns the round's facts.
+
+    ``probe(run)``, when given, runs once under the load (its result is in the facts as ``probe``).
+    """
     out = root / f"round{round_no}"
     out.mkdir()
     go = out / "go"
@@ -70,7 +73,9 @@ def load_and_kill(root: Path, agents: int, load_seconds: float, *, round_no: int
     try:
         run.wait_until(lambda: len(list(out.glob("*.ready"))) == agents, timeout=120, what="writers to connect")
         go.touch()
-        time.sleep(load_seconds)
+        began = time.monotonic()
+        probed = probe(run) if probe is not None else None
+        time.sleep(max(0.0, load_seconds - (time.monotonic() - began)))
         assert run.process is not None
         killed_at = time.time()
         run.process.send_signal(signal.SIGKILL)
@@ -82,7 +87,7 @@ def load_and_kill(root: Path, agents: int, load_seconds: float, *, round_no: int
     deadline = time.monotonic() + 30
     while len(list(out.glob("*.done"))) < agents and time.monotonic() < deadline:
         time.sleep(0.02)
-    return {"out": out, "killed_at": killed_at, "load_seconds": load_seconds}
+    return {"out": out, "killed_at": killed_at, "load_seconds": load_seconds, "probe": probed}
 
 
 def restart_and_check(root: Path, facts: dict[str, Any]) -> dict[str, Any]:

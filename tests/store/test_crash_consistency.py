@@ -19,7 +19,9 @@ import crash  # noqa: E402
 
 
 def test_every_acknowledged_change_survives_a_sigkill_and_nothing_is_half_applied(tmp_path: Path) -> None:
-    facts = crash.load_and_kill(tmp_path, 8, 1.5, round_no=0)
+    # While the load runs, verify through the broker: the head moves under it, and it must still say ok.
+    facts = crash.load_and_kill(tmp_path, 8, 1.5, round_no=0, probe=lambda run: run.cli("memory", "verify", "--json"))
+    assert facts["probe"].returncode == 0, facts["probe"].stdout[-2000:]
     acked = crash.read_acks(facts["out"])
     assert len({a["op"] for a in acked}) == 5 and len(acked) > 100, "the load never got going"
     result = crash.restart_and_check(tmp_path, facts)
