@@ -359,11 +359,12 @@ def test_an_unkeyed_log_is_keyed_from_a_switch_over_event_that_pins_its_history(
                 prev = digest
         conn.close()
 
-    state = tmp_path / "state"
-    state.mkdir()
-    unkeyed_store(state / "conclave.db")
-    repo = tmp_path / "repo"
+    from broker.paths import StatePaths
+
+    state, repo = tmp_path / "state", tmp_path / "repo"
     repo.mkdir()
+    StatePaths(repo=repo, state=state).ensure()  # the state directory as a broker of that older conclave left it
+    unkeyed_store(state / "conclave.db")
     code, report, _ = verify(_Where(repo), state)  # the first open keys it
     assert code == 0, report
     assert report["chain"]["keyed_from"] == 6 and report["chain"]["unkeyed_events"] == 5
