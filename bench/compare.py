@@ -5,8 +5,8 @@
 
 The base revision is checked out in a scratch git worktree and given an
 interpreter of its own that imports conclave from there -- also in isolated
-mode (``-I``), which every process conclave starts uses (the same trick as
-``python -m scenarios.defences``).  The benchmark then runs ``--repeat``
+mode (``-I``), which every process conclave starts uses
+(``agents.harness.source_venv``, as ``python -m scenarios.defences`` does).  The benchmark then runs ``--repeat``
 times from each tree, base and this tree in turn, so both see the same
 machine.  Its JSON result (``{out}`` in the arguments is replaced by a file
 to write it to; otherwise stdout is read as JSON) is reduced to every numeric
@@ -29,7 +29,7 @@ from typing import Any, Iterator
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scenarios.defences import interpreter_for  # noqa: E402
+from agents.harness import source_venv  # noqa: E402
 
 
 def leaves(value: Any, path: str = "") -> Iterator[tuple[str, float]]:
@@ -69,7 +69,7 @@ def main() -> int:
         base_tree = scratch / "base"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(base_tree), args.base], check=True)
         try:
-            base_python = interpreter_for(base_tree)
+            base_python = source_venv(scratch / "base-venv", base_tree)
             runs: dict[str, list[dict[str, float]]] = {"base": [], "this": []}
             for i in range(args.repeat):
                 for label, python, tree in (("base", base_python, base_tree), ("this", Path(sys.executable), ROOT)):

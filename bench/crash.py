@@ -50,11 +50,14 @@ SETTINGS = "\n[memory]\ngroom_after_seconds = 1000000000\n"
 
 
 def team(agents: int, out: Path, go: Path, seconds: float) -> list[dict[str, Any]]:
+    # Each agent runs in its box: it may read the worker's scripts, and read and write the round's directory.
     return [
         {
             "name": f"crash{i}",
             "command": [sys.executable, str(HERE / "crash_worker.py"), "--index", str(i), "--agents", str(agents),
                         "--out", str(out), "--go", str(go), "--seconds", str(seconds)],
+            "allow_read": [str(HERE), str(out)],
+            "allow_write": [str(out)],
         }
         for i in range(agents)
     ]

@@ -45,6 +45,11 @@ WORKER = str(HERE / "gauntlet_worker.py")
 SETTINGS = "\n[memory]\ngroom_after_seconds = 1000000000\n"
 
 
+def boxed(entry: dict[str, Any], out: Path) -> dict[str, Any]:
+    """An agent in its box may read the worker's scripts, and read and write the phase's directory."""
+    return {**entry, "allow_read": [str(HERE), str(out)], "allow_write": [str(out)]}
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -83,8 +88,8 @@ def sustained(root: Path, agents: int, seconds: float) -> dict[str, Any]:
     go = out / "go"
     names = [f"load{i}" for i in range(agents)]
     team = [
-        {"name": name, "command": [sys.executable, WORKER, "--mode", "load", "--index", str(i), "--agents", str(agents),
-                                   "--seconds", str(seconds), "--out", str(out), "--go", str(go)]}
+        boxed({"name": name, "command": [sys.executable, WORKER, "--mode", "load", "--index", str(i), "--agents", str(agents),
+                                         "--seconds", str(seconds), "--out", str(out), "--go", str(go)]}, out)
         for i, name in enumerate(names)
     ]
     run = Run(root, team, extra_toml=SETTINGS)
@@ -130,9 +135,9 @@ def herd(root: Path, size: int, rounds: int) -> dict[str, Any]:
     out = root / "herd"
     out.mkdir()
     lockers = [f"herd{i}" for i in range(size)]
-    team = [{"name": n, "command": [sys.executable, WORKER, "--mode", "herd-lock", "--rounds", str(rounds), "--out", str(out)]} for n in lockers]
-    team.append({"name": "inbox", "command": [sys.executable, WORKER, "--mode", "herd-inbox", "--rounds", str(rounds), "--clients", str(size), "--out", str(out)]})
-    team.append({"name": "sender", "command": [sys.executable, WORKER, "--mode", "herd-sender", "--rounds", str(rounds), "--to", "inbox", "--out", str(out)]})
+    team = [boxed({"name": n, "command": [sys.executable, WORKER, "--mode", "herd-lock", "--rounds", str(rounds), "--out", str(out)]}, out) for n in lockers]
+    team.append(boxed({"name": "inbox", "command": [sys.executable, WORKER, "--mode", "herd-inbox", "--rounds", str(rounds), "--clients", str(size), "--out", str(out)]}, out))
+    team.append(boxed({"name": "sender", "command": [sys.executable, WORKER, "--mode", "herd-sender", "--rounds", str(rounds), "--to", "inbox", "--out", str(out)]}, out))
     names = [t["name"] for t in team]
     run = Run(root, team, reuse=True, extra_toml=SETTINGS)
     try:
