@@ -8,7 +8,9 @@ interpreter of its own that imports conclave from there -- also in isolated
 mode (``-I``), which every process conclave starts uses
 (``agents.harness.source_venv``, as ``python -m scenarios.defences`` does).  The benchmark then runs ``--repeat``
 times from each tree, base and this tree in turn, so both see the same
-machine.  Its JSON result (``{out}`` in the arguments is replaced by a file
+machine.  With ``--scripts this`` the base runs this tree's ``bench/`` scripts
+too (the driver is then the same on both sides; use it when the base's own
+scripts no longer run).  Its JSON result (``{out}`` in the arguments is replaced by a file
 to write it to; otherwise stdout is read as JSON) is reduced to every numeric
 leaf, and each leaf is printed as base median, this tree's median, and their
 ratio.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -59,6 +62,8 @@ def main() -> int:
     parser.add_argument("--base", required=True, help="the revision to compare against (a branch, tag or commit)")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--keys", default=".", help="only leaves whose path matches this regex")
+    parser.add_argument("--scripts", choices=("each", "this"), default="each",
+                        help="run each tree's own bench/ scripts (default), or this tree's against both (the same driver for both sides)")
     parser.add_argument("bench", nargs=argparse.REMAINDER, help="-- SCRIPT ARGS... (SCRIPT relative to the tree)")
     args = parser.parse_args()
     argv = args.bench[1:] if args.bench[:1] == ["--"] else args.bench
@@ -69,6 +74,9 @@ def main() -> int:
         base_tree = scratch / "base"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(base_tree), args.base], check=True)
         try:
+            if args.scripts == "this":
+                shutil.rmtree(base_tree / "bench")
+                shutil.copytree(ROOT / "bench", base_tree / "bench", ignore=shutil.ignore_patterns("__pycache__"))
             base_python = source_venv(scratch / "base-venv", base_tree)
             runs: dict[str, list[dict[str, float]]] = {"base": [], "this": []}
             for i in range(args.repeat):

@@ -131,8 +131,12 @@ def main() -> int:
     counts = [int(x) for x in a.agents.split(",")]
     total = max(max(counts), 32)
     root = Path(tempfile.mkdtemp(prefix="locks-bench-"))
+    # The workers' ready and go files: the one directory (beside the state, never above it) their boxes may write.
+    io = root / "io"
+    io.mkdir()
     results: dict = {"throughput": {}, "mixed": None, "deadlock": None}
-    agents = [{"name": f"a{i:02d}"} for i in range(total)]
+    bench_dir = str(Path(__file__).resolve().parent)
+    agents = [{"name": f"a{i:02d}", "allow_read": [bench_dir, str(io)], "allow_write": [str(io)]} for i in range(total)]
     # Real agents lock files that exist: seed one per agent.
     files = {f"cold/agent-{i}.txt": "x\n" for i in range(total)} | {"hot/file.txt": "x\n", "README.md": "bench\n"}
     with Run(root, agents, files=files, grace=2.0) as run, ThreadPoolExecutor(max_workers=total) as pool:
@@ -140,10 +144,10 @@ def main() -> int:
         for n in counts:
             row = {}
             for mode in ("ping", "disjoint", "contended"):
-                row[mode] = throughput(run, pool, names[:n], mode, a.seconds, root)
+                row[mode] = throughput(run, pool, names[:n], mode, a.seconds, io)
             results["throughput"][n] = row
-        results["mixed"] = throughput(run, pool, names[:1], "mixed", a.seconds * 2, root)
-        results["deadlock"] = deadlock(run, pool, names[:32], a.repeat, root)
+        results["mixed"] = throughput(run, pool, names[:1], "mixed", a.seconds * 2, io)
+        results["deadlock"] = deadlock(run, pool, names[:32], a.repeat, io)
         results["broker_stats"] = run.op("broker.stats")
     if a.json:
         print(json.dumps(results, indent=2))

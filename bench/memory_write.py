@@ -33,12 +33,15 @@ def measure(agents: int, total: int, workdir: Path, op: str = "memory.remember")
     root = Path(tempfile.mkdtemp(prefix=f"write{agents}-", dir=workdir))
     out = root / "out"
     out.mkdir()
-    go, stop = root / "go", root / "stop"
+    go, stop = out / "go", out / "stop"
     per_agent = max(1, total // agents)
+    # Each writer runs in its box: it may read the bench scripts, and read and write `out` (never the state beside it).
     team = [
         {
             "name": f"writer{i}",
             "command": [sys.executable, str(HERE / "memory_writer.py"), "--go", str(go), "--stop", str(stop), "--out", str(out), "--count", str(per_agent), "--seed", str(i), "--op", op],
+            "allow_read": [str(HERE), str(out)],
+            "allow_write": [str(out)],
         }
         for i in range(agents)
     ]
