@@ -88,11 +88,12 @@ def main() -> int:
     wanted = re.compile(args.keys)
     keys = [k for k in runs["this"][0] if wanted.search(k) and all(k in r for r in runs["base"] + runs["this"])]
     print(f"{' '.join(argv)}: base {args.base} vs this tree, median of {args.repeat} alternating runs each")
-    print(f"{'measure':<56} {'base':>12} {'this':>12} {'this/base':>9}")
+    print(f"{'measure':<48} {'base':>10} {'this':>10} {'this/base':>9}   every run (base | this)")
     for k in keys:
         b = statistics.median(r[k] for r in runs["base"])
         t = statistics.median(r[k] for r in runs["this"])
-        print(f"{k:<56} {b:>12.1f} {t:>12.1f} {t / b if b else float('nan'):>9.3f}")
+        every = " ".join(f"{r[k]:.0f}" for r in runs["base"]) + " | " + " ".join(f"{r[k]:.0f}" for r in runs["this"])
+        print(f"{k:<48} {b:>10.1f} {t:>10.1f} {t / b if b else float('nan'):>9.3f}   {every}")
     return 0
 
 

@@ -12,13 +12,13 @@ batch as well as the head after it: a broker killed between the two leaves a
 database at either, and both are accepted.  The file has two slots written
 in turn, each MAC'd with the chain key, so a torn write leaves the other
 slot good and a slot edited without the key is refused.  One ``pwrite`` per
-batch, on a file kept open; the ``fdatasync`` that makes it durable runs on
-a thread of its own right after (the store owner's ``_keep_anchor_synced``),
-so the writer never waits for the disk.  A ``pwrite`` survives the broker
-being killed (it is in the kernel's cache); only a power failure in the
-millisecond before the sync can leave the anchor one batch behind -- and the
-database, which commits with ``synchronous=NORMAL``, can lose its own last
-commits to a power failure too.
+batch, on a file kept open: it survives the broker being killed (it is in the
+kernel's cache).  The ``fdatasync`` that makes it survive a power failure runs
+on a thread of its own, at most every 50 ms (``store.owner``): syncing after
+every batch halved serial commit throughput.  So a power failure can cost the
+anchor its last 50 ms -- and the database, which commits with
+``synchronous=NORMAL``, its commits since the last checkpoint; verify then
+reports a mismatch that the power failure made, and says it may have.
 
 What it cannot show: someone who holds the key (a process running as the
 user outside every sandbox can read it) can rewrite this file too; someone
@@ -167,6 +167,6 @@ def compare(reading: AnchorReading, found: Head) -> str | None:
                 f"the last {anchored.seq - found.seq} event(s) were cut (or lost to a power failure)")
     if found.seq > anchored.seq:
         return (f"the event log runs to event {found.seq}, past the anchored head (event {anchored.seq}): "
-                f"{found.seq - anchored.seq} event(s) were appended behind the broker's back")
+                f"{found.seq - anchored.seq} event(s) were appended behind the broker's back (or the anchor's last writes were lost to a power failure)")
     return (f"the event log ends at event {found.seq}, between the heads the anchor recorded ({record.before.seq} and {anchored.seq}), "
             "and at neither: the log was cut and rewritten")

@@ -19,7 +19,8 @@ database still ends there: if something appended or cut behind its back it
 refuses every append from then on (:class:`~store.events.ChainRefused`) and
 says so loudly.  Every batch that moved the head writes it to the anchor
 file before committing (``store.anchor``; made durable by a sync on another
-thread right after), and shutdown writes and syncs it once more.
+thread, at most every ``ANCHOR_SYNC_INTERVAL``), and shutdown writes and
+syncs it once more.
 At start, a database that disagrees with its anchor gets a
 ``store.anchor_mismatch`` event saying how (so ``conclave memory verify``
 keeps naming it), and the run goes on from there.
@@ -43,6 +44,10 @@ from store.chainkey import ChainKey, ChainKeyError
 from store.schema import Schema
 
 log = logging.getLogger("conclave.store")
+#: At most one fdatasync of the anchor per this many seconds.  A sync costs a disk flush
+#: (0.4-0.8 ms here), and syncing after every batch halved serial commit throughput
+#: (bench/store_commit.py); the pwrite before each commit already survives a killed broker.
+ANCHOR_SYNC_INTERVAL: Final = 0.05
 #: The event a starting owner writes when the database disagrees with its anchor.
 ANCHOR_MISMATCH: Final = "store.anchor_mismatch"
 
@@ -156,11 +161,13 @@ class StoreOwner:
                 await trio.to_thread.run_sync(self._close, limiter=self._limiter)
 
     async def _keep_anchor_synced(self) -> None:
-        """``fdatasync`` the anchor after each batch that wrote it, on a thread of its own.
+        """``fdatasync`` the anchor after batches that wrote it, on a thread of its own, at most every ``ANCHOR_SYNC_INTERVAL``.
 
-        The writer thread goes on with the next batch meanwhile; a sync that
-        starts late covers every record written before it, so under load one
-        sync serves several batches.
+        The writer goes on meanwhile; one sync covers every record written
+        before it.  What a power failure can cost is the last interval of
+        anchor records (the database itself, committed with
+        ``synchronous=NORMAL``, can lose more: its last commits since a
+        checkpoint).
         """
         while True:
             await self._anchor_dirty.wait()
@@ -170,6 +177,7 @@ class StoreOwner:
             if anchor_file is not None:
                 await trio.to_thread.run_sync(anchor_file.sync)
                 self._anchor_syncs += 1
+            await trio.sleep(ANCHOR_SYNC_INTERVAL)
 
     def _close(self) -> None:
         """Anchor the head one last time (unless the log was found tampered with) and close."""
