@@ -45,8 +45,9 @@ from agents.harness import Run  # noqa: E402
 from store.database import connect  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-#: No automatic groom in the middle of a round: it would retire claims the check looks for.
-SETTINGS = "\n[memory]\ngroom_after_seconds = 1000000000\n"
+#: No automatic groom in the middle of a round (it would retire claims the check looks for), and a
+#: mail budget out of reach (the agents send flat out; the budget's refusals are not what is measured).
+SETTINGS = "\n[memory]\ngroom_after_seconds = 1000000000\n\n[mail]\ndeliveries_per_minute = 1000000000\nbytes_per_minute = 1000000000000\n"
 
 
 def team(agents: int, out: Path, go: Path, seconds: float) -> list[dict[str, Any]]:
@@ -90,7 +91,8 @@ def load_and_kill(root: Path, agents: int, load_seconds: float, *, round_no: int
     deadline = time.monotonic() + 30
     while len(list(out.glob("*.done"))) < agents and time.monotonic() < deadline:
         time.sleep(0.02)
-    return {"out": out, "killed_at": killed_at, "load_seconds": load_seconds, "probe": probed}
+    refused = sum(json.loads(done.read_text())["refused"] for done in out.glob("*.done"))
+    return {"out": out, "killed_at": killed_at, "load_seconds": load_seconds, "probe": probed, "refused": refused}
 
 
 def restart_and_check(root: Path, facts: dict[str, Any]) -> dict[str, Any]:

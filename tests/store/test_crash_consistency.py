@@ -24,6 +24,7 @@ def test_every_acknowledged_change_survives_a_sigkill_and_nothing_is_half_applie
     assert facts["probe"].returncode == 0, facts["probe"].stdout[-2000:]
     acked = crash.read_acks(facts["out"])
     assert len({a["op"] for a in acked}) == 5 and len(acked) > 100, "the load never got going"
+    assert facts["refused"] == 0  # every op the agents tried was carried out (no budget or rule got in the way)
     result = crash.restart_and_check(tmp_path, facts)
     # Control for the check itself: it finds a claim that is not there.
     forged = {"op": "remember", "id": 10**9, "sha": "0" * 64, "t": 0.0}
