@@ -286,9 +286,9 @@ class Supervisor:
             raise
         finally:
             with trio.CancelScope(shield=True):
-                await self._terminate(process)
+                in_group = await self._terminate(process)
                 self._pids.discard(process.pid)
-                leftovers = await trio.to_thread.run_sync(self._contain, box)
+                leftovers = in_group + await trio.to_thread.run_sync(self._contain, box)
                 code = process.returncode
                 self.core.registry.end(principal)
                 await self._persist_end(principal, process.pid, code, "stopped by the broker" if cancelled else None, leftovers)
@@ -308,8 +308,8 @@ class Supervisor:
         if self.view is not None:
             self.view.exited(outcome)
 
-    async def _terminate(self, process: trio.Process) -> None:
-        """SIGTERM the whole group, SIGKILL it after the grace period."""
+    async def _terminate(self, process: trio.Process) -> int:
+        """SIGTERM the whole group, SIGKILL it after the grace period; return how many it left in the group."""
         if process.returncode is None:
             _signal_group(process.pid, signal.SIGTERM)
             with trio.move_on_after(self.grace):
@@ -317,8 +317,10 @@ class Supervisor:
             if process.returncode is None:
                 _signal_group(process.pid, signal.SIGKILL)
                 await process.wait()
-        # Whatever else is left in the group (background jobs of a shell) dies with it.
+        # Whatever else is left in the group (background jobs of a shell) dies with it, counted.
+        left = sweep.group_members(process.pid)
         _signal_group(process.pid, signal.SIGKILL)
+        return left
 
     def _contain(self, box: sandbox.Box) -> int:
         """Kill what the exited agent left behind; how many processes that was."""

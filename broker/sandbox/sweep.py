@@ -46,6 +46,11 @@ def _table() -> dict[int, tuple[int, int, str]]:
     return table
 
 
+def group_members(pgid: int) -> int:
+    """Live processes in process group ``pgid`` (what killing the group is about to take)."""
+    return sum(1 for pid, (_, group, state) in _table().items() if group == pgid and pid != pgid and state != "Z")
+
+
 def in_agent_cgroup(pid: int) -> bool:
     """Is ``pid`` in some agent's cgroup (``.../conclave-<broker>/agent-<session>``)?  Its own
     agent's exit kills it there, and counts it for that agent."""
