@@ -288,7 +288,8 @@ class Supervisor:
             with trio.CancelScope(shield=True):
                 in_group = await self._terminate(process)
                 self._pids.discard(process.pid)
-                leftovers = in_group + await trio.to_thread.run_sync(self._contain, box)
+                # One process may be seen twice (in the group, then in the cgroup after a setsid): count pids.
+                leftovers = len(in_group | await trio.to_thread.run_sync(self._contain, box))
                 code = process.returncode
                 self.core.registry.end(principal)
                 await self._persist_end(principal, process.pid, code, "stopped by the broker" if cancelled else None, leftovers)
@@ -308,8 +309,8 @@ class Supervisor:
         if self.view is not None:
             self.view.exited(outcome)
 
-    async def _terminate(self, process: trio.Process) -> int:
-        """SIGTERM the whole group, SIGKILL it after the grace period; return how many it left in the group."""
+    async def _terminate(self, process: trio.Process) -> set[int]:
+        """SIGTERM the whole group, SIGKILL it after the grace period; return the pids it left in the group."""
         if process.returncode is None:
             _signal_group(process.pid, signal.SIGTERM)
             with trio.move_on_after(self.grace):
@@ -322,11 +323,11 @@ class Supervisor:
         _signal_group(process.pid, signal.SIGKILL)
         return left
 
-    def _contain(self, box: sandbox.Box) -> int:
-        """Kill what the exited agent left behind; how many processes that was."""
+    def _contain(self, box: sandbox.Box) -> set[int]:
+        """Kill what the exited agent left behind; the pids of those processes."""
         leftovers = box.release()
         spare = sweep.in_agent_cgroup if box.cgroup is not None else (lambda pid: False)
-        return leftovers + sweep.sweep(os.getpid(), self._pids, spare)
+        return leftovers | sweep.sweep(os.getpid(), self._pids, spare)
 
     def _environment(self, spec: AgentSpec, secret: str) -> dict[str, str]:
         env = sandbox.clean_environment(os.environ)

@@ -80,9 +80,9 @@ class Box:
     def describe(self) -> str:
         return DESCRIPTIONS[self.level]
 
-    def release(self) -> int:
-        """Kill what is left in the agent's cgroup, remove it and the temp directory; return how many were killed."""
-        killed = kill_cgroup(self.cgroup) if self.cgroup is not None else 0
+    def release(self) -> set[int]:
+        """Kill what is left in the agent's cgroup, remove it and the temp directory; return the pids killed."""
+        killed = kill_cgroup(self.cgroup) if self.cgroup is not None else set()
         if self.temp is not None:
             shutil.rmtree(self.temp, ignore_errors=True)
         return killed
@@ -227,13 +227,13 @@ def _new_cgroup(parent: Path, session: str) -> Path | None:
     return path
 
 
-def kill_cgroup(path: Path) -> int:
-    """Kill every process in an agent's cgroup, wait until it is empty, and remove it; return how many there were."""
+def kill_cgroup(path: Path) -> set[int]:
+    """Kill every process in an agent's cgroup, wait until it is empty, and remove it; return their pids."""
     try:
-        members = len((path / "cgroup.procs").read_text().split())
+        members = {int(pid) for pid in (path / "cgroup.procs").read_text().split()}
         (path / "cgroup.kill").write_text("1")
     except OSError:
-        return 0
+        return set()
     for _ in range(2000):
         try:
             if "populated 0" in (path / "cgroup.events").read_text():

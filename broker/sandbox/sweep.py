@@ -46,9 +46,9 @@ def _table() -> dict[int, tuple[int, int, str]]:
     return table
 
 
-def group_members(pgid: int) -> int:
+def group_members(pgid: int) -> set[int]:
     """Live processes in process group ``pgid`` (what killing the group is about to take)."""
-    return sum(1 for pid, (_, group, state) in _table().items() if group == pgid and pid != pgid and state != "Z")
+    return {pid for pid, (_, group, state) in _table().items() if group == pgid and pid != pgid and state != "Z"}
 
 
 def in_agent_cgroup(pid: int) -> bool:
@@ -83,8 +83,8 @@ def orphans(broker: int, live: Iterable[int], spare: Callable[[int], bool] = lam
     return found
 
 
-def sweep(broker: int, live: Iterable[int], spare: Callable[[int], bool] = lambda pid: False) -> int:
-    """Kill every orphan under ``broker`` and everything below it; return how many were killed.
+def sweep(broker: int, live: Iterable[int], spare: Callable[[int], bool] = lambda pid: False) -> set[int]:
+    """Kill every orphan under ``broker`` and everything below it; return the pids killed.
 
     ``spare`` leaves a process to someone else (another agent's cgroup, which that agent's
     exit kills and counts); without cgroups an orphan is counted for the exit that found it.
@@ -101,7 +101,7 @@ def sweep(broker: int, live: Iterable[int], spare: Callable[[int], bool] = lambd
             if _signal(pid, signal.SIGKILL):
                 killed.add(pid)
         time.sleep(0.001)  # let the kernel re-parent the children of the dead
-    return len(killed)
+    return killed
 
 
 def _signal(pid: int, sig: signal.Signals) -> bool:
