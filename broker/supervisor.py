@@ -127,6 +127,9 @@ class Supervisor:
         self.outcomes: list[AgentOutcome] = []
         self._nursery: trio.Nursery | None = None
         self._pids: set[int] = set()
+        # Held from a spawn until its pid is in `_pids`, and through an exit's sweep: a process
+        # trio has forked but not yet handed back is a child no live agent accounts for.
+        self._registering = trio.Lock()
         self._revoked: set[str] = set()
 
     @property
@@ -241,15 +244,17 @@ class Supervisor:
         try:
             if missing is not None:
                 raise missing
-            process = await trio.lowlevel.open_process(
-                list(box.argv),
-                cwd=str(cwd),
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            async with self._registering:
+                process = await trio.lowlevel.open_process(
+                    list(box.argv),
+                    cwd=str(cwd),
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+                self._pids.add(process.pid)
         except OSError as exc:
             log_file.write(f"conclave: could not start {command}: {exc}\n".encode())
             log_file.close()
@@ -266,7 +271,6 @@ class Supervisor:
         finally:
             if not log_file.closed:
                 log_file.close()
-        self._pids.add(process.pid)
         self.core.registry.started(principal, process.pid, started)
         await self._persist_start(live, process.pid, started, attempt, command, box.level)
         if self.view is not None:
@@ -289,7 +293,8 @@ class Supervisor:
                 in_group = await self._terminate(process)
                 self._pids.discard(process.pid)
                 # One process may be seen twice (in the group, then in the cgroup after a setsid): count pids.
-                leftovers = len(in_group | await trio.to_thread.run_sync(self._contain, box))
+                async with self._registering:  # never while a spawn is between fork and `_pids`
+                    leftovers = len(in_group | await trio.to_thread.run_sync(self._contain, box))
                 code = process.returncode
                 self.core.registry.end(principal)
                 await self._persist_end(principal, process.pid, code, "stopped by the broker" if cancelled else None, leftovers)

@@ -33,9 +33,9 @@ def start_run(tmp_path: Path) -> Iterator[Callable[..., Run]]:
     runs: list[Run] = []
 
     def start(agents: Sequence[dict[str, Any]], **kwargs: Any) -> Run:
+        wait_for = kwargs.pop("wait_for", None)
         run = Run(tmp_path / f"run{len(runs)}", agents, **kwargs)
         runs.append(run)
-        wait_for = kwargs.pop("wait_for", None)
         return run.start(wait_for=wait_for)
 
     yield start

@@ -404,3 +404,32 @@ def test_an_agent_that_execs_itself_clean_and_daemonizes_is_still_not_the_operat
     text = run.wait_until(lambda: out.exists() and "rc=" in out.read_text() and out.read_text(), timeout=30, what="the daemon's attempt")
     assert "rc=0" not in text and "descends from a running conclave broker" in text, text
     assert run.op("memory.show", id=claim["id"])["tier"] == "unverified"
+
+
+def test_an_exit_sweep_never_takes_an_agent_being_spawned(start_run):
+    """Agents that exit while others are being started: each exit sweeps the
+    broker's orphans, and an agent whose process exists but is not yet
+    registered is not an orphan.  (Before the fix a restart or a start racing
+    an exit's sweep was killed by it, with SIGKILL, and counted as the exiting
+    agent's leftover.)"""
+    churn = [
+        {"name": f"churn{i}", "command": ["sh", "-c", f"sleep 0.0{i}; exit 1"], "restart": "on-failure", "max_restarts": 2}
+        for i in range(10)
+    ]
+    run = start_run([{"name": "keeper"}, *churn], wait_for=["keeper"])
+    from store.database import connect
+
+    def exits() -> list[dict]:
+        conn = connect(run.state / "conclave.db", readonly=True)
+        try:
+            rows = conn.execute("SELECT subject, payload FROM events WHERE kind = 'agent.exit' AND subject LIKE 'churn%'").fetchall()
+        finally:
+            conn.close()
+        return [{"subject": s, **json.loads(p)} for s, p in rows]
+
+    run.wait_until(lambda: len(exits()) == 30, timeout=30, what="every churn agent to give up (3 attempts each)")
+    found = exits()
+    # Positive control: every attempt ran its command and exited with its own code.
+    assert sorted(e["exit_code"] for e in found) == [1] * 30, found
+    assert sum(e["leftovers_killed"] for e in found) == 0, found
+    assert run.puppet("keeper").call("whoami")["agent"] == "keeper"
