@@ -23,10 +23,10 @@ import trio
 
 from broker.identity import PeerCredentials, Principal
 from broker.optable import OpSpec, OpTable
-from broker.paths import StatePaths, StateError
+from broker.paths import ENV_STORE_URL, StatePaths, StateError
 from broker.registry import PrincipalRegistry
 from broker.team import Team, TeamCheck
-from store import events
+from store import dialect, events
 from store.backend import Backend, SqliteBackend
 from store.owner import ChainFiles, StoreOwner
 from store.schema import Schema
@@ -102,12 +102,25 @@ class BrokerCore:
     then, and nothing is held).
     """
 
-    def __init__(self, paths: StatePaths, *, uid: int, broker_pid: int, team: Team | None, live: bool, schemas: Sequence[Schema]) -> None:
+    def __init__(
+        self,
+        paths: StatePaths,
+        *,
+        uid: int,
+        broker_pid: int,
+        team: Team | None,
+        live: bool,
+        schemas: Sequence[Schema],
+        backend: Backend | None = None,
+        host: str | None = None,
+    ) -> None:
         self.paths = paths
         self.team = team
         self.live = live
-        self.store = StoreOwner(SqliteBackend(paths.database), schemas, chain=ChainFiles(paths.chain_key, paths.chain_anchor))
-        self.registry = PrincipalRegistry(uid=uid, broker_pid=broker_pid, operator_key=paths.operator_key())
+        #: This broker's host name when several brokers share a PostgreSQL store (None on one machine).
+        self.host = host
+        self.store = StoreOwner(backend or SqliteBackend(paths.database), schemas, chain=ChainFiles(paths.chain_key, paths.chain_anchor))
+        self.registry = PrincipalRegistry(uid=uid, broker_pid=broker_pid, operator_key=paths.operator_key(), host=host)
         self.ops: dict[str, OpSpec] = {}
         self.extensions: dict[str, Any] = {}
         self.supervisor: AgentSupervisor | None = None
@@ -171,8 +184,19 @@ class BrokerCore:
         return CoreStatistics(reg.live, reg.connections, store.jobs, store.batches, store.head, store.refusing, store.lost_events)
 
 
+def store_backend(paths: StatePaths, team: Team | None) -> Backend:
+    """Where this run's state lives: the PostgreSQL store named by ``CONCLAVE_STORE_URL``, the team
+    file's ``[store] url`` or the URL a broker recorded in the state directory; else the SQLite file."""
+    url = os.environ.get(ENV_STORE_URL) or (team.store_url if team is not None else None) or paths.store_url()
+    if url is None:
+        return SqliteBackend(paths.database)
+    from store.postgres import PostgresBackend
+
+    return PostgresBackend(url)
+
+
 def _check_operator_key(backend: Backend, digest: str, paths: StatePaths) -> None:
-    if not paths.database.exists():
+    if dialect.of(backend) == dialect.SQLITE and not paths.database.exists():
         return
     conn = backend.open_reader()
     try:
@@ -183,7 +207,7 @@ def _check_operator_key(backend: Backend, digest: str, paths: StatePaths) -> Non
         conn.close()
     if row is not None and row[0] != digest:
         raise StateError(
-            f"the database {paths.database.resolve()} answers to another operator key than {paths.operator_key_file}; "
+            f"the database {backend.describe()} answers to another operator key than {paths.operator_key_file}; "
             "use the state directory it belongs to"
         )
 
@@ -206,9 +230,17 @@ async def open_core(
     """
     paths.ensure()
     schemas = [f.schema for f in features if f.schema is not None]
-    core = BrokerCore(paths, uid=os.getuid(), broker_pid=broker_pid or os.getpid(), team=team, live=live, schemas=schemas)
+    backend = store_backend(paths, team)
+    host = None
+    if dialect.of(backend) == dialect.POSTGRESQL:
+        host = await trio.to_thread.run_sync(backend.identify)  # type: ignore[attr-defined]
+        if live:
+            paths.record_store_url(backend.url)  # type: ignore[attr-defined]
+    core = BrokerCore(
+        paths, uid=os.getuid(), broker_pid=broker_pid or os.getpid(), team=team, live=live, schemas=schemas, backend=backend, host=host
+    )
     digest = hashlib.sha256(paths.operator_key().encode()).hexdigest()
-    _check_operator_key(core.store.backend, digest, paths)
+    await trio.to_thread.run_sync(_check_operator_key, core.store.backend, digest, paths)
     async with trio.open_nursery() as nursery:
         await nursery.start(core.store.run)
         await core.store.call(lambda conn: _bind_operator_key(conn, digest))

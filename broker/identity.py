@@ -51,6 +51,12 @@ class Principal:
     ``domain`` is the trust domain: the team agent this principal descends
     from.  An agent, its restarts and everything it spawned share a domain,
     and corroborations count once per domain (see ``memory.policy``).
+
+    ``host`` names the broker that issued it when several brokers share one
+    PostgreSQL store (``HOST/agent:session``); on one machine it is None and
+    the key is ``agent:session`` as always.  The domain does not include the
+    host: the same agent name on two hosts is one trust domain (the same
+    role, prompt and model), so a namesake cannot vouch for its twin.
     """
 
     agent: str
@@ -58,14 +64,18 @@ class Principal:
     role: Role
     domain: str
     parent: str | None = None
+    host: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.agent or not self.session:
             raise ValueError("a principal needs both an agent name and a session id; there is no default")
+        if self.host is not None and (not self.host or "/" in self.host or ":" in self.host):
+            raise ValueError(f"a host name may not be empty or hold '/' or ':' (got {self.host!r})")
 
     @functools.cached_property
     def key(self) -> str:
-        return f"{self.agent}:{self.session}"
+        local = f"{self.agent}:{self.session}"
+        return local if self.host is None else f"{self.host}/{local}"
 
     @property
     def is_operator(self) -> bool:

@@ -42,6 +42,8 @@ ENV_STATE_DIR: Final = "CONCLAVE_STATE_DIR"
 ENV_SOCKET: Final = "CONCLAVE_SOCKET"
 ENV_TICKET: Final = "CONCLAVE_TICKET"
 ENV_REPO: Final = "CONCLAVE_REPO"
+#: A PostgreSQL URL that overrides the team file's ``[store] url``.
+ENV_STORE_URL: Final = "CONCLAVE_STORE_URL"
 OPERATOR_KEY_NAME: Final = "operator.key"
 #: Bytes of randomness in the operator key (DESIGN.md asks for at least 128 bits).
 OPERATOR_KEY_BYTES: Final = 32
@@ -78,6 +80,26 @@ class StatePaths:
     @property
     def pidfile(self) -> Path:
         return self.state / "broker.pid"
+
+    @property
+    def store_url_file(self) -> Path:
+        """The PostgreSQL store this state directory's broker used (0600), so operator commands find it."""
+        return self.state / "store-url"
+
+    def store_url(self) -> str | None:
+        """``CONCLAVE_STORE_URL``, else the URL the last broker here recorded; None for the SQLite file."""
+        chosen = os.environ.get(ENV_STORE_URL)
+        if chosen:
+            return chosen
+        try:
+            return self.store_url_file.read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
+    def record_store_url(self, url: str) -> None:
+        fd = os.open(self.store_url_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(url + "\n")
 
     @property
     def operator_key_file(self) -> Path:

@@ -53,9 +53,9 @@ class RegistryStatistics:
     connections: int
 
 
-def operator_principal(uid: int) -> Principal:
-    """The person at the terminal, named by the kernel uid that started the broker."""
-    return Principal(agent=OPERATOR_NAME, session=f"uid{uid}", role=Role.OPERATOR, domain=OPERATOR_NAME)
+def operator_principal(uid: int, host: str | None = None) -> Principal:
+    """The person at the terminal, named by the kernel uid that started the broker (and its host, if any)."""
+    return Principal(agent=OPERATOR_NAME, session=f"uid{uid}", role=Role.OPERATOR, domain=OPERATOR_NAME, host=host)
 
 
 @final
@@ -71,13 +71,15 @@ class PrincipalRegistry:
     unsandboxed agent, its lineage cannot be forged.
     """
 
-    def __init__(self, *, uid: int, broker_pid: int, operator_key: str) -> None:
+    def __init__(self, *, uid: int, broker_pid: int, operator_key: str, host: str | None = None) -> None:
         if not operator_key:
             raise ValueError("the registry needs the operator key; there is no default operator")
         self.uid = uid
         self.broker_pid = broker_pid
         self._operator_digest = ticket_digest(operator_key)
-        self.operator = operator_principal(uid)
+        #: The broker's host name in a multi-host store (None on one machine): every principal carries it.
+        self.host = host
+        self.operator = operator_principal(uid, host)
         self._live: dict[str, LiveAgent] = {}  # by principal key
         self._by_digest: dict[str, str] = {}
         self._revoked: set[str] = set()
@@ -91,15 +93,16 @@ class PrincipalRegistry:
         name = agent_name or spec.name
         domain = parent.domain if parent is not None else spec.name
         session = new_session_id()
-        while f"{name}:{session}" in self._live:
-            session = new_session_id()
         principal = Principal(
             agent=name,
             session=session,
             role=Role.AGENT,
             domain=domain,
             parent=parent.key if parent is not None else None,
+            host=self.host,
         )
+        while principal.key in self._live:
+            principal = attrs.evolve(principal, session=new_session_id())
         ticket = Ticket.mint()
         live = LiveAgent(principal=principal, spec=spec, ticket_digest=ticket.digest)
         self._live[principal.key] = live

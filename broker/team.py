@@ -38,7 +38,9 @@ AGENT_KEYS: Final = frozenset(
     }
 )
 #: Top-level tables other packages read (locks' slots, the trust policy, mail's budget).
-TOP_LEVEL_KEYS: Final = frozenset({"agent", "slot", "policy", "memory", "mail"})
+TOP_LEVEL_KEYS: Final = frozenset({"agent", "slot", "policy", "memory", "mail", "store"})
+#: ``[store]``: where the state lives when it is not the embedded SQLite file.
+STORE_KEYS: Final = frozenset({"url"})
 
 
 class TeamError(SpecError):
@@ -65,6 +67,8 @@ class Team:
     presets: Mapping[str, Preset] = attrs.Factory(dict)
     #: ``[mail]``: the mail feature's budget (broker.mail.budget).
     mail: dict[str, Any] = attrs.Factory(dict)
+    #: ``[store] url``: a PostgreSQL store several brokers share (None: the embedded SQLite file).
+    store_url: str | None = None
 
     def spec(self, name: str) -> AgentSpec | None:
         return next((a for a in self.agents if a.name == name), None)
@@ -131,13 +135,33 @@ def parse(raw: dict[str, Any], *, repo: Path, rules: TeamRules, source: Path | N
     mail = raw.get("mail", {})
     if not isinstance(mail, dict):
         raise TeamError(f"{where}: mail must be a table ([mail])")
-    team = Team(agents=tuple(agents), slots=tuple(slots), policy=policy, source=source, memory=memory, presets=rules.presets, mail=mail)
+    team = Team(
+        agents=tuple(agents), slots=tuple(slots), policy=policy, source=source, memory=memory, presets=rules.presets, mail=mail,
+        store_url=_store_url(raw.get("store", {}), where),
+    )
     for check in rules.checks:
         try:
             check(team, where)
         except ValueError as exc:
             raise TeamError(str(exc)) from None
     return team
+
+
+def _store_url(store: Any, where: str) -> str | None:
+    if not isinstance(store, dict):
+        raise TeamError(f"{where}: store must be a table ([store])")
+    unknown = set(store) - STORE_KEYS
+    if unknown:
+        raise TeamError(f"{where}: [store] has unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(STORE_KEYS))}")
+    url = store.get("url")
+    if url is None:
+        return None
+    if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
+        raise TeamError(
+            f'{where}: [store] url must be a PostgreSQL URL, e.g. url = "postgresql://broker_laptop@db.example/conclave" '
+            "(leave [store] out for the embedded SQLite store)"
+        )
+    return url
 
 
 def _allowed_paths(value: Any, key: str, repo: Path, where: str) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from typing import Final, final
 import apsw
 
 from locks.journal import Journal
+from store import dialect
 from store.owner import StoreOwner
 
 #: Tokens reserved at a time; a restart skips at most this many.
@@ -54,8 +55,9 @@ class FencingTokens:
 
 
 def _persist(conn: apsw.Connection, upto: int) -> None:
+    larger = "greatest" if dialect.is_postgresql(conn) else "max"  # the two-argument maximum
     conn.execute(
         "INSERT INTO lock_fencing(id, reserved) VALUES (1, ?) "
-        "ON CONFLICT(id) DO UPDATE SET reserved = max(reserved, excluded.reserved)",
+        f"ON CONFLICT(id) DO UPDATE SET reserved = {larger}(lock_fencing.reserved, excluded.reserved)",
         (upto,),
     )

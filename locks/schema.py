@@ -16,4 +16,16 @@ MIGRATIONS: list[str] = [
     );
     """,
 ]
-SCHEMA = Schema(COMPONENT, MIGRATIONS)
+#: On PostgreSQL the reservation row is shared by every broker: reservations are made
+#: under the store's write lock, so each broker's blocks of tokens are disjoint and
+#: every later block starts above every earlier one, whichever broker took it.
+POSTGRESQL: list[str] = [
+    """
+    CREATE TABLE IF NOT EXISTS lock_fencing (
+        id        INTEGER PRIMARY KEY CHECK (id = 1),
+        reserved  BIGINT NOT NULL
+    );
+    GRANT SELECT, INSERT, UPDATE ON lock_fencing TO conclave_broker;
+    """,
+]
+SCHEMA = Schema(COMPONENT, MIGRATIONS, postgresql=POSTGRESQL)

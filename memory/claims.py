@@ -3,7 +3,8 @@
 A claim's text never changes.  ``remember`` inserts edition 1 of a new
 lineage; ``revise`` inserts the next edition -- unverified, with no
 witnesses -- and marks the previous one ``superseded``.  Which FTS5 index a
-claim sits in follows from its tier alone (:func:`reindex`): every live
+claim sits in follows from its tier alone (:func:`reindex`; on PostgreSQL
+partial GIN indexes over the tier need no bookkeeping): every live
 claim is in ``claims_fts``, trusted ones also in ``trusted_fts``; retired
 and superseded editions are in neither, but their rows stay for audit.
 
@@ -22,7 +23,7 @@ import apsw
 import attrs
 
 from broker.errors import ConclaveError, ErrorCode
-from store import events
+from store import dialect, events
 from memory.policy import LIVE_TIERS, Tier
 
 if TYPE_CHECKING:
@@ -202,6 +203,8 @@ def _indexes(tier: Tier) -> set[str]:
 
 
 def reindex(conn: apsw.Connection, claim_id: int, text: str, old: Tier, new: Tier) -> None:
+    if dialect.is_postgresql(conn):
+        return  # partial GIN indexes over the tier: membership follows the row
     before, after = _indexes(old), _indexes(new)
     for index in before - after:
         # External content: 'delete' must be given exactly what was indexed (text never changes).
@@ -211,6 +214,8 @@ def reindex(conn: apsw.Connection, claim_id: int, text: str, old: Tier, new: Tie
 
 
 def _index(conn: apsw.Connection, index: str, claim_id: int, text: str) -> None:
+    if dialect.is_postgresql(conn):
+        return
     conn.execute(f"INSERT INTO {index}(rowid, text) VALUES (?, ?)", (claim_id, text))
 
 

@@ -44,8 +44,8 @@ import apsw
 import attrs
 
 from memory import claims
-from store import events
-from memory.retrieval import match_expression
+from store import dialect, events
+from memory import retrieval
 from memory.claims import KINDS
 from memory.policy import PolicyError, Tier
 
@@ -65,9 +65,14 @@ _RARE_WORDS: Final = 3
 _CANDIDATES: Final = 8
 _STRENGTH: Final = {Tier.TRUSTED: 2, Tier.UNVERIFIED: 1, Tier.DISPUTED: 0}
 #: When a claim was last written, vouched for or shown (ISO strings compare as times).
-_LAST_USE: Final = (
-    "max(c.created_at, coalesce(c.last_used_at, ''), coalesce((SELECT max(e.at) FROM exposures e WHERE e.claim = c.id), ''))"
+_LAST_USE_OF: Final = (
+    "{larger}(c.created_at, coalesce(c.last_used_at, ''), coalesce((SELECT max(e.at) FROM exposures e WHERE e.claim = c.id), ''))"
 )
+
+
+def _last_use(conn: apsw.Connection) -> str:
+    """When a claim was last created, vouched for or shown (SQLite's max(a, b, c) is greatest() on PostgreSQL)."""
+    return _LAST_USE_OF.format(larger="greatest" if dialect.is_postgresql(conn) else "max")
 
 
 def _number(table: Mapping[str, Any], key: str, default: float, where: str, *, whole: bool = False, low: float = 0) -> Any:
@@ -233,7 +238,7 @@ def _decay(conn: apsw.Connection, policy: GroomPolicy, now: datetime) -> Iterato
             continue
         cutoff = (now - timedelta(days=days)).isoformat(timespec="microseconds")
         for claim_id, kind in conn.execute(
-            f"SELECT c.id, c.kind FROM claims c WHERE c.tier = ? AND {_LAST_USE} < ? ORDER BY c.id", (tier.value, cutoff)
+            f"SELECT c.id, c.kind FROM claims c WHERE c.tier = ? AND {_last_use(conn)} < ? ORDER BY c.id", (tier.value, cutoff)
         ):
             yield Retirement(claim_id, kind, tier.value, "decay", f"groom: {tier.value} claim unused for {days:g} days")
 
@@ -258,7 +263,7 @@ def _duplicates(conn: apsw.Connection, policy: GroomPolicy, *, since: int) -> tu
         rare = sorted((w for w in mine if df[w] > 1), key=lambda w: (df[w], w))[:_RARE_WORDS]
         if not rare:
             continue
-        found = [r[0] for r in conn.execute("SELECT rowid FROM claims_fts WHERE claims_fts MATCH ? LIMIT ?", (match_expression(rare), _CANDIDATES + 1))]
+        found = retrieval.match_ids(conn, rare, _CANDIDATES + 1)
         others = claims.load_many(conn, (i for i in found if i != claim_id))
         for other in others.values():
             pair = (min(claim_id, other.id), max(claim_id, other.id))
@@ -307,7 +312,7 @@ def _caps(conn: apsw.Connection, policy: GroomPolicy, planned: dict[int, Retirem
             continue
         rows = conn.execute(
             f"SELECT c.id, c.tier FROM claims c WHERE c.kind = ? AND c.tier IN ('unverified', 'trusted', 'disputed') "
-            f"ORDER BY CASE c.tier WHEN 'disputed' THEN 0 WHEN 'unverified' THEN 1 ELSE 2 END, {_LAST_USE}, c.id",
+            f"ORDER BY CASE c.tier WHEN 'disputed' THEN 0 WHEN 'unverified' THEN 1 ELSE 2 END, {_last_use(conn)}, c.id",
             (kind,),
         )
         for claim_id, tier in rows:

@@ -32,7 +32,7 @@ import apsw.fts5query as fts5query
 import attrs
 
 from memory import claims, exposures, standing
-from store import events
+from store import dialect, events
 from memory.claims import ClaimRow
 from memory.policy import Tier, TrustPolicy
 
@@ -97,14 +97,8 @@ def rank(conn: apsw.Connection, query: str, *, limit: int, trusted_only: bool) -
     words = terms(query)
     if not words or limit <= 0:
         return []
-    index = "trusted_fts" if trusted_only else "claims_fts"
     candidates = limit if trusted_only else limit * 3 + 10
-    # ORDER BY bm25() rather than the rank column: same order, about a third cheaper in FTS5.
-    found = list(
-        conn.execute(
-            f"SELECT rowid, bm25({index}) AS score FROM {index} WHERE {index} MATCH ? ORDER BY score LIMIT ?", (match_expression(words), candidates)
-        )
-    )
+    found = _search(conn, words, candidates, trusted_only=trusted_only)
     if trusted_only:
         # Every row of this index is trusted: BM25 order is the order.
         return [Hit(i, score, Tier.TRUSTED, "") for i, score in found]
@@ -113,6 +107,51 @@ def rank(conn: apsw.Connection, query: str, *, limit: int, trusted_only: bool) -
     hits = _bring_back_trusted_twins(conn, hits, limit)
     hits.sort(key=Hit.order)
     return hits[:limit]
+
+
+#: The tier conditions of PostgreSQL's two partial GIN indexes (memory/schema.py), written exactly as
+#: there so the planner uses them.
+_PG_LIVE: Final = "tier IN ('unverified', 'trusted', 'disputed')"
+_PG_TRUSTED: Final = "tier = 'trusted'"
+
+
+def _search(conn: apsw.Connection, words: list[str], limit: int, *, trusted_only: bool) -> list[tuple[int, float]]:
+    """(claim id, score) for the best ``limit`` matches of any of ``words``; lower scores are better.
+
+    SQLite: FTS5's BM25 (negative, more negative is better).  PostgreSQL:
+    ``ts_rank`` over the stored ``tsvector``, normalised by document length
+    (1 + log of it, as BM25 damps long texts) and negated, so the tier
+    weight and the ordering work on both alike.
+    """
+    if dialect.is_postgresql(conn):
+        where = _PG_TRUSTED if trusted_only else _PG_LIVE
+        return list(
+            conn.execute(
+                f"SELECT id, -ts_rank(search, q, 1) AS score FROM claims, to_tsquery('english', ?) q "
+                f"WHERE search @@ q AND {where} ORDER BY score, id LIMIT ?",
+                (pg_query(words), limit),
+            )
+        )
+    index = "trusted_fts" if trusted_only else "claims_fts"
+    # ORDER BY bm25() rather than the rank column: same order, about a third cheaper in FTS5.
+    return list(
+        conn.execute(
+            f"SELECT rowid, bm25({index}) AS score FROM {index} WHERE {index} MATCH ? ORDER BY score LIMIT ?", (match_expression(words), limit)
+        )
+    )
+
+
+def pg_query(words: list[str]) -> str:
+    """A ``to_tsquery`` text matching any of ``words`` (each ``\\w+``, so no tsquery syntax survives)."""
+    return " | ".join(words)
+
+
+def match_ids(conn: apsw.Connection, words: list[str], limit: int) -> list[int]:
+    """Live claims matching any of ``words``, unranked (groom's near-duplicate candidates)."""
+    if dialect.is_postgresql(conn):
+        sql = f"SELECT id FROM claims, to_tsquery('english', ?) q WHERE search @@ q AND {_PG_LIVE} LIMIT ?"
+        return [r[0] for r in conn.execute(sql, (pg_query(words), limit))]
+    return [r[0] for r in conn.execute("SELECT rowid FROM claims_fts WHERE claims_fts MATCH ? LIMIT ?", (match_expression(words), limit))]
 
 
 def _facts(conn: apsw.Connection, ids: list[int]) -> dict[int, tuple[Tier, str]]:
@@ -132,8 +171,10 @@ def _bring_back_trusted_twins(conn: apsw.Connection, hits: list[Hit], limit: int
         return hits
     present = {h.id for h in hits}
     marks = ",".join("?" * len(shown))
-    # "+tier": look the twins up by their words, never by walking every trusted claim.
-    twins = conn.execute(f"SELECT id, text_key FROM claims WHERE text_key IN ({marks}) AND +tier = 'trusted'", list(shown))
+    # "+tier": look the twins up by their words, never by walking every trusted claim
+    # (PostgreSQL's planner needs no such hint, and has no unary + on text).
+    tier = "tier" if dialect.is_postgresql(conn) else "+tier"
+    twins = conn.execute(f"SELECT id, text_key FROM claims WHERE text_key IN ({marks}) AND {tier} = 'trusted'", list(shown))
     return hits + [Hit(i, shown[key].bm25, Tier.TRUSTED, key) for i, key in twins if i not in present]
 
 

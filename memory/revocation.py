@@ -1,6 +1,7 @@
 """Revoking a principal, and the cascade through every claim it vouched for or disputed.
 
-The operator revokes ``AGENT:SESSION`` when that session is known bad (its
+The operator revokes ``AGENT:SESSION`` (``HOST/AGENT:SESSION`` in a store
+several brokers share; a broker revokes only its own host's) when that session is known bad (its
 model was injected, its output cannot be trusted).  The principal is marked
 revoked in ``principals``; from then on its corroborations and disputes do
 not count.  Every claim it touched is recomputed in the same transaction:
@@ -42,7 +43,7 @@ def parse_target(target: str) -> tuple[str, str]:
         agent, session = parse_principal_key(target)
     except ValueError as exc:
         raise ConclaveError(ErrorCode.INVALID_ARGS, f"revoke: {exc}") from None
-    if agent == OPERATOR_NAME:
+    if agent == OPERATOR_NAME or agent.endswith("/" + OPERATOR_NAME):
         raise ConclaveError(ErrorCode.FORBIDDEN, "the operator cannot be revoked; only agent principals can")
     return agent, session
 
@@ -56,13 +57,13 @@ def revoke(conn: apsw.Connection, policy: TrustPolicy, operator: Principal, targ
     """
     agent, session = parse_target(target)
     key = f"{agent}:{session}"
-    row = conn.execute("SELECT revoked_at FROM principals WHERE agent = ? AND session = ?", (agent, session)).fetchone()
+    row = conn.execute("SELECT revoked_at FROM principals WHERE key = ?", (key,)).fetchone()
     if row is None:
         raise ConclaveError(ErrorCode.NOT_FOUND, f"no principal {key} was ever issued here; `conclave agents` lists them")
     if row[0] is not None:
         raise ConclaveError(ErrorCode.CONFLICT, f"{key} was already revoked at {row[0]}")
     at = events.now()
-    conn.execute("UPDATE principals SET revoked_at = ?, revoked_reason = ? WHERE agent = ? AND session = ?", (at, reason, agent, session))
+    conn.execute("UPDATE principals SET revoked_at = ?, revoked_reason = ? WHERE key = ?", (at, reason, key))
     touched = [r[0] for r in conn.execute("SELECT claim FROM corroborations WHERE principal = ? UNION SELECT claim FROM disputes WHERE principal = ? ORDER BY 1", (key, key))]
     events.append(conn, "memory.revoke", actor=operator.key, subject=key, payload={"reason": reason, "claims": touched}, at=at)
     changes = []

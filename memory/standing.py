@@ -25,8 +25,7 @@ def revoked_among(conn: apsw.Connection, keys: Iterable[str]) -> set[str]:
     """Which of these principal keys the operator has revoked."""
     out = set()
     for key in set(keys):
-        agent, _, session = key.rpartition(":")
-        row = conn.execute("SELECT revoked_at FROM principals WHERE agent = ? AND session = ?", (agent, session)).fetchone()
+        row = conn.execute("SELECT revoked_at FROM principals WHERE key = ?", (key,)).fetchone()
         if row and row[0]:
             out.add(key)
     return out
@@ -61,7 +60,7 @@ def apply(conn: apsw.Connection, claim: ClaimRow, standing: Standing, *, actor: 
     """Write the standing: witness verdicts, the tier, and a ``memory.tier`` event if it moved."""
     for table, verdicts in (("corroborations", standing.corroborations), ("disputes", standing.disputes)):
         conn.executemany(
-            f"UPDATE {table} SET counted = ?, reason_not_counted = ? WHERE id = ? AND (counted != ? OR reason_not_counted IS NOT ?)",
+            f"UPDATE {table} SET counted = ?, reason_not_counted = ? WHERE id = ? AND (counted != ? OR reason_not_counted IS DISTINCT FROM ?)",
             [
                 (int(v.counted), v.reason.value if v.reason else None, v.row, int(v.counted), v.reason.value if v.reason else None)
                 for v in verdicts

@@ -4,22 +4,29 @@ Everything above the store reaches the database through a :class:`Backend`:
 the store owner asks it for the one writer connection (opened and migrated),
 readers ask it for a read-only connection of their own.  SQLite through apsw
 is the embedded default (:class:`SqliteBackend`, one WAL file in the state
-directory); a server backend implements the same three methods.
+directory); :class:`store.postgres.PostgresBackend` implements the same
+methods for a PostgreSQL server several brokers share.  ``dialect`` tells
+the few queries that differ which SQL to speak (:mod:`store.dialect`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol, Sequence, final
+from typing import Final, Protocol, Sequence, final
 
 import apsw
 
 from store import database
+from store.dialect import SQLITE
 from store.schema import Schema
 
 
 class Backend(Protocol):
-    """Opens connections to one store.  Implementations hold no connection themselves."""
+    """Opens connections to one store.  Implementations hold no writer connection themselves
+    (a server backend may keep idle readers for reuse)."""
+
+    #: ``"sqlite"`` or ``"postgresql"``.
+    dialect: str
 
     def open_writer(self, schemas: Sequence[Schema]) -> apsw.Connection:
         """The writer connection, with the event log's and ``schemas``' migrations applied."""
@@ -37,6 +44,8 @@ class Backend(Protocol):
 @final
 class SqliteBackend:
     """One SQLite file in WAL mode: one writer, any number of readers."""
+
+    dialect: Final = SQLITE
 
     def __init__(self, path: Path) -> None:
         self.path = path

@@ -3,7 +3,9 @@
 Each feature keeps its schema in its own package (``memory/schema.py``,
 ``locks/schema.py``, ...) and hands the store a :class:`Schema`; the store
 applies them in the order given and never lists them itself, so adding a
-feature never means editing the store.
+feature never means editing the store.  A schema carries two lists: SQLite's
+and PostgreSQL's (the second dialect's types, full-text columns and
+row-level security policies differ too much for one text to serve both).
 """
 
 from __future__ import annotations
@@ -24,3 +26,6 @@ class Schema:
 
     component: str
     migrations: tuple[str, ...] = attrs.field(converter=tuple)
+    #: The same tables for the PostgreSQL backend (``store.postgres``): their own numbered
+    #: migrations, readable SQL like these.  Empty: the component runs on SQLite only.
+    postgresql: tuple[str, ...] = attrs.field(default=(), converter=tuple)

@@ -27,6 +27,21 @@ def no_real_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
         os.environ["XDG_STATE_HOME"] = saved
 
 
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Any]:
+    """One real PostgreSQL server for the whole session, started on first use (tests/pgtools.py).
+
+    Never skipped: with no binaries at all it fails, saying how to install them.
+    """
+    from tests.pgtools import Cluster
+
+    cluster = Cluster()
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture
 def start_run(tmp_path: Path) -> Iterator[Callable[..., Run]]:
     """Start a real broker with puppet agents: ``start_run([{"name": "alice"}, ...])``."""

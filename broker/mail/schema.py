@@ -64,4 +64,76 @@ MIGRATIONS: list[str] = [
     ) WITHOUT ROWID;
     """,
 ]
-SCHEMA = Schema(COMPONENT, MIGRATIONS)
+
+#: The same on PostgreSQL: search is a stored ``tsvector`` with a GIN index; a
+#: broker's role sends only as its own host's principals, delivers only the
+#: messages it sent, and marks a delivery read or acknowledged only in the
+#: name of its own host's principals.  A mailbox (an agent name) is shared by
+#: that agent's namesakes on every host: mail to ``alice`` reaches the role.
+POSTGRESQL: list[str] = [
+    """
+    CREATE TABLE IF NOT EXISTS mail_messages (
+        id          BIGINT PRIMARY KEY,
+        thread      TEXT NOT NULL,
+        sender      TEXT NOT NULL,
+        sender_box  TEXT NOT NULL,
+        addressed   TEXT NOT NULL,
+        subject     TEXT,
+        body        TEXT NOT NULL,
+        at          TEXT NOT NULL,
+        search      tsvector GENERATED ALWAYS AS (to_tsvector('english', coalesce(subject, '') || ' ' || body)) STORED
+    );
+    CREATE INDEX IF NOT EXISTS mail_by_thread ON mail_messages(thread, id);
+    CREATE INDEX IF NOT EXISTS mail_by_sender_box ON mail_messages(sender_box, id);
+    CREATE INDEX IF NOT EXISTS mail_search ON mail_messages USING gin (search);
+    CREATE TRIGGER mail_messages_never_change BEFORE UPDATE OR DELETE ON mail_messages
+        FOR EACH ROW EXECUTE FUNCTION conclave_refuse_change('a message never changes once sent, and mail is never deleted');
+
+    CREATE TABLE IF NOT EXISTS mail_deliveries (
+        mailbox     TEXT NOT NULL,
+        message     BIGINT NOT NULL REFERENCES mail_messages(id),
+        read_at     TEXT,
+        read_by     TEXT,
+        acked_at    TEXT,
+        acked_by    TEXT,
+        PRIMARY KEY (mailbox, message)
+    );
+    CREATE INDEX IF NOT EXISTS mail_deliveries_by_message ON mail_deliveries(message);
+    CREATE INDEX IF NOT EXISTS mail_unread ON mail_deliveries(mailbox) WHERE read_at IS NULL;
+    CREATE TRIGGER mail_deliveries_never_deleted BEFORE DELETE ON mail_deliveries
+        FOR EACH ROW EXECUTE FUNCTION conclave_refuse_change('mail is never deleted');
+    CREATE TRIGGER mail_deliveries_owned_changes BEFORE UPDATE ON mail_deliveries
+        FOR EACH ROW EXECUTE FUNCTION conclave_owned_changes('read_by', 'acked_by');
+
+    CREATE TABLE IF NOT EXISTS status_lines (
+        host        TEXT NOT NULL DEFAULT conclave_host(),
+        agent       TEXT NOT NULL,
+        session     TEXT NOT NULL,
+        text        TEXT NOT NULL,
+        since       TEXT NOT NULL,
+        PRIMARY KEY (agent, session)
+    );
+
+    ALTER TABLE mail_messages ENABLE ROW LEVEL SECURITY;
+    CREATE POLICY mail_messages_read ON mail_messages FOR SELECT TO conclave_broker USING (true);
+    CREATE POLICY mail_messages_sender ON mail_messages FOR INSERT TO conclave_broker WITH CHECK (conclave_owns(sender));
+    GRANT SELECT, INSERT ON mail_messages TO conclave_broker;
+
+    ALTER TABLE mail_deliveries ENABLE ROW LEVEL SECURITY;
+    CREATE POLICY mail_deliveries_read ON mail_deliveries FOR SELECT TO conclave_broker USING (true);
+    CREATE POLICY mail_deliveries_sender ON mail_deliveries FOR INSERT TO conclave_broker
+        WITH CHECK (EXISTS (SELECT 1 FROM mail_messages m WHERE m.id = message AND conclave_owns(m.sender)));
+    CREATE POLICY mail_deliveries_reader ON mail_deliveries FOR UPDATE TO conclave_broker USING (true) WITH CHECK (true);
+    GRANT SELECT, INSERT ON mail_deliveries TO conclave_broker;
+    GRANT UPDATE (read_at, read_by, acked_at, acked_by) ON mail_deliveries TO conclave_broker;
+
+    ALTER TABLE status_lines ENABLE ROW LEVEL SECURITY;
+    CREATE POLICY status_lines_read ON status_lines FOR SELECT TO conclave_broker USING (true);
+    CREATE POLICY status_lines_own ON status_lines FOR INSERT TO conclave_broker WITH CHECK (host = conclave_host());
+    CREATE POLICY status_lines_update ON status_lines FOR UPDATE TO conclave_broker
+        USING (host = conclave_host()) WITH CHECK (host = conclave_host());
+    GRANT SELECT, INSERT ON status_lines TO conclave_broker;
+    GRANT UPDATE (text, since) ON status_lines TO conclave_broker;
+    """,
+]
+SCHEMA = Schema(COMPONENT, MIGRATIONS, postgresql=POSTGRESQL)

@@ -14,9 +14,16 @@ from store import database, events
 from store.chainkey import ChainKey
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[apsw.Connection]:
-    conn = database.open_store(tmp_path / "memory.db", composition.schemas())
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[apsw.Connection]:
+    """The writer connection of a fresh store, on each backend (PostgreSQL as its owner: no host, no row policies)."""
+    if request.param == "sqlite":
+        conn = database.open_store(tmp_path / "memory.db", composition.schemas())
+    else:
+        from store.postgres import PostgresBackend
+
+        cluster = request.getfixturevalue("pg_cluster")
+        conn = PostgresBackend(cluster.url(cluster.database()), migrate=False).open_writer(composition.schemas())
     events.key_chain(conn, ChainKey.generate())  # this connection writes as the store owner would
     yield conn
     conn.close()

@@ -54,7 +54,7 @@ def test_trusted_twin_cut_by_the_candidate_limit_comes_back(job: Callable[..., A
     trusted = remember(job, "alice", words)
     # Control: before it is trusted, the trusted-to-be twin is not among the FTS candidates at all.
     # (recall with limit=1 takes 13 candidates from FTS before weighing tiers)
-    candidates = [r[0] for r in store.execute("SELECT rowid FROM claims_fts WHERE claims_fts MATCH 'quota' ORDER BY rank LIMIT 13")]
+    candidates = [i for i, _ in retrieval._search(store, ["quota"], 13, trusted_only=False)]
     assert trusted not in candidates
     assert [c["id"] for c in job(retrieval.recall, POLICY, principal("reader"), "quota bursts", limit=1)] != [trusted]
     trust(job, trusted, "bob", "carol")

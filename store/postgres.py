@@ -1,0 +1,558 @@
+"""The PostgreSQL backend: many brokers, on many hosts, one database.
+
+Selected by ``[store] url = "postgresql://..."`` in the team file or
+``CONCLAVE_STORE_URL``; SQLite stays the embedded default.  Three decisions
+shape this module:
+
+* **One connection API.**  :class:`PgConnection` wraps a psycopg 3
+  connection and offers the subset of apsw's connection the store jobs use
+  (``execute`` with ``?`` or ``:name`` parameters, ``executemany``, ``with
+  conn:`` transactions and savepoints, ``getautocommit``, ``close``), so a
+  feature's job runs unchanged on either backend.  Parameters are rewritten
+  to PostgreSQL's ``$n`` once per statement text (cached) and sent with a
+  ``RawCursor``: no client-side quoting, prepared statements for hot ones.
+* **One writer at a time, across every broker.**  A writer transaction
+  begins with ``pg_advisory_xact_lock`` on one key: PostgreSQL's version of
+  SQLite's ``BEGIN IMMEDIATE``.  Every job therefore still sees the state as
+  it was after the previous commit, whichever broker made it; read-modify-
+  write code (the next claim id, a claim's standing, the event chain's head)
+  stays correct without per-table locking, and the event log's appends from
+  several brokers serialise without loss.  Brokers batch many jobs into one
+  transaction, so the lock is taken once per batch, not per job.
+* **Each broker its own role.**  The database owner (``conclave store init``)
+  creates the tables, row-level security policies and the ``conclave_broker``
+  group; each broker logs in with a role of its own, registered under the
+  host name the operator gives it (``conclave store add-broker HOST``).  The
+  policies let a role write rows only in the name of its own host's
+  principals (``conclave_owns(principal)``); see docs/DEPLOYMENT.md.
+
+Readers get a connection from a small pool (opening a PostgreSQL connection
+costs milliseconds, unlike opening a SQLite file) inside a REPEATABLE READ,
+READ ONLY transaction, so a read job sees one snapshot, as on SQLite's WAL.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+from typing import Any, Final, Iterable, Iterator, Mapping, Sequence, final
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import psycopg.sql
+from psycopg import pq
+
+from store.schema import Schema
+
+POSTGRESQL: Final = "postgresql"
+#: The advisory lock every writer transaction holds: one writer at a time across brokers.
+WRITE_LOCK: Final = 0x636F6E636C617665  # "conclave"
+#: The group role every broker's own role belongs to (created by ``conclave store init``).
+BROKER_GROUP: Final = "conclave_broker"
+#: Readers kept open for reuse.
+POOL_SIZE: Final = 8
+#: Statement texts whose translation is kept.
+_CACHE_SIZE: Final = 4096
+HOST_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+
+class StoreError(RuntimeError):
+    """The PostgreSQL store cannot be used as configured; the message says how to fix it."""
+
+
+# -- parameters -------------------------------------------------------------------
+
+_translated: dict[str, tuple[str, tuple[str, ...] | None]] = {}
+
+
+def translate(sql: str) -> tuple[str, tuple[str, ...] | None]:
+    """SQLite parameters to PostgreSQL's: ``?`` becomes ``$1, $2, ...``; ``:name`` becomes ``$k``.
+
+    Returns the statement and, for named parameters, the names in ``$k``
+    order (None for positional ones).  Quoted strings, quoted identifiers,
+    comments, ``::`` casts and ``$$`` bodies are left alone.
+    """
+    cached = _translated.get(sql)
+    if cached is not None:
+        return cached
+    out: list[str] = []
+    names: list[str] = []
+    positional = 0
+    i, n = 0, len(sql)
+    while i < n:
+        ch = sql[i]
+        if ch in "'\"":
+            end = i + 1
+            while end < n:
+                if sql[end] == ch:
+                    if end + 1 < n and sql[end + 1] == ch:
+                        end += 2
+                        continue
+                    break
+                end += 1
+            out.append(sql[i : end + 1])
+            i = end + 1
+        elif ch == "-" and sql.startswith("--", i):
+            end = sql.find("\n", i)
+            end = n if end < 0 else end
+            out.append(sql[i:end])
+            i = end
+        elif ch == "/" and sql.startswith("/*", i):
+            end = sql.find("*/", i + 2)
+            end = n if end < 0 else end + 2
+            out.append(sql[i:end])
+            i = end
+        elif ch == "$" and sql.startswith("$$", i):
+            end = sql.find("$$", i + 2)
+            end = n if end < 0 else end + 2
+            out.append(sql[i:end])
+            i = end
+        elif ch == "?":
+            positional += 1
+            out.append(f"${positional}")
+            i += 1
+        elif ch == ":" and sql.startswith("::", i):
+            out.append("::")
+            i += 2
+        elif ch == ":" and i + 1 < n and (sql[i + 1].isalpha() or sql[i + 1] == "_"):
+            end = i + 1
+            while end < n and (sql[end].isalnum() or sql[end] == "_"):
+                end += 1
+            name = sql[i + 1 : end]
+            if name not in names:
+                names.append(name)
+            out.append(f"${names.index(name) + 1}")
+            i = end
+        else:
+            out.append(ch)
+            i += 1
+    if positional and names:
+        raise ValueError(f"a statement mixes ? and :name parameters: {sql[:200]}")
+    result = ("".join(out), tuple(names) if names else None)
+    if len(_translated) >= _CACHE_SIZE:
+        _translated.clear()
+    _translated[sql] = result
+    return result
+
+
+def _bind(names: tuple[str, ...] | None, params: Any) -> Sequence[Any] | None:
+    if params is None:
+        return None
+    if names is None:
+        if isinstance(params, Mapping):
+            raise TypeError("named parameters given to a statement with ? placeholders")
+        return params
+    if not isinstance(params, Mapping):
+        raise TypeError("a statement with :name placeholders needs a mapping of parameters")
+    return [params[name] for name in names]
+
+
+# -- the connection -------------------------------------------------------------------
+
+
+class _Rows:
+    """What a statement returned, read like an apsw cursor (a statement with no rows iterates nothing)."""
+
+    __slots__ = ("_cursor",)
+
+    def __init__(self, cursor: psycopg.Cursor[Any] | None) -> None:
+        self._cursor = cursor
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        if self._cursor is None or self._cursor.description is None:
+            return iter(())
+        return iter(self._cursor)
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        if self._cursor is None or self._cursor.description is None:
+            return None
+        return self._cursor.fetchone()
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return list(self)
+
+
+@final
+class PgConnection:
+    """A psycopg connection that reads like the apsw one the store jobs were written for.
+
+    ``dialect`` is ``"postgresql"`` (:mod:`store.dialect` branches on it);
+    ``host`` is the broker host this role writes for.  A writer connection
+    takes the store's write lock when a transaction begins (see the module
+    docstring); a reader runs each ``with conn:`` block on one snapshot.
+    """
+
+    dialect: Final = POSTGRESQL
+
+    def __init__(self, raw: psycopg.Connection[Any], *, host: str | None, writer: bool, release: Any = None) -> None:
+        self.raw = raw
+        self.host = host
+        self.writer = writer
+        self._release = release
+        self._depth = 0
+        self._cursor = raw.cursor()
+
+    # -- statements ---------------------------------------------------------------
+
+    def execute(self, sql: str, params: Any = None) -> _Rows:
+        if sql == "BEGIN IMMEDIATE":
+            self._begin()
+            return _Rows(None)
+        text, names = translate(sql)
+        cursor = self.raw.cursor()
+        cursor.execute(text, _bind(names, params))
+        return _Rows(cursor)
+
+    def executemany(self, sql: str, rows: Iterable[Any]) -> None:
+        text, names = translate(sql)
+        batch = [_bind(names, r) for r in rows]
+        if batch:
+            self._cursor.executemany(text, batch)
+
+    def last_insert_rowid(self) -> int:
+        """The id the last INSERT into an identity column took (``lastval()``: this session's own)."""
+        row = self.raw.execute("SELECT lastval()").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def getautocommit(self) -> bool:
+        """True outside a transaction (apsw's name for it)."""
+        return self.raw.pgconn.transaction_status == pq.TransactionStatus.IDLE
+
+    # -- transactions ------------------------------------------------------------------
+
+    def _begin(self) -> None:
+        if self.writer:
+            self.raw.execute("BEGIN")
+            self.raw.execute("SELECT pg_advisory_xact_lock($1)", (WRITE_LOCK,))
+        else:
+            self.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
+    def __enter__(self) -> PgConnection:
+        if self.getautocommit():
+            self._begin()
+            self._depth = 0
+        else:
+            self._depth += 1
+            self.raw.execute(f"SAVEPOINT conclave_{self._depth}")
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        if self._depth == 0:
+            if self.raw.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+                self.raw.execute("COMMIT" if kind is None else "ROLLBACK")
+            return
+        name = f"conclave_{self._depth}"
+        self._depth -= 1
+        if kind is not None:
+            self.raw.execute(f"ROLLBACK TO SAVEPOINT {name}")
+        self.raw.execute(f"RELEASE SAVEPOINT {name}")
+
+    def close(self) -> None:
+        if self._release is not None:
+            self._release(self)
+        else:
+            self.raw.close()
+
+    def discard(self) -> None:
+        self.raw.close()
+
+
+# -- the backend -------------------------------------------------------------------------
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = (parts.username or "") + ":***"
+    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
+
+
+def connect(url: str) -> psycopg.Connection[Any]:
+    """A raw autocommit connection (conclave issues BEGIN and COMMIT itself)."""
+    try:
+        return psycopg.connect(url, autocommit=True, cursor_factory=psycopg.RawCursor)
+    except psycopg.OperationalError as exc:
+        raise StoreError(f"cannot connect to the PostgreSQL store {redact(url)}: {str(exc).strip()}") from None
+
+
+@final
+class PostgresBackend:
+    """A PostgreSQL database shared by every broker of a team (see the module docstring)."""
+
+    dialect: Final = POSTGRESQL
+
+    def __init__(self, url: str, *, migrate: bool = True) -> None:
+        self.url = url
+        self.migrate_on_open = migrate
+        self.host: str | None = None
+        self._pool: queue.SimpleQueue[PgConnection] = queue.SimpleQueue()
+        self._pooled = 0
+
+    def describe(self) -> str:
+        return redact(self.url)
+
+    def identify(self) -> str:
+        """The host name this role is registered under (``conclave store add-broker``).
+
+        Raises:
+            StoreError: the database has no conclave schema yet, or this role
+                is not registered as any host's broker.
+        """
+        raw = connect(self.url)
+        try:
+            try:
+                row = raw.execute("SELECT conclave_host(), session_user").fetchone()
+            except psycopg.errors.UndefinedFunction:
+                raise StoreError(
+                    f"{redact(self.url)} has no conclave schema; the database owner runs `conclave store init --url URL` first"
+                ) from None
+        finally:
+            raw.close()
+        assert row is not None
+        host, role = row
+        if host is None:
+            raise StoreError(
+                f"the role {role} is not registered as a broker in {redact(self.url)}; the database owner runs "
+                f"`conclave store add-broker HOST --role {role}` (each broker logs in with a role of its own)"
+            )
+        self.host = host
+        return host
+
+    def open_writer(self, schemas: Sequence[Schema]) -> PgConnection:
+        raw = connect(self.url)
+        conn = PgConnection(raw, host=self.host, writer=True)
+        try:
+            if self.migrate_on_open:
+                migrate(conn, schemas)
+            else:
+                require_current(conn, schemas)
+        except BaseException:
+            raw.close()
+            raise
+        return conn
+
+    def open_reader(self) -> PgConnection:
+        try:
+            conn = self._pool.get_nowait()
+        except queue.Empty:
+            conn = PgConnection(connect(self.url), host=self.host, writer=False, release=self._give_back)
+        return conn
+
+    def _give_back(self, conn: PgConnection) -> None:
+        if conn.raw.closed or conn.raw.pgconn.transaction_status != pq.TransactionStatus.IDLE or self._pool.qsize() >= POOL_SIZE:
+            conn.discard()
+        else:
+            self._pool.put(conn)
+
+    def close(self) -> None:
+        while True:
+            try:
+                self._pool.get_nowait().discard()
+            except queue.Empty:
+                return
+
+
+# -- migrations --------------------------------------------------------------------------------
+
+COMPONENT = "store"
+#: The store's own PostgreSQL tables, before any feature's: the brokers and who they are.
+MIGRATIONS: Final = (
+    f"""
+    DO $$ BEGIN
+        IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{BROKER_GROUP}') THEN
+            CREATE ROLE {BROKER_GROUP} NOLOGIN;
+        END IF;
+    END $$;
+    -- Which role speaks for which host.  Only the owner writes it (conclave store add-broker).
+    CREATE TABLE IF NOT EXISTS conclave_brokers (
+        host      TEXT PRIMARY KEY CHECK (host ~ '^[a-z0-9][a-z0-9-]{{0,62}}$'),
+        role      TEXT NOT NULL UNIQUE,
+        added_at  TEXT NOT NULL
+    );
+    GRANT SELECT ON conclave_brokers TO {BROKER_GROUP};
+    -- The host the logged-in role is registered for; NULL for any other role.
+    CREATE OR REPLACE FUNCTION conclave_host() RETURNS text
+        LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public
+        AS $$ SELECT host FROM public.conclave_brokers WHERE role = session_user $$;
+    -- Whether a principal key (HOST/AGENT:SESSION, or HOST/broker) is this role's host's.
+    CREATE OR REPLACE FUNCTION conclave_owns(principal text) RETURNS boolean
+        LANGUAGE sql STABLE SET search_path = pg_catalog, public
+        AS $$ SELECT coalesce(starts_with(principal, conclave_host() || '/'), false) $$;
+    CREATE OR REPLACE FUNCTION conclave_refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION '%', TG_ARGV[0]; END $$;
+    -- An UPDATE by a broker's role may set the named principal columns only to its own
+    -- host's principals (or leave them as they were).  The owner is not checked.
+    CREATE OR REPLACE FUNCTION conclave_owned_changes() RETURNS trigger LANGUAGE plpgsql AS $$
+        DECLARE
+            col text;
+            now_value text;
+        BEGIN
+            IF conclave_host() IS NULL THEN RETURN NEW; END IF;
+            FOREACH col IN ARRAY TG_ARGV LOOP
+                now_value := to_jsonb(NEW) ->> col;
+                IF now_value IS DISTINCT FROM (to_jsonb(OLD) ->> col) AND now_value IS NOT NULL AND NOT conclave_owns(now_value) THEN
+                    RAISE EXCEPTION 'role % may not set %.% to %: a principal of another host', session_user, TG_TABLE_NAME, col, now_value
+                        USING ERRCODE = 'insufficient_privilege';
+                END IF;
+            END LOOP;
+            RETURN NEW;
+        END $$;
+    GRANT USAGE ON SCHEMA public TO {BROKER_GROUP};
+    GRANT SELECT ON schema_versions TO {BROKER_GROUP};
+    """,
+)
+SCHEMA: Final = Schema(COMPONENT, (), postgresql=MIGRATIONS)
+
+#: The event log on PostgreSQL (``store.events`` holds SQLite's).  Append-only
+#: twice over: no broker role has UPDATE or DELETE on it, and triggers refuse
+#: them (and TRUNCATE) even for the owner.  A broker appends only events whose
+#: actor is one of its own host's principals (``HOST/...``, ``HOST/broker``).
+EVENTS_POSTGRESQL: Final = (
+    f"""
+    CREATE TABLE IF NOT EXISTS events (
+        seq        BIGINT PRIMARY KEY,
+        at         TEXT NOT NULL,
+        kind       TEXT NOT NULL,
+        actor      TEXT NOT NULL,
+        subject    TEXT,
+        payload    TEXT NOT NULL,
+        prev_hash  TEXT NOT NULL,
+        hash       TEXT NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS events_by_kind ON events(kind);
+    CREATE INDEX IF NOT EXISTS events_by_actor ON events(actor);
+    CREATE INDEX IF NOT EXISTS events_by_subject ON events(subject);
+    CREATE TRIGGER events_append_only BEFORE UPDATE OR DELETE ON events
+        FOR EACH ROW EXECUTE FUNCTION conclave_refuse_change('the event log is append-only');
+    CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON events
+        FOR EACH STATEMENT EXECUTE FUNCTION conclave_refuse_change('the event log is append-only');
+    ALTER TABLE events ENABLE ROW LEVEL SECURITY;
+    CREATE POLICY events_read ON events FOR SELECT TO {BROKER_GROUP} USING (true);
+    CREATE POLICY events_append ON events FOR INSERT TO {BROKER_GROUP} WITH CHECK (conclave_owns(actor));
+    GRANT SELECT, INSERT ON events TO {BROKER_GROUP};
+    """,
+)
+
+
+def _components(schemas: Sequence[Schema]) -> list[Schema]:
+    from store import events
+
+    out = [SCHEMA, Schema(events.COMPONENT, (), postgresql=EVENTS_POSTGRESQL), *schemas]
+    missing = [s.component for s in out if not s.postgresql]
+    if missing:
+        raise StoreError(f"no PostgreSQL schema for {', '.join(missing)}; these components run on SQLite only")
+    return out
+
+
+def _versions(conn: PgConnection) -> dict[str, int]:
+    exists = conn.execute("SELECT to_regclass('public.schema_versions') IS NOT NULL").fetchone()
+    if not exists or not exists[0]:
+        return {}
+    return dict(conn.execute("SELECT component, version FROM schema_versions"))
+
+
+def migrate(conn: PgConnection, schemas: Sequence[Schema]) -> int:
+    """Apply every pending PostgreSQL migration (the store's, the event log's, then ``schemas``').
+
+    Runs under the write lock, so two brokers starting at once migrate once.
+
+    Raises:
+        StoreError: a migration is pending and this role may not apply it.
+    """
+    components = _components(schemas)
+    total = 0
+    with conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_versions (component TEXT PRIMARY KEY, version INTEGER NOT NULL)")
+    done = _versions(conn)
+    for schema in components:
+        have = done.get(schema.component, 0)
+        for number, sql in enumerate(schema.postgresql[have:], start=have + 1):
+            try:
+                with conn:
+                    conn.raw.execute(sql)
+                    conn.execute(
+                        "INSERT INTO schema_versions(component, version) VALUES (?, ?) "
+                        "ON CONFLICT(component) DO UPDATE SET version = excluded.version",
+                        (schema.component, number),
+                    )
+            except psycopg.errors.InsufficientPrivilege as exc:
+                raise StoreError(
+                    f"migration {number} of {schema.component} is pending and role {conn.raw.info.user} may not apply it "
+                    f"({str(exc).strip()}); the database owner runs `conclave store init --url URL`"
+                ) from None
+        total += len(schema.postgresql)
+    return total
+
+
+def require_current(conn: PgConnection, schemas: Sequence[Schema]) -> None:
+    """Refuse a database whose schema is behind this conclave's.
+
+    Raises:
+        StoreError: naming what is behind and who brings it up to date.
+    """
+    try:
+        done = _versions(conn)
+    except psycopg.errors.InsufficientPrivilege:
+        done = {}
+    behind = [f"{s.component} ({done.get(s.component, 0)} of {len(s.postgresql)})" for s in _components(schemas) if done.get(s.component, 0) < len(s.postgresql)]
+    if behind:
+        raise StoreError(f"the PostgreSQL schema is behind this conclave: {', '.join(behind)}; the database owner runs `conclave store init --url URL`")
+
+
+# -- the owner's tools -------------------------------------------------------------------------
+
+
+def init(url: str, schemas: Sequence[Schema]) -> int:
+    """Create or bring up to date conclave's tables, policies and group role (as the database owner).
+
+    Returns the number of migrations the database now has.
+    """
+    raw = connect(url)
+    try:
+        return migrate(PgConnection(raw, host=None, writer=True), schemas)
+    finally:
+        raw.close()
+
+
+def add_broker(url: str, host: str, *, role: str, password: str | None = None) -> dict[str, Any]:
+    """Register ``role`` as the broker of ``host`` (creating the role if missing), as the database owner.
+
+    Raises:
+        StoreError: a bad host name, or the host or role is taken already.
+    """
+    if not HOST_NAME.match(host):
+        raise StoreError(f"host name {host!r}: use 1-63 lower-case letters, digits and dashes, starting with a letter or digit")
+    if not re.match(r"^[a-z_][a-z0-9_]{0,62}$", role):
+        raise StoreError(f"role name {role!r}: use lower-case letters, digits and underscores")
+    raw = connect(url)
+    try:
+        with raw.transaction():
+            taken = raw.execute("SELECT host, role FROM conclave_brokers WHERE host = $1 OR role = $2", (host, role)).fetchall()
+            if taken:
+                raise StoreError(f"already registered: {', '.join(f'{h} (role {r})' for h, r in taken)}; a host has one role and a role one host")
+            exists = raw.execute("SELECT 1 FROM pg_roles WHERE rolname = $1", (role,)).fetchone()
+            ident = psycopg.sql.Identifier(role)
+            if not exists:
+                raw.execute(psycopg.sql.SQL("CREATE ROLE {} LOGIN").format(ident))
+            if password is not None:
+                raw.execute(psycopg.sql.SQL("ALTER ROLE {} PASSWORD {}").format(ident, psycopg.sql.Literal(password)))
+            raw.execute(psycopg.sql.SQL("GRANT {} TO {}").format(psycopg.sql.Identifier(BROKER_GROUP), ident))
+            from store import events
+
+            raw.execute("INSERT INTO conclave_brokers(host, role, added_at) VALUES ($1, $2, $3)", (host, role, events.now()))
+    finally:
+        raw.close()
+    return {"host": host, "role": role, "created_role": not exists}
+
+
+def brokers(url: str) -> list[dict[str, Any]]:
+    """Every registered broker: host, role, when it was added."""
+    raw = connect(url)
+    try:
+        return [{"host": h, "role": r, "added_at": a} for h, r, a in raw.execute("SELECT host, role, added_at FROM conclave_brokers ORDER BY host")]
+    finally:
+        raw.close()
