@@ -85,7 +85,7 @@ class Puppet:
 
     @property
     def key(self) -> str:
-        return f"{self.identity['agent']}:{self.identity['session']}"
+        return self.identity.get("key") or f"{self.identity['agent']}:{self.identity['session']}"
 
     def call(self, op: str, fresh: bool = False, **args: Any) -> Any:
         """The op's result, or raise the broker's refusal as ConclaveError."""
@@ -139,9 +139,11 @@ class Run:
         extra_toml: str = "",
         grace: float = 2.0,
         reuse: bool = False,
+        repo: Path | None = None,
     ) -> None:
         self.root = root
-        self.repo = root / "repo" if reuse else make_repo(root, files)
+        # ``repo``: an existing checkout (a clone, for a second broker on another "host").
+        self.repo = repo if repo is not None else root / "repo" if reuse else make_repo(root, files)
         self.state = root / "state"
         # Unix socket paths are short; the control dir lives under /tmp.
         self.control = Path(tempfile.mkdtemp(prefix="cvp-"))

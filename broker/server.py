@@ -249,4 +249,6 @@ def whoami(principal: Principal) -> dict[str, object]:
         "parent": principal.parent,
         "role": principal.role.value,
         "domain": principal.domain,
+        # Only in a store several brokers share: the issuing broker's host (the key is HOST/agent:session).
+        **({"host": principal.host, "key": principal.key} if principal.host is not None else {}),
     }

@@ -278,6 +278,7 @@ POSTGRESQL: list[str] = [
 
     -- One trust policy for the whole team: any broker's operator may change it (logged).
     GRANT SELECT, INSERT, UPDATE ON memory_settings TO conclave_broker;
+    GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO conclave_broker;
     """,
 ]
 SCHEMA = Schema(COMPONENT, MIGRATIONS, postgresql=POSTGRESQL)

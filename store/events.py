@@ -35,7 +35,7 @@ from typing import Any, Final, NamedTuple, Sequence, final
 import apsw
 import attrs
 
-from store import jsoncodec
+from store import dialect, jsoncodec
 from store.chainkey import ChainKey
 from store.schema import Schema
 
@@ -180,7 +180,7 @@ def append(
     :data:`BROKER_ACTOR`.  There is no default.
     """
     stamp = at or now()
-    (row,) = _chain(conn, [Pending(kind, actor, subject, payload, stamp)])
+    (row,) = _chain(conn, [Pending(kind, qualify(conn, actor), subject, payload, stamp)])
     conn.execute("INSERT INTO events(seq, at, kind, actor, subject, payload, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?)", row)
     return Event(row[0], stamp, kind, actor, subject, payload or {}, row[-1])
 
@@ -199,11 +199,25 @@ def append_many(conn: apsw.Connection, pending: Sequence[Pending]) -> int | None
     once per event, so a busy broker loop is not kept waiting for it.
     Returns the last seq written (None for an empty batch).
     """
+    if dialect.host_of(conn) is not None:
+        pending = [p._replace(actor=qualify(conn, p.actor)) for p in pending]
     rows = _chain(conn, pending)
     if not rows:
         return None
-    conn.execute(_INSERT_MANY, (json.dumps(rows),))
+    if dialect.is_postgresql(conn):
+        conn.executemany("INSERT INTO events(seq, at, kind, actor, subject, payload, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?)", rows)
+    else:
+        conn.execute(_INSERT_MANY, (json.dumps(rows),))
     return rows[-1][0]
+
+
+def qualify(conn: apsw.Connection, actor: str) -> str:
+    """The broker's own actor names its host in a store several brokers share (``HOST/broker``)."""
+    if actor == BROKER_ACTOR:
+        host = dialect.host_of(conn)
+        if host is not None:
+            return f"{host}/{BROKER_ACTOR}"
+    return actor
 
 
 def _chain(conn: apsw.Connection, pending: Sequence[Pending]) -> list[tuple[Any, ...]]:

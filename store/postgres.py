@@ -464,9 +464,16 @@ def migrate(conn: PgConnection, schemas: Sequence[Schema]) -> int:
         StoreError: a migration is pending and this role may not apply it.
     """
     components = _components(schemas)
+    done = _versions(conn)
+    if all(done.get(s.component, 0) >= len(s.postgresql) for s in components):
+        return sum(len(s.postgresql) for s in components)  # nothing to do (and a broker's role may do no DDL)
     total = 0
-    with conn:
-        conn.execute("CREATE TABLE IF NOT EXISTS schema_versions (component TEXT PRIMARY KEY, version INTEGER NOT NULL)")
+    try:
+        with conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_versions (component TEXT PRIMARY KEY, version INTEGER NOT NULL)")
+    except psycopg.errors.InsufficientPrivilege:
+        require_current(conn, schemas)
+        raise
     done = _versions(conn)
     for schema in components:
         have = done.get(schema.component, 0)
@@ -556,3 +563,60 @@ def brokers(url: str) -> list[dict[str, Any]]:
         return [{"host": h, "role": r, "added_at": a} for h, r, a in raw.execute("SELECT host, role, added_at FROM conclave_brokers ORDER BY host")]
     finally:
         raw.close()
+
+
+# -- notifications between brokers -----------------------------------------------------------------
+
+#: How often the listening thread looks up from the socket to see whether it should stop.
+LISTEN_POLL: Final = 0.25
+
+
+async def listen(url: str, channel: str, deliver: Any, *, task_status: Any = None) -> None:
+    """Call ``deliver(payload)`` on the trio loop for every NOTIFY on ``channel``, until cancelled.
+
+    psycopg's asynchronous API is asyncio's and the broker is trio: the
+    connection lives on a thread of its own, blocked in ``notifies()``; each
+    notification hops back to the event loop with ``trio.from_thread``.  A
+    notification is sent when the transaction that raised it commits, so a
+    waiter woken here finds the row committed.  Started with
+    ``nursery.start``: reports started once ``LISTEN`` is in place.
+    """
+    import threading
+
+    import trio
+
+    stop = threading.Event()
+    token = trio.lowlevel.current_trio_token()
+    ready = trio.Event()
+
+    def loop() -> None:
+        raw = connect(url)
+        try:
+            raw.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+            trio.from_thread.run_sync(ready.set, trio_token=token)
+            while not stop.is_set():
+                for notice in raw.notifies(timeout=LISTEN_POLL):
+                    try:
+                        trio.from_thread.run_sync(deliver, notice.payload, trio_token=token)
+                    except trio.RunFinishedError:
+                        return
+        finally:
+            raw.close()
+
+    async with trio.open_nursery() as nursery:
+
+        async def run_thread() -> None:
+            try:
+                await trio.to_thread.run_sync(loop, abandon_on_cancel=True)
+            finally:
+                stop.set()
+
+        nursery.start_soon(run_thread)
+        await ready.wait()
+        if task_status is not None:
+            task_status.started()
+        try:
+            await trio.sleep_forever()
+        finally:
+            stop.set()
+            nursery.cancel_scope.cancel()

@@ -9,6 +9,7 @@ unknown field with ``invalid_args``.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from broker.mail.service import EXTENSION, Mail, MailStatistics
 from broker.optable import Access, OpTable
 from broker.output import view_of
 from broker.router import wait_while_connected
+from store import dialect
 
 if TYPE_CHECKING:
     from broker.core import BrokerCore
@@ -79,6 +81,20 @@ async def start(core: BrokerCore, nursery: trio.Nursery) -> None:
     mail = Mail(core)
     await nursery.start(mail.notifier.run)
     core.extensions[EXTENSION] = mail
+    backend = core.store.backend
+    if core.live and dialect.of(backend) == dialect.POSTGRESQL:
+        # Mail sent through another host's broker: its commit notifies every broker on the server.
+        from store.postgres import listen
+
+        def heard(payload: str) -> None:
+            try:
+                boxes = json.loads(payload)
+            except ValueError:
+                return
+            if isinstance(boxes, list):
+                mail.notifier.ring(str(b) for b in boxes)
+
+        await nursery.start(functools.partial(listen, backend.url, mailbox.MAIL_CHANNEL, heard))  # type: ignore[attr-defined]
 
 
 @OPS.op("msg.send", SendArgs)

@@ -1,0 +1,37 @@
+"""Two brokers, two clones of one repository, one PostgreSQL server: the multi-host fixtures."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import pytest
+
+from agents.harness import Run, make_repo
+
+
+@pytest.fixture
+def two_hosts(pg_cluster: Any, tmp_path: Path) -> Iterator[Callable[..., tuple[Run, Run]]]:
+    """``two_hosts(agents_a, agents_b)``: brokers ``alpha`` and ``beta``, each on its own clone, one database."""
+    runs: list[Run] = []
+
+    def start(agents_a: Sequence[dict[str, Any]], agents_b: Sequence[dict[str, Any]], *, extra_toml: str = "") -> tuple[Run, Run]:
+        database = pg_cluster.database()
+        origin = make_repo(tmp_path / "origin")
+        clones = []
+        for host in ("alpha", "beta"):
+            clone = tmp_path / host / "repo"
+            subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True)
+            clones.append(clone)
+        out = []
+        for host, clone, agents in (("alpha", clones[0], agents_a), ("beta", clones[1], agents_b)):
+            url = pg_cluster.broker_url(database, host)
+            run = Run(tmp_path / host, agents, repo=clone, extra_toml=f'\n[store]\nurl = "{url}"\n{extra_toml}')
+            runs.append(run)
+            out.append(run.start())
+        return out[0], out[1]
+
+    yield start
+    for run in runs:
+        run.close()
