@@ -9,6 +9,7 @@ import pytest
 from tests.memory.memory_support import FACT, POLICY, principal, read_db, remember, trust
 
 from agents.harness import Run
+from broker import composition
 from memory import authoring, retrieval
 
 FILLER = [
@@ -134,3 +135,41 @@ def test_operator_recall_from_the_cli_is_badged(start_run, tmp_path: Path) -> No
     out = run.cli("memory", "recall", "codegen flaky")
     assert out.returncode == 0 and "[UNVERIFIED]" in out.stdout
     assert run.cli("memory", "context", "codegen flaky").stdout.strip() == "nothing to inject"
+
+
+def _eval(conn: Any, *, reverse: bool = False) -> float:
+    from tests.memory import retrieval_eval
+
+    def job(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        with conn:
+            return fn(conn, *args, **kwargs)
+
+    def search(query: str) -> list[int]:
+        ranked = [c["id"] for c in job(retrieval.recall, POLICY, principal("reader"), query, limit=200 if reverse else 5)]
+        return ranked[::-1] if reverse else ranked
+
+    return retrieval_eval.recall_at(job, lambda text: remember(job, "alice", text), search)
+
+
+def test_recall_at_5_on_the_eval_set_is_within_five_points_on_both_backends(tmp_path: Path, pg_cluster: Any) -> None:
+    """The eval set (tests/memory/retrieval_eval.py) on SQLite's BM25 and PostgreSQL's ts_rank.
+
+    Figures recorded in docs/MEMORY.md.  The control -- the same ranking read
+    backwards -- shows the measure can fail.
+    """
+    from store import database
+    from store.postgres import PostgresBackend
+
+    stores = {
+        "sqlite": database.open_store(tmp_path / "eval.db", composition.schemas()),
+        "postgresql": PostgresBackend(pg_cluster.url(pg_cluster.database()), migrate=False).open_writer(composition.schemas()),
+        "control": database.open_store(tmp_path / "control.db", composition.schemas()),
+    }
+    try:
+        scores = {name: _eval(conn, reverse=name == "control") for name, conn in stores.items()}
+    finally:
+        for conn in stores.values():
+            conn.close()
+    print(f"recall@5: {scores}")
+    assert scores["control"] < 0.5 <= min(scores["sqlite"], scores["postgresql"])
+    assert abs(scores["sqlite"] - scores["postgresql"]) <= 0.05, scores
