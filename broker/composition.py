@@ -55,6 +55,7 @@ def mount(app: typer.Typer) -> None:
     from locks import cli as locks_cli
     from memory import cli as memory_cli
     from scenarios import cli as scenarios_cli
+    from broker import storecli
 
     for name, module, help_text in (
         ("memory", memory_cli, "The shared memory: remember, recall, corroborate, audit."),
@@ -64,7 +65,7 @@ def mount(app: typer.Typer) -> None:
         sub = module.app
         if sub.registered_commands or sub.registered_groups:
             app.add_typer(sub, name=name, help=help_text)
-    for module in (locks_cli, mail_cli, scenarios_cli, agents_cli, dashboard_cli):
+    for module in (locks_cli, mail_cli, scenarios_cli, agents_cli, dashboard_cli, storecli):
         register = getattr(module, "register", None)
         if register is not None:
             register(app)

@@ -1,0 +1,44 @@
+"""``conclave store``: the owner sets up a shared database and names each host's broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from typing import Any
+
+from broker.entry import conclave_argv
+
+
+def conclave(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    return subprocess.run(conclave_argv(*args), capture_output=True, text=True, env={**base, **(env or {})}, timeout=60)
+
+
+def test_owner_initialises_a_database_and_registers_two_brokers(pg_cluster: Any) -> None:
+    with pg_cluster.admin() as admin:
+        admin.execute("CREATE DATABASE cli_team")
+    url = pg_cluster.url("cli_team")
+    done = conclave("store", "init", "--url", url, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["migrations"] >= 6
+    again = conclave("store", "init", "--json", env={"CONCLAVE_STORE_URL": url})  # idempotent, URL from the environment
+    assert again.returncode == 0 and json.loads(again.stdout)["migrations"] == json.loads(done.stdout)["migrations"]
+
+    for host in ("laptop", "ci-runner-1"):
+        added = conclave("store", "add-broker", host, "--url", url, "--json")
+        assert added.returncode == 0, added.stderr
+    listed = json.loads(conclave("store", "brokers", "--url", url, "--json").stdout)
+    assert [(b["host"], b["role"]) for b in listed] == [("ci-runner-1", "conclave_ci_runner_1"), ("laptop", "conclave_laptop")]
+
+    # The registered role is who a broker is: it learns its host from the database.
+    from store.postgres import PostgresBackend
+
+    assert PostgresBackend(pg_cluster.url("cli_team", user="conclave_laptop")).identify() == "laptop"
+
+    taken = conclave("store", "add-broker", "laptop", "--role", "other_role", "--url", url)
+    assert taken.returncode == 1 and "already registered: laptop (role conclave_laptop)" in taken.stderr
+    bad = conclave("store", "add-broker", "Laptop/1", "--url", url)
+    assert bad.returncode == 1 and "host name 'Laptop/1'" in bad.stderr
+    nowhere = conclave("store", "init")
+    assert nowhere.returncode == 2 and "--url" in nowhere.stderr
