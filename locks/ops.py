@@ -25,10 +25,11 @@ from broker.optable import Access, OpTable
 from broker.team import Team
 from locks import guard, schema
 from locks.journal import Journal
+from locks.shared import SharedLocks, crosses_hosts
 from locks.resources import Kind, Resource, ResourceError
 from locks.slots import parse_slots
 from locks.table import LockTable, Mode, Request, Scope
-from store import events
+from store import dialect, events
 
 log = logging.getLogger("conclave.locks")
 OPS = OpTable()
@@ -159,9 +160,56 @@ async def acquire(call: Call, args: AcquireArgs) -> dict[str, Any]:
     """Take every resource at once or none; wait FIFO up to `wait` seconds, or fail fast."""
     table = table_of(call)
     request = _request(call, table, args.resources, shared=args.shared, wait=args.wait, ttl=args.ttl, scope=args.scope)
+    across: SharedLocks | None = call.core.extensions.get("shared_locks")
+    if across is not None and any(crosses_hosts(r) for r in request.resources):
+        return _grants(await _acquire_across_hosts(call, table, across, request, args.wait))
     if args.wait is None:  # fail fast: no wait, so no trip through the scheduler
         return _grants(table.acquire_nowait(request))
     return _grants(await table.acquire(request, wait=args.wait, peer_gone=call.peer_gone))
+
+
+async def _acquire_across_hosts(call: Call, table: LockTable, across: SharedLocks, request: Request, wait: float | None) -> list[Any]:
+    """Take the request's cross-host resources on this broker's lease (waiting for other hosts), then grant locally.
+
+    The local table still decides between this host's agents (FIFO, deadlock
+    refusal, slots' local count); the hold on the server is taken first and
+    given back if the local grant fails, so another host never sees a
+    resource free while a local agent waits for it.
+    """
+    cross = [r for r in request.resources if crosses_hosts(r)]
+    capacity = {r.key: table.slot_capacity(r.slot_name) for r in cross if r.kind is Kind.SLOT}
+    deadline = trio.current_time() + (wait or 0.0)
+    announced = False
+    while True:
+        taken = await across.take(cross, shared=request.mode is Mode.SHARED, capacity=capacity)
+        if taken.ok:
+            break
+        left = deadline - trio.current_time()
+        if wait is None or left <= 0:
+            table.journal.add(
+                "lock.refuse", actor=request.holder, subject=" ".join(request.keys)[:500],
+                payload={"resources": request.keys, "mode": request.mode.value, "across_hosts": list(taken.blocked)},
+            )
+            verb = "not granted" if wait is None else f"waited {wait:g} s and was not granted"
+            raise ConclaveError(ErrorCode.LOCKED if wait is None else ErrorCode.TIMEOUT, f"{verb} (nothing was taken): {'; '.join(taken.blocked)}")
+        if not announced:
+            announced = True
+            table.journal.add(
+                "lock.wait", actor=request.holder, subject=" ".join(request.keys)[:500],
+                payload={"resources": request.keys, "mode": request.mode.value, "wait": wait, "across_hosts": list(taken.blocked)},
+            )
+        await across.changed(left)
+    request.tokens = taken.tokens
+    try:
+        if wait is None:
+            granted = table.acquire_nowait(request)
+        else:
+            granted = await table.acquire(request, wait=max(0.0, deadline - trio.current_time()), peer_gone=call.peer_gone)
+    except BaseException:
+        across.give_back(taken.holds)
+        raise
+    across.bind(request.holder, taken)
+    return granted
 
 
 @OPS.op("lock.release", ResourcesArgs, access=Access.AGENT)
@@ -295,6 +343,12 @@ async def start(core: Any, nursery: trio.Nursery) -> None:
         await table.fencing.load(core.store)
     core.extensions["locks"] = table
     await nursery.start(table.run)
+    backend = core.store.backend
+    if core.live and dialect.of(backend) == dialect.POSTGRESQL and core.host is not None:
+        across = SharedLocks(backend.url, core.host)  # type: ignore[attr-defined]
+        await nursery.start(across.run)
+        table.on_release = across.released
+        core.extensions["shared_locks"] = across
 
     async def principal_ended(principal: Any) -> None:
         table.end_principal(principal.key)

@@ -26,6 +26,9 @@ POSTGRESQL: list[str] = [
         reserved  BIGINT NOT NULL
     );
     GRANT SELECT, INSERT, UPDATE ON lock_fencing TO conclave_broker;
+    -- The tokens of name:// and slot:// grants, shared by every host (locks.shared).
+    CREATE SEQUENCE IF NOT EXISTS lock_tokens;
+    GRANT USAGE, SELECT ON SEQUENCE lock_tokens TO conclave_broker;
     """,
 ]
 SCHEMA = Schema(COMPONENT, MIGRATIONS, postgresql=POSTGRESQL)

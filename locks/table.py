@@ -108,6 +108,9 @@ class Request:
     connection: int | None
     keys: list[str]  # the resources' keys, in request order
     holder: str  # owner.key
+    #: Tokens decided elsewhere, by resource key: a resource shared across hosts takes its
+    #: token from the store's sequence when its broker takes it (locks.shared).
+    tokens: dict[str, int] | None = None
 
 
 @attrs.define(eq=False)
@@ -213,6 +216,8 @@ class LockTable:
         self._expiring: set[Holding] = set()
         self._wakeup = trio.Event()
         self._counts = dict.fromkeys(("granted", "released", "refused", "deadlocks", "timeouts", "expired", "forced"), 0)
+        #: Told of every release, whatever its cause (locks.shared gives the host's hold back).
+        self.on_release: Callable[[Sequence[Holding]], None] | None = None
 
     # -- the owner task -------------------------------------------------------
 
@@ -525,9 +530,12 @@ class LockTable:
         granted: list[Holding] = []
         tokens: list[int] = []
         units = 0
+        fixed = request.tokens
         for r in request.resources:
             slot = r.kind is Kind.SLOT
-            token = self.fencing.issue(self.journal)
+            token = fixed.get(r.key) if fixed is not None else None
+            if token is None:
+                token = self.fencing.issue(self.journal)
             h = Holding(r, Mode.UNIT if slot else mode, owner, token, since, scope, connection, expires_at, expires_iso)
             same = self._by_key.get(r.key)
             if same is None:
@@ -599,6 +607,8 @@ class LockTable:
                 by_owner[holder] = [h]
             else:
                 hs.append(h)
+        if self.on_release is not None:
+            self.on_release(holdings)
         for owner, hs in by_owner.items():
             self._counts["released"] += 1
             keys = [h.resource.key for h in hs]
@@ -750,6 +760,9 @@ class LockTable:
         return missing
 
     # -- looking ----------------------------------------------------------------------
+
+    def slot_capacity(self, name: str) -> int:
+        return self._slots[name].spec.capacity
 
     def held_by(self, key: str) -> dict[str, Holding]:
         """What one principal holds, by resource key (a read-only view)."""

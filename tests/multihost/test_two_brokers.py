@@ -82,3 +82,57 @@ def test_mail_from_one_host_wakes_an_inbox_wait_on_the_other(two_hosts: Callable
     assert not waiter.is_alive()
     assert [m["id"] for m in got["inbox"]] == [sent["id"]] and got["inbox"][0]["sender"] == alice.key
     assert got["after"] < 10  # woken by the notification, long before the wait's 20 s
+
+
+def test_a_named_lock_held_on_one_host_makes_the_other_wait_until_its_agent_exits(two_hosts: Callable[..., tuple[Run, Run]]) -> None:
+    a, b = two_hosts([{"name": "alice"}, {"name": "bob"}], [{"name": "carol"}])
+    alice, carol = a.puppet("alice"), b.puppet("carol")
+    held = alice.call("lock.acquire", resources=["name://deploy"])["grants"][0]
+
+    # Fail fast on beta names the host that holds it; a path of the same spelling is beta's own.
+    refusal = carol.try_call("lock.acquire", resources=["name://deploy"])
+    assert refusal["error"]["code"] == "locked" and "held on host alpha" in refusal["error"]["message"]
+    assert carol.call("lock.acquire", resources=["deploy"])["grants"]  # paths stay per host (a checkout each)
+
+    got: dict[str, Any] = {}
+
+    def wait() -> None:
+        started = time.monotonic()
+        got["grant"] = carol.call("lock.acquire", resources=["name://deploy"], wait=20)["grants"][0]
+        got["after"] = time.monotonic() - started
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.8)
+    assert "grant" not in got  # still waiting while alice holds it
+    alice.exit()  # her process ends: alpha releases everything she held
+    waiter.join(timeout=20)
+    assert not waiter.is_alive() and got["grant"]["resource"] == "name://deploy"
+    assert got["grant"]["token"] > held["token"]  # fencing tokens grow across hosts
+    # And now alpha's bob waits for beta's carol.
+    bob = a.puppet("bob")
+    assert "held on host beta" in bob.try_call("lock.acquire", resources=["name://deploy"])["error"]["message"]
+
+
+def test_killing_a_broker_releases_its_locks_for_the_other_host(two_hosts: Callable[..., tuple[Run, Run]]) -> None:
+    a, b = two_hosts([{"name": "alice"}], [{"name": "carol"}], extra_toml='\n[[slot]]\nname = "gpu"\ncapacity = 1\n')
+    a.puppet("alice").call("lock.acquire", resources=["name://release", "slot://gpu"])
+    carol = b.puppet("carol")
+    assert carol.try_call("lock.acquire", resources=["slot://gpu"])["error"]["code"] == "locked"
+    assert a.process is not None
+    a.process.kill()  # no goodbye: the broker's database session simply ends
+    a.process.wait()
+    grants = carol.call("lock.acquire", resources=["name://release", "slot://gpu"], wait=15)["grants"]
+    assert [g["resource"] for g in grants] == ["name://release", "slot://gpu"]
+
+
+def test_a_slot_counts_units_across_hosts(two_hosts: Callable[..., tuple[Run, Run]]) -> None:
+    slot = '\n[[slot]]\nname = "db"\ncapacity = 2\n'
+    a, b = two_hosts([{"name": "alice"}, {"name": "bob"}], [{"name": "carol"}], extra_toml=slot)
+    a.puppet("alice").call("slot.acquire", name="db")
+    b.puppet("carol").call("slot.acquire", name="db")
+    # Two units, one held on each host: alpha's bob must wait although alpha itself holds only one.
+    refusal = a.puppet("bob").try_call("slot.acquire", name="db")
+    assert refusal["error"]["code"] == "locked" and "every unit is held" in refusal["error"]["message"]
+    b.puppet("carol").call("slot.release", name="db")
+    assert a.puppet("bob").call("slot.acquire", name="db", wait=10)["grants"][0]["resource"] == "slot://db"

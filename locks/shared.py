@@ -1,0 +1,219 @@
+"""Named resources and slots across hosts: PostgreSQL advisory locks held by each broker's session.
+
+When several brokers share a PostgreSQL store, ``name://`` resources and
+``[[slot]]`` units mean the same thing on every host, so a grant needs the
+whole team's agreement, not one broker's.  Paths, globs and ``git`` stay per
+host: each host has its own checkout and its own index.
+
+Picture each broker as a tenant holding keys on a shared key ring at the
+front desk (the database server).  Before its own lock table grants a
+cross-host resource, the broker takes the matching advisory lock on its
+*lease connection* -- one PostgreSQL session it keeps for its whole life --
+with ``pg_try_advisory_lock`` (exclusive) or ``pg_try_advisory_lock_shared``.
+Advisory locks belong to the session, stack within it, and never conflict
+with the same session: so every local holder and waiter of a resource keeps
+one stacked hold, local FIFO order and deadlock refusal stay the lock
+table's, and another host waits until the last local hold is given back.
+A slot of capacity *n* is *n* advisory keys; a unit is any one of them.
+
+When the broker dies -- killed, crashed, its host gone -- its session ends
+and PostgreSQL drops every advisory lock it held: nothing to clean up,
+nothing another broker must trust.  (A host that vanishes without closing
+its TCP connection is noticed after the server's TCP keepalive; see
+docs/DEPLOYMENT.md.)
+
+Tokens: a cross-host resource's fencing token is ``nextval`` of one
+sequence, drawn after the advisory lock is taken, so each holder's token is
+larger than every earlier holder's on any host.  Tokens are monotonic per
+resource (what fencing needs); path tokens still come from the host's own
+reserved block.
+
+What is not covered: deadlock refusal across hosts.  A wait for a resource
+another host holds is a poll (woken early by ``NOTIFY conclave_locks`` when
+any broker gives a hold back), not an edge in any wait-for graph, so a cycle
+that runs through two hosts is not refused at once: it ends when one of the
+waits times out.  Cycles within one host are still refused at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any, Final, Sequence, final
+
+import attrs
+import trio
+
+from locks.resources import GIT, Kind, Resource
+
+#: The notification channel a broker rings when it gives a cross-host hold back.
+CHANNEL: Final = "conclave_locks"
+#: Longest a waiter sleeps between tries when no notification comes (a dead broker sends none).
+POLL: Final = 0.25
+
+
+def crosses_hosts(resource: Resource) -> bool:
+    """``name://`` resources and slots are the team's; paths, globs and ``git`` are the host's."""
+    return resource.kind is Kind.SLOT or (resource.kind is Kind.NAMED and resource.key != GIT)
+
+
+def advisory_key(text: str) -> int:
+    """A signed 64-bit advisory lock key for ``text`` (the same on every host)."""
+    return int.from_bytes(hashlib.sha256(b"conclave lock\0" + text.encode()).digest()[:8], "big", signed=True)
+
+
+@final
+@attrs.frozen
+class Hold:
+    """One advisory lock this broker's session holds for one local grant."""
+
+    resource: str
+    key: int
+    shared: bool
+
+
+@final
+@attrs.frozen
+class Taken:
+    """The outcome of one try: every hold (and its token), or who holds what is wanted."""
+
+    holds: tuple[Hold, ...]
+    tokens: dict[str, int]
+    blocked: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.blocked
+
+
+@final
+class SharedLocks:
+    """This broker's lease connection and the cross-host holds it keeps (see the module docstring).
+
+    Start :meth:`run` in the broker's nursery; :meth:`take` tries a request's
+    cross-host resources all at once; :meth:`bind` remembers which hold went
+    to which grant, and the lock table's release hook (:meth:`released`)
+    gives holds back, in order, on the lease connection's thread.
+    """
+
+    def __init__(self, url: str, host: str) -> None:
+        self.url = url
+        self.host = host
+        self._raw: Any = None
+        self._limiter = trio.CapacityLimiter(1)
+        self._bound: dict[tuple[str, str], Hold] = {}
+        self._send, self._receive = trio.open_memory_channel[tuple[Hold, ...]](math.inf)
+        self._changed = trio.Event()
+        #: Slot unit keys this session holds (touched only on the lease connection's thread).
+        self._units: set[int] = set()
+        self.taken = 0
+        self.given_back = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        from store.postgres import connect, listen
+
+        self._raw = await trio.to_thread.run_sync(connect, self.url, limiter=self._limiter)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(listen, self.url, CHANNEL, self._heard)
+                task_status.started()
+                async for holds in self._receive:
+                    await trio.to_thread.run_sync(self._unlock, holds, limiter=self._limiter)
+        finally:
+            with trio.CancelScope(shield=True):
+                raw, self._raw = self._raw, None
+                if raw is not None:
+                    # Closing the session gives back every advisory lock it still held.
+                    await trio.to_thread.run_sync(raw.close, limiter=self._limiter)
+
+    def _heard(self, _payload: str) -> None:
+        self._changed.set()
+
+    async def changed(self, timeout: float) -> None:
+        """Return when any broker gives a hold back, or after ``timeout`` seconds."""
+        event = self._changed = trio.Event() if self._changed.is_set() else self._changed
+        with trio.move_on_after(max(0.0, min(timeout, POLL))):
+            await event.wait()
+
+    # -- taking ---------------------------------------------------------------------
+
+    async def take(self, resources: Sequence[Resource], *, shared: bool, capacity: dict[str, int]) -> Taken:
+        """Try every cross-host resource of one request; all or none (never waits)."""
+        return await trio.to_thread.run_sync(self._try, tuple(resources), shared, dict(capacity), limiter=self._limiter)
+
+    def _try(self, resources: tuple[Resource, ...], shared: bool, capacity: dict[str, int]) -> Taken:
+        raw = self._raw
+        holds: list[Hold] = []
+        blocked: list[str] = []
+        for r in resources:
+            if r.kind is Kind.SLOT:
+                hold = None
+                for unit in range(capacity[r.key]):
+                    key = advisory_key(f"{r.key}#{unit}")
+                    # A session never conflicts with itself: each local holder needs a unit of its own.
+                    if key not in self._units and raw.execute("SELECT pg_try_advisory_lock($1)", (key,)).fetchone()[0]:
+                        self._units.add(key)
+                        hold = Hold(r.key, key, False)
+                        break
+                if hold is None:
+                    blocked.append(f"{r.key}: every unit is held ({self._holders(raw, [advisory_key(f'{r.key}#{u}') for u in range(capacity[r.key])])})")
+                    break
+                holds.append(hold)
+                continue
+            key = advisory_key(r.key)
+            verb = "pg_try_advisory_lock_shared" if shared else "pg_try_advisory_lock"
+            if raw.execute(f"SELECT {verb}($1)", (key,)).fetchone()[0]:
+                holds.append(Hold(r.key, key, shared))
+            else:
+                blocked.append(f"{r.key}: held {self._holders(raw, [key])}")
+                break
+        if blocked:
+            self._unlock(tuple(holds), notify=False)
+            return Taken((), {}, tuple(blocked))
+        tokens = {}
+        for hold in holds:
+            tokens[hold.resource] = int(raw.execute("SELECT nextval('lock_tokens')").fetchone()[0])
+        self.taken += len(holds)
+        return Taken(tuple(holds), tokens)
+
+    def _holders(self, raw: Any, keys: list[int]) -> str:
+        """Which hosts' brokers hold these advisory keys (from pg_locks and the broker registrations)."""
+        halves = [((k >> 32) & 0xFFFFFFFF, k & 0xFFFFFFFF) for k in keys]
+        rows = raw.execute(
+            "SELECT DISTINCT coalesce(b.host, a.usename::text) FROM pg_locks l "
+            "JOIN pg_stat_activity a ON a.pid = l.pid LEFT JOIN conclave_brokers b ON b.role = a.usename "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+            "AND (l.classid::bigint, l.objid::bigint) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
+            ([c for c, _ in halves], [o for _, o in halves]),
+        ).fetchall()
+        hosts = sorted(r[0] for r in rows if r[0] is not None)
+        return "on host " + ", ".join(hosts) if hosts else "on another host"
+
+    # -- giving back -----------------------------------------------------------------
+
+    def bind(self, holder: str, taken: Taken) -> None:
+        """Remember that ``holder``'s grant of each resource keeps its hold."""
+        for hold in taken.holds:
+            self._bound[(holder, hold.resource)] = hold
+
+    def give_back(self, holds: Sequence[Hold]) -> None:
+        """Release holds no grant kept (the local acquire failed); never blocks."""
+        if holds:
+            self._send.send_nowait(tuple(holds))
+
+    def released(self, holdings: Sequence[Any]) -> None:
+        """The lock table's release hook: give back the holds of these grants."""
+        holds = [h for h in (self._bound.pop((g.holder, g.resource.key), None) for g in holdings) if h is not None]
+        self.give_back(holds)
+
+    def _unlock(self, holds: tuple[Hold, ...], *, notify: bool = True) -> None:
+        raw = self._raw
+        if raw is None:
+            return
+        for hold in holds:
+            verb = "pg_advisory_unlock_shared" if hold.shared else "pg_advisory_unlock"
+            raw.execute(f"SELECT {verb}($1)", (hold.key,))
+            self._units.discard(hold.key)
+        if holds and notify:
+            self.given_back += len(holds)
+            raw.execute("SELECT pg_notify($1, $2)", (CHANNEL, holds[0].resource))
