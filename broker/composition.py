@@ -65,7 +65,8 @@ def mount(app: typer.Typer) -> None:
         sub = module.app
         if sub.registered_commands or sub.registered_groups:
             app.add_typer(sub, name=name, help=help_text)
-    for module in (locks_cli, mail_cli, scenarios_cli, agents_cli, dashboard_cli, storecli):
+    storecli.register(app, schemas)
+    for module in (locks_cli, mail_cli, scenarios_cli, agents_cli, dashboard_cli):
         register = getattr(module, "register", None)
         if register is not None:
             register(app)

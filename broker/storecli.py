@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Callable, Optional, Sequence
 
 import typer
 
@@ -47,11 +47,10 @@ def _run(fn: Any) -> Any:
 @app.command("init")
 def init(url: UrlOpt = None, json_: JsonOpt = False) -> None:
     """Create (or bring up to date) conclave's tables, row policies and broker group, as the database owner."""
-    from broker import composition
     from store import postgres
 
     target_url = _url(url)
-    total = _run(lambda: postgres.init(target_url, composition.schemas()))
+    total = _run(lambda: postgres.init(target_url, _schemas()))
     emit(Target(json=json_), {"database": postgres.redact(target_url), "migrations": total},
          lambda v: say(f"{v['database']}: conclave's schema is up to date ({v['migrations']} migrations)"))
 
@@ -84,5 +83,11 @@ def brokers(url: UrlOpt = None, json_: JsonOpt = False) -> None:
     emit(Target(json=json_), rows, lambda v: table("Brokers", ["host", "role", "added"], [[r["host"], r["role"], r["added_at"]] for r in v]))
 
 
-def register(root_app: typer.Typer) -> None:
+#: Every feature's schema, handed in by the composition root (this floor may not import it).
+_schemas: Callable[[], Sequence[Any]] = list
+
+
+def register(root_app: typer.Typer, schemas: Callable[[], Sequence[Any]]) -> None:
+    global _schemas
+    _schemas = schemas
     root_app.add_typer(app, name="store")
