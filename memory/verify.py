@@ -103,9 +103,9 @@ def check_records(
         if promote_events.get(str(claim_id), 0) < count:
             problems.append(Problem(f"claim {claim_id} has a promotion with no memory.promote event", claim=claim_id))
 
-    for agent, session in conn.execute("SELECT agent, session FROM principals WHERE revoked_at IS NOT NULL"):
-        if f"{agent}:{session}" not in revoke_events:
-            problems.append(Problem(f"principal {agent}:{session} is marked revoked with no memory.revoke event"))
+    for (principal,) in conn.execute("SELECT key FROM principals WHERE revoked_at IS NOT NULL"):
+        if principal not in revoke_events:
+            problems.append(Problem(f"principal {principal} is marked revoked with no memory.revoke event"))
 
     witnessed = {
         r[0] for r in conn.execute("SELECT claim FROM corroborations UNION SELECT claim FROM disputes UNION SELECT claim FROM promotions")

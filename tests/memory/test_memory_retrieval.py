@@ -11,6 +11,8 @@ from tests.memory.memory_support import FACT, POLICY, principal, read_db, rememb
 from agents.harness import Run
 from broker import composition
 from memory import authoring, retrieval
+from store import events
+from store.chainkey import ChainKey
 
 FILLER = [
     "The billing exporter retries three times with exponential backoff before giving up.",
@@ -165,6 +167,8 @@ def test_recall_at_5_on_the_eval_set_is_within_five_points_on_both_backends(tmp_
         "postgresql": PostgresBackend(pg_cluster.url(pg_cluster.database()), migrate=False).open_writer(composition.schemas()),
         "control": database.open_store(tmp_path / "control.db", composition.schemas()),
     }
+    for conn in stores.values():
+        events.key_chain(conn, ChainKey.generate())  # each writes as a store owner would
     try:
         scores = {name: _eval(conn, reverse=name == "control") for name, conn in stores.items()}
     finally:

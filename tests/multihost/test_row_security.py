@@ -18,6 +18,8 @@ from broker import composition
 from memory import authoring
 from memory.policy import TrustPolicy
 from broker.identity import Principal, Role
+from store import events
+from store.chainkey import ChainKey
 from store.postgres import PostgresBackend, PgConnection
 
 ALPHA_ALICE = "alpha/alice:0123456789ab"
@@ -29,10 +31,12 @@ def hosts(pg_cluster: Any) -> Iterator[dict[str, PgConnection]]:
     """Writer connections for alpha's and beta's brokers, and one claim alice wrote on alpha."""
     database = pg_cluster.database()
     conns = {}
+    key = ChainKey.generate()  # one key for the team, as every broker of a shared store holds it
     for host in ("alpha", "beta"):
         backend = PostgresBackend(pg_cluster.broker_url(database, host), migrate=False)
         backend.identify()
         conns[host] = backend.open_writer(composition.schemas())
+        events.key_chain(conns[host], key)
     alice = Principal(agent="alice", session="0123456789ab", role=Role.AGENT, domain="alice", host="alpha")
     with conns["alpha"]:
         authoring.remember(conns["alpha"], TrustPolicy(), alice, kind="discovery", scope="repo", text="The cache key includes the compiler version.", evidence=None)
