@@ -74,6 +74,10 @@ class CoreStatistics:
     chain_refusing: str | None
     #: Acknowledged events that could not be written (each also a ``broker.error`` event when possible).
     lost_events: int
+    #: This broker's host on a store several brokers share (None on one machine).
+    host: str | None = None
+    #: Events the other brokers of a shared store appended, each verified by this one (0 on one machine).
+    chain_verified_others: int = 0
 
 
 @final
@@ -181,7 +185,9 @@ class BrokerCore:
     def statistics(self) -> CoreStatistics:
         store = self.store.statistics()
         reg = self.registry.statistics()
-        return CoreStatistics(reg.live, reg.connections, store.jobs, store.batches, store.head, store.refusing, store.lost_events)
+        return CoreStatistics(
+            reg.live, reg.connections, store.jobs, store.batches, store.head, store.refusing, store.lost_events, self.host, store.verified_others
+        )
 
 
 def store_backend(paths: StatePaths, team: Team | None) -> Backend:

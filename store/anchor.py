@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Final, final
+from typing import Callable, Final, final
 
 import attrs
 
@@ -170,3 +170,26 @@ def compare(reading: AnchorReading, found: Head) -> str | None:
                 f"{found.seq - anchored.seq} event(s) were appended behind the broker's back (or the anchor's last writes were lost to a power failure)")
     return (f"the event log ends at event {found.seq}, between the heads the anchor recorded ({record.before.seq} and {anchored.seq}), "
             "and at neither: the log was cut and rewritten")
+
+
+def locate(reading: AnchorReading, hash_at: Callable[[int], str | None], last: Head) -> tuple[Head | None, str | None]:
+    """On a log several brokers append to: where this broker's anchored head is in it, or why it is not.
+
+    Other brokers go on appending while this one is away, so the log may run
+    past the anchored head; what must hold is that the head is still *in*
+    the log (the event at its seq, with its hash), or the head before the
+    batch that was in flight.  ``hash_at(seq)`` reads one event's hash;
+    ``last`` is the log's last event.  Returns the head found (None when
+    neither is there) and the problem (None when one is).
+    """
+    record = reading.record
+    if record is None:
+        return None, reading.problem
+    for recorded in (record.head, record.before):
+        if recorded.seq == 0 or hash_at(recorded.seq) == recorded.hash:
+            return recorded, None
+    if last.seq < record.before.seq:
+        return None, (f"the event log ends at event {last.seq}, but this broker anchored event {record.head.seq}: "
+                      f"the last {record.head.seq - last.seq} event(s) were cut")
+    return None, (f"event {record.head.seq} is not the event this broker anchored ({record.head.hash[:16]}...): "
+                  "the log was rewritten")

@@ -27,6 +27,9 @@ class Backend(Protocol):
 
     #: ``"sqlite"`` or ``"postgresql"``.
     dialect: str
+    #: Whether other brokers append to the same event log (the store owner then verifies what they
+    #: appended instead of refusing a head that moved; ``store.owner``).
+    shared: bool
 
     def open_writer(self, schemas: Sequence[Schema]) -> apsw.Connection:
         """The writer connection, with the event log's and ``schemas``' migrations applied."""
@@ -46,6 +49,7 @@ class SqliteBackend:
     """One SQLite file in WAL mode: one writer, any number of readers."""
 
     dialect: Final = SQLITE
+    shared: Final = False  # one broker owns the file
 
     def __init__(self, path: Path) -> None:
         self.path = path

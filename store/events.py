@@ -182,7 +182,7 @@ def append(
     stamp = at or now()
     (row,) = _chain(conn, [Pending(kind, qualify(conn, actor), subject, payload, stamp)])
     conn.execute("INSERT INTO events(seq, at, kind, actor, subject, payload, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?)", row)
-    return Event(row[0], stamp, kind, actor, subject, payload or {}, row[-1])
+    return Event(row[0], stamp, kind, row[3], subject, payload or {}, row[-1])
 
 
 _INSERT_MANY: Final = (
@@ -260,15 +260,31 @@ def head(conn: apsw.Connection) -> Head:
     return Head(row[0], row[1]) if row else EMPTY
 
 
-def key_switch(conn: apsw.Connection) -> tuple[int, str | None] | None:
-    """The last ``store.chain_keyed`` event: its seq and the key id it names; None when the log was never keyed."""
-    row = conn.execute(f"SELECT seq, payload FROM events WHERE kind = '{KEYED}' ORDER BY seq DESC LIMIT 1").fetchone()
+def hash_at(conn: apsw.Connection, seq: int) -> str | None:
+    """The hash of event ``seq`` (None when the log holds no such event)."""
+    row = conn.execute("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()
+    return row[0] if row else None
+
+
+class KeySwitch(NamedTuple):
+    """The ``store.chain_keyed`` event from which on the chain is keyed."""
+
+    seq: int
+    key_id: str | None
+    #: Who keyed it: ``broker``, or ``HOST/broker`` on a store several brokers share.
+    actor: str
+
+
+def key_switch(conn: apsw.Connection) -> KeySwitch | None:
+    """The last ``store.chain_keyed`` event; None when the log was never keyed."""
+    row = conn.execute(f"SELECT seq, payload, actor FROM events WHERE kind = '{KEYED}' ORDER BY seq DESC LIMIT 1").fetchone()
     if row is None:
         return None
     try:
-        return row[0], json.loads(row[1]).get("key_id")
+        named = json.loads(row[1]).get("key_id")
     except (ValueError, AttributeError):
-        return row[0], None
+        named = None
+    return KeySwitch(row[0], named, row[2])
 
 
 def key_chain(conn: apsw.Connection, key: ChainKey) -> Event | None:
@@ -278,19 +294,25 @@ def key_chain(conn: apsw.Connection, key: ChainKey) -> Event | None:
     older conclave wrote with plain SHA-256) gets one now, keyed, in its own
     transaction; it is returned.  A log keyed under another key is not
     touched: the connection is sealed with the reason, so nothing is
-    appended under a key verification would not accept.
+    appended under a key verification would not accept.  The log is read
+    again under the write lock before it is keyed: two brokers starting at
+    once on one shared store key it once.
     """
-    switch = key_switch(conn)
-    if switch is not None and switch[1] != key.id:
-        bind_sealed(conn, key, f"the event log is keyed with key {switch[1]} (event {switch[0]}), but the chain key file holds key {key.id}: "
-                    "it was replaced, or this database belongs to another state directory; restore the key file that goes with it")
-        return None
     _BOUND[conn] = _Binding(key)
-    if switch is not None:
-        return None
     with conn:
-        unkeyed = head(conn).seq
-        return append(conn, KEYED, actor=BROKER_ACTOR, payload={"scheme": SCHEME, "key_id": key.id, "unkeyed_before": unkeyed})
+        switch = key_switch(conn)
+        if switch is None:
+            unkeyed = head(conn).seq
+            return append(conn, KEYED, actor=BROKER_ACTOR, payload={"scheme": SCHEME, "key_id": key.id, "unkeyed_before": unkeyed})
+    if switch.key_id != key.id:
+        if "/" in switch.actor:
+            how = (f"every broker sharing the store appends with the one key: copy {switch.actor.split('/')[0]}'s chain-key file "
+                   "over this state directory's (docs/DEPLOYMENT.md)")
+        else:
+            how = "it was replaced, or this database belongs to another state directory; restore the key file that goes with it"
+        bind_sealed(conn, key, f"the event log is keyed with key {switch.key_id} (event {switch.seq}, by {switch.actor}), "
+                    f"but the chain key file holds key {key.id}: {how}")
+    return None
 
 
 def bind_sealed(conn: apsw.Connection, key: ChainKey | None, reason: str) -> None:
@@ -390,6 +412,65 @@ def verify_chain(conn: apsw.Connection, key: ChainKey | None) -> ChainReport:
     if count and keyed_from is None:
         return ChainReport(count, None, "the event log is not keyed: it has no store.chain_keyed event (a broker keys it the first time it opens it)", last, None, None)
     return ChainReport(count, None, None, last, keyed_from, key_id)
+
+
+def verify_after(conn: apsw.Connection, key: ChainKey, since: Head) -> ChainReport:
+    """Check what was appended after ``since``: the event a broker last saw, on a store several brokers share.
+
+    ``since`` must still be in the log with the same hash (a log cut or
+    rewritten under it fails here); every event after it must follow on
+    (seq by seq, each linked to the one before) and carry a MAC under ``key``.
+    Returns the report of the events after ``since``: ``head`` is the last
+    one that verified (``since`` itself when nothing was appended), and
+    ``first_bad`` the first that did not.  One indexed range read: the cost
+    of a batch is the events other brokers appended since this one's last.
+    """
+    prev = since.hash
+    last = since
+    count = 0
+    seen = since.seq == 0
+
+    def bad(seq: int, reason: str) -> ChainReport:
+        return ChainReport(count, seq, reason, last)
+
+    def cut() -> ChainReport:
+        tail = head(conn)
+        if tail.seq < since.seq:
+            return bad(tail.seq + 1, f"the event log ends at event {tail.seq}, but this broker saw it run to event {since.seq}: "
+                                     f"{since.seq - tail.seq} event(s) were cut")
+        return bad(since.seq, f"event {since.seq}, the last this broker saw, is gone from the log: it was deleted")
+
+    rows = conn.execute(
+        "SELECT seq, at, kind, actor, subject, payload, prev_hash, hash FROM events WHERE seq >= ? ORDER BY seq", (since.seq,)
+    )
+    for seq, at, kind, actor, subject, payload, prev_hash, digest in rows:
+        if seq == since.seq:
+            if digest != since.hash:
+                return bad(seq, f"event {seq} is not the event this broker saw there (its hash is {digest[:16]}..., it saw {since.hash[:16]}...): "
+                                "the log was rewritten")
+            seen = True
+            continue
+        if not seen:
+            return cut()
+        count += 1
+        if seq != last.seq + 1:
+            return bad(last.seq + 1, f"event {last.seq + 1} is missing (next is {seq})")
+        if prev_hash != prev:
+            return bad(seq, f"event {seq} does not link to event {seq - 1}")
+        if kind == KEYED:
+            try:
+                named = json.loads(payload).get("key_id")
+            except (ValueError, AttributeError):
+                named = None
+            if named != key.id:
+                return bad(seq, f"event {seq} re-keys the chain with key {named}, not the chain key {key.id}")
+        if key.mac(_message(seq, at, kind, actor, subject, payload, prev_hash)) != digest:
+            return bad(seq, f"event {seq} ({kind} by {actor}) fails its keyed hash: it was appended without the chain key")
+        prev = digest
+        last = Head(seq, digest)
+    if not seen:
+        return cut()
+    return ChainReport(count, None, None, last)
 
 
 def read(

@@ -101,7 +101,7 @@ def check_chain(conn: apsw.Connection, key: ChainKey | None, *, committed: Head 
         found.append(Finding(report.reason or "the event chain is broken", report.first_bad))
     walked_head = events.head(conn)
     if committed is not None and committed.seq:
-        at = _hash_at(conn, committed.seq)
+        at = events.hash_at(conn, committed.seq)
         if at is None:
             found.append(Finding(f"the event log ends at event {walked_head.seq}, but the broker committed up to event {committed.seq}: "
                                  f"{committed.seq - walked_head.seq} event(s) were cut behind its back", walked_head.seq + 1))
@@ -113,7 +113,7 @@ def check_chain(conn: apsw.Connection, key: ChainKey | None, *, committed: Head 
         "unkeyed_events": (report.keyed_from - 1) if report.keyed_from else report.events,
     }
     if expect is not None:
-        at = _hash_at(conn, expect.seq)
+        at = events.hash_at(conn, expect.seq)
         after = max(0, walked_head.seq - expect.seq)
         if at is None:
             found.append(Finding(f"the head you expected (event {expect.seq}) is not in the log, which ends at event {walked_head.seq}: "
@@ -143,11 +143,6 @@ def recorded_findings(conn: apsw.Connection) -> list[Finding]:
                 f"event {seq}: the broker could not write an event it had acknowledged: {lost.get('kind')} by {lost.get('actor')} "
                 f"on {lost.get('subject')} at {lost.get('at')} ({body.get('reason')})", seq))
     return found
-
-
-def _hash_at(conn: apsw.Connection, seq: int) -> str | None:
-    row = conn.execute("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()
-    return row[0] if row else None
 
 
 def _json(text: str) -> dict[str, Any]:

@@ -24,6 +24,16 @@ syncs it once more.
 At start, a database that disagrees with its anchor gets a
 ``store.anchor_mismatch`` event saying how (so ``conclave memory verify``
 keeps naming it), and the run goes on from there.
+
+On a store several brokers share (PostgreSQL, ``Backend.shared``) the head
+moves between this owner's batches: other brokers append, under the same
+write lock and the same key.  There the check is different.  The event this
+owner saw last must still be in the log, unchanged, and every event after it
+must link on and carry a MAC under the key (``events.verify_after``); the
+owner then takes the head they lead to as its own and anchors it.  It refuses
+only when something does not verify or the log shrank.  At start it verifies
+what was appended since the head its anchor holds (the whole chain, the first
+time, or when that head is gone).
 """
 
 from __future__ import annotations
@@ -50,6 +60,8 @@ log = logging.getLogger("conclave.store")
 ANCHOR_SYNC_INTERVAL: Final = 0.05
 #: The event a starting owner writes when the database disagrees with its anchor.
 ANCHOR_MISMATCH: Final = "store.anchor_mismatch"
+#: What a broker on a shared store says when the log does not verify (docs/DEPLOYMENT.md: "When verify fails").
+SHARED_REFUSAL: Final = "this broker appends nothing more (run `conclave memory verify`; docs/DEPLOYMENT.md says how to recover)"
 
 T = TypeVar("T")
 #: Most jobs grouped into one transaction.
@@ -84,6 +96,8 @@ class StoreStatistics:
     #: Anchor records written (one per batch that moved the head) and fdatasyncs that made them durable.
     anchor_writes: int
     anchor_syncs: int
+    #: Events other brokers appended to a shared store that this owner verified (always 0 on SQLite).
+    verified_others: int = 0
 
 
 @attrs.define
@@ -121,6 +135,10 @@ class StoreOwner:
         self._anchor_unsynced = False
         self._anchor_writes = 0
         self._anchor_syncs = 0
+        #: Other brokers append to the same log (PostgreSQL): verify what they wrote, do not refuse it.
+        self._shared = bool(getattr(backend, "shared", False))
+        self._key: ChainKey | None = None
+        self._verified_others = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self._conn = await trio.to_thread.run_sync(self.backend.open_writer, self._schemas, limiter=self._limiter)
@@ -230,6 +248,7 @@ class StoreOwner:
             lost_events=self._lost,
             anchor_writes=self._anchor_writes,
             anchor_syncs=self._anchor_syncs,
+            verified_others=self._verified_others,
         )
 
     @property
@@ -255,28 +274,67 @@ class StoreOwner:
     # -- the chain's head -------------------------------------------------------
 
     def _open_chain(self, conn: apsw.Connection) -> None:
-        """Key the chain, hold the database against its anchor, and start anchoring (worker thread)."""
+        """Key the chain, hold the database against its anchor, and start anchoring (worker thread).
+
+        The key is looked for, made and bound under the store's write lock: two
+        brokers starting at once on one shared store key its log once.
+        """
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            opened = self._key_chain(conn)
+        except BaseException:
+            if not conn.getautocommit():
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        if opened is None:
+            return
+        key, since = opened
+        self._key = key
+        if self._shared:
+            head = self._catch_up(conn, key, since)
+            if head is None:
+                return
+            self._head = head
+        else:
+            self._head = events.head(conn)
+        self._anchor = anchor.AnchorFile(self.chain.anchor, key)
+        self._anchor.write(self._head, self._head)
+
+    def _key_chain(self, conn: apsw.Connection) -> tuple[ChainKey, events.Head | None] | None:
+        """Inside the write lock: load (or make) the key, bind it, hold the log against the anchor.
+
+        Returns the key and, on a shared store, the anchored head still in the
+        log (None: verify the whole chain); None when appends are refused.
+        """
         files = self.chain
         switch = events.key_switch(conn)
         found = events.head(conn)
         try:
             key = ChainKey.load(files.key)
         except ChainKeyError as exc:
-            return self._refuse(conn, f"{exc}; nothing can be appended until it is restored")
+            self._refuse(conn, f"{exc}; nothing can be appended until it is restored")
+            return None
         if key is None:
             if switch is not None or files.anchor.exists():
-                return self._refuse(conn, f"the event log is keyed (key {switch[1] if switch else '?'}) but the chain key {files.key} is missing: "
-                                    "restore it from your copy; nothing can be appended without it")
+                self._refuse(conn, self._missing_key(switch))
+                return None
             key = ChainKey.create(files.key)
         reading = anchor.read(files.anchor, key)
-        if reading.missing and switch is None:
-            mismatch = None  # a fresh store, or one an older conclave wrote: nothing was ever anchored
+        since = None
+        if reading.missing and (switch is None or self._shared):
+            # A fresh store, one an older conclave wrote, or a shared store this broker joins:
+            # nothing was ever anchored here.
+            mismatch = None
+        elif self._shared:
+            since, mismatch = anchor.locate(reading, lambda seq: events.hash_at(conn, seq), found)
         else:
             mismatch = anchor.compare(reading, found)
         events.key_chain(conn, key)
         refused = events.refusal(conn)
         if refused is not None:
-            return self._refuse(conn, refused)
+            self._refuse(conn, refused)
+            return None
         if mismatch is not None:
             log.error("the state database disagrees with its anchor: %s", mismatch)
             anchored = reading.record.head if reading.record is not None else None
@@ -286,9 +344,33 @@ class StoreOwner:
                     "anchored": None if anchored is None else [anchored.seq, anchored.hash],
                     "found": [found.seq, found.hash],
                 })
-        self._head = events.head(conn)
-        self._anchor = anchor.AnchorFile(files.anchor, key)
-        self._anchor.write(self._head, self._head)
+        return key, since
+
+    def _missing_key(self, switch: events.KeySwitch | None) -> str:
+        files = self.chain
+        keyed = f"key {switch.key_id}, by {switch.actor}" if switch is not None else "key ?"
+        if self._shared and switch is not None and "/" in switch.actor:
+            return (f"the event log is keyed ({keyed}) but this broker has no chain key at {files.key}: every broker sharing the store "
+                    f"appends with the one key; copy {switch.actor.split('/')[0]}'s chain-key file there (mode 0600; docs/DEPLOYMENT.md)")
+        return (f"the event log is keyed ({keyed}) but the chain key {files.key} is missing: "
+                "restore it from your copy; nothing can be appended without it")
+
+    def _catch_up(self, conn: apsw.Connection, key: ChainKey, since: events.Head | None) -> events.Head | None:
+        """On a shared store, at start: verify what other brokers appended since this one's anchored head.
+
+        From ``since``, the anchored head, when it is still in the log; else (a
+        broker joining, or a head that is gone: the mismatch is recorded) the
+        whole chain.  Outside the write lock: the others go on appending
+        meanwhile, and the first batch verifies the rest.  None when something
+        does not verify (appends are refused).
+        """
+        report = events.verify_chain(conn, key) if since is None else events.verify_after(conn, key, since)
+        if not report.ok:
+            self._refuse(conn, f"{report.reason}; {SHARED_REFUSAL}")
+            return None
+        if since is not None:
+            self._verified_others += report.events
+        return report.head
 
     def _refuse(self, conn: apsw.Connection, reason: str) -> None:
         if self._refusing is None:
@@ -297,9 +379,15 @@ class StoreOwner:
         events.refuse_appends(conn, reason)
 
     def _check_head(self, conn: apsw.Connection) -> None:
-        """Inside the batch's write lock: does the database still end where this owner left it?"""
+        """Inside the batch's write lock: does the database still end where this owner left it?
+
+        On a shared store: is the event it saw last still there, and does
+        everything after it verify?  The head then moves to the last of them.
+        """
         if self._head is None or self._refusing is not None:
             return
+        if self._shared:
+            return self._check_shared_head(conn)
         found = events.head(conn)
         if found != self._head:
             what = "cut" if found.seq < self._head.seq else "appended to" if found.seq > self._head.seq else "rewritten"
@@ -307,6 +395,21 @@ class StoreOwner:
                       f"({self._head.hash[:16]}...), the database's is {found.seq} ({found.hash[:16]}...); "
                       "appends are refused until the broker is restarted (run `conclave memory verify`)")
             self._refuse(conn, reason)
+
+    def _check_shared_head(self, conn: apsw.Connection) -> None:
+        assert self._head is not None and self._key is not None
+        report = events.verify_after(conn, self._key, self._head)
+        if not report.ok:
+            self._refuse(conn, f"{report.reason}; {SHARED_REFUSAL}")
+            return
+        if report.head != self._head:
+            # Others appended: their events are committed whatever this batch does.
+            self._verified_others += report.events
+            if self._anchor is not None:
+                self._anchor.write(self._head, report.head, sync=False)
+                self._anchor_unsynced = True
+                self._anchor_writes += 1
+            self._head = report.head
 
     def _run_batch(self, batch: list[_Job]) -> None:
         conn = self._conn

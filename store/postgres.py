@@ -284,6 +284,7 @@ class PostgresBackend:
     """A PostgreSQL database shared by every broker of a team (see the module docstring)."""
 
     dialect: Final = POSTGRESQL
+    shared: Final = True
 
     def __init__(self, url: str, *, migrate: bool = True) -> None:
         self.url = url
