@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -47,7 +48,7 @@ from memory import claims as claim_rows  # noqa: E402
 from memory import retrieval  # noqa: E402
 from store import database  # noqa: E402
 from store.postgres import PostgresBackend  # noqa: E402
-from tests.pgtools import Cluster  # noqa: E402
+from tests.pgtools import Cluster, copy_chain_key  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 QUIET = "\n[memory]\ngroom_after_seconds = 1000000000\n"
@@ -119,7 +120,8 @@ def writers(prefix: str, count: int, per_agent: int, go: Path, stop: Path, out: 
             "name": f"{prefix}{i}",
             "command": [sys.executable, str(HERE / "memory_writer.py"), "--go", str(go), "--stop", str(stop), "--out", str(out),
                         "--count", str(per_agent), "--seed", str(seed + i)],
-            "allow_read": [str(HERE), str(Path(sys.executable).resolve().parent.parent)],
+            # Each writer runs in its box: it may read the bench scripts, and read and write `out` (never a state directory).
+            "allow_read": [str(HERE), str(out)],
             "allow_write": [str(out)],
         }
         for i in range(count)
@@ -128,7 +130,8 @@ def writers(prefix: str, count: int, per_agent: int, go: Path, stop: Path, out: 
 
 def remember_rate(root: Path, urls: list[str | None], agents: int, total: int) -> dict[str, Any]:
     """``total`` claims from ``agents`` writers on each broker (one broker per url; None: SQLite)."""
-    out, go, stop = root / "out", root / "go", root / "stop"
+    out = root / "out"
+    go, stop = out / "go", out / "stop"  # inside `out`: the boxed writers see nothing else of the bench's
     out.mkdir(parents=True)
     per_agent = max(1, total // (agents * len(urls)))
     origin = make_repo(root / "origin")
@@ -139,7 +142,11 @@ def remember_rate(root: Path, urls: list[str | None], agents: int, total: int) -
             subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True)
             store = f'\n[store]\nurl = "{url}"\n' if url else ""
             runs.append(Run(root / f"host{n}", writers(f"w{n}x", agents, per_agent, go, stop, out, seed=100 * n), repo=clone, extra_toml=QUIET + store))
-        for run in runs:
+        for n, run in enumerate(runs):
+            if n:
+                # One chain, one key: the first broker made it (its anchor follows once the log is keyed).
+                runs[0].wait_until(lambda: (runs[0].state / "chain-anchor").exists(), timeout=60, what="the first broker to key the log")
+                copy_chain_key(runs[0], run)
             run.start(wait_for=[], timeout=60)
         runs[0].wait_until(lambda: len(list(out.glob("*.ready"))) == agents * len(urls), timeout=120, what="writers to connect")
         cpu = [cpu_seconds(r.process.pid) for r in runs]  # type: ignore[union-attr]
@@ -189,13 +196,13 @@ def main() -> None:
     parser.add_argument("--handovers", type=int, default=40)
     parser.add_argument("--skip", nargs="*", default=[], choices=["context", "remember", "locks"])
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a timeout's TERM still stops the brokers and the server
     work = Path(tempfile.mkdtemp(prefix="conclave-multihost-"))
     cluster = Cluster().start()
     report: dict[str, Any] = {}
     try:
         if "context" not in args.skip:
             rows = corpus(args.claims)
-            queries = [ClaimText(99).query() for _ in range(args.queries)]
             source = ClaimText(99)
             queries = [source.query() for _ in range(args.queries)]
             t0 = time.perf_counter()
@@ -234,6 +241,8 @@ def main() -> None:
                 subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True)
                 url = cluster.broker_url(database_name, host)
                 run = Run(work / f"l-{host}", [{"name": f"{host}1"}, {"name": f"{host}2"}], repo=clone, extra_toml=f'{QUIET}\n[store]\nurl = "{url}"\n')
+                if runs:
+                    copy_chain_key(runs[0], run)
                 runs.append(run.start())
             try:
                 a1, a2, b1 = runs[0].puppet("alpha1"), runs[0].puppet("alpha2"), runs[1].puppet("beta1")

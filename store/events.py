@@ -182,6 +182,7 @@ def append(
     stamp = at or now()
     (row,) = _chain(conn, [Pending(kind, qualify(conn, actor), subject, payload, stamp)])
     conn.execute("INSERT INTO events(seq, at, kind, actor, subject, payload, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?)", row)
+    _appended(conn, row)
     return Event(row[0], stamp, kind, row[3], subject, payload or {}, row[-1])
 
 
@@ -206,6 +207,7 @@ def append_many(conn: apsw.Connection, pending: Sequence[Pending]) -> int | None
         return None
     if dialect.is_postgresql(conn):
         conn.executemany("INSERT INTO events(seq, at, kind, actor, subject, payload, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?)", rows)
+        _appended(conn, rows[-1])
     else:
         conn.execute(_INSERT_MANY, (json.dumps(rows),))
     return rows[-1][0]
@@ -255,9 +257,24 @@ def _key_for(conn: apsw.Connection) -> ChainKey:
 
 
 def head(conn: apsw.Connection) -> Head:
-    """The log's last event (``EMPTY`` when it has none)."""
+    """The log's last event (``EMPTY`` when it has none).
+
+    A PostgreSQL writer inside its transaction remembers the head its own
+    appends left (``PgConnection.cached_head``), saving a round trip per append.
+    """
+    cached = getattr(conn, "cached_head", None)
+    if cached is not None:
+        known = cached()
+        if known is not None:
+            return known
     row = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
     return Head(row[0], row[1]) if row else EMPTY
+
+
+def _appended(conn: apsw.Connection, last: tuple[Any, ...]) -> None:
+    remember = getattr(conn, "remember_head", None)
+    if remember is not None:
+        remember(Head(last[0], last[-1]))
 
 
 def hash_at(conn: apsw.Connection, seq: int) -> str | None:
@@ -470,6 +487,9 @@ def verify_after(conn: apsw.Connection, key: ChainKey, since: Head) -> ChainRepo
         last = Head(seq, digest)
     if not seen:
         return cut()
+    remember = getattr(conn, "remember_head", None)
+    if remember is not None:
+        remember(last)  # a writer holding the write lock: this is the head now
     return ChainReport(count, None, None, last)
 
 

@@ -421,12 +421,13 @@ class StoreOwner:
         conn.execute("BEGIN IMMEDIATE")
         try:
             self._check_head(conn)
-            for job in batch:
-                conn.execute("SAVEPOINT job")
+            conn.execute("SAVEPOINT job")
+            for n, job in enumerate(batch, start=1):
                 job.result = outcome.capture(job.fn, conn)
                 if isinstance(job.result, outcome.Error):
                     conn.execute("ROLLBACK TO job")
-                conn.execute("RELEASE job")
+                # One statement between two jobs: a round trip fewer on a server.
+                conn.execute("RELEASE job; SAVEPOINT job" if n < len(batch) else "RELEASE job")
             moved = None
             if self._anchor is not None and self._refusing is None:
                 new = events.head(conn)

@@ -172,6 +172,15 @@ class _Rows:
         return list(self)
 
 
+#: A writer's transaction: begin, then take the store's write lock (a constant: one simple query).
+_BEGIN_WRITE: Final = f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
+#: Transaction control the store owner sends (store.owner): passed through as written.
+_UTILITY: Final = frozenset({
+    "COMMIT", "ROLLBACK", "SAVEPOINT job", "RELEASE job", "ROLLBACK TO job", "RELEASE job; SAVEPOINT job",
+    "SAVEPOINT entry", "RELEASE entry", "ROLLBACK TO entry",
+})
+
+
 @final
 class PgConnection:
     """A psycopg connection that reads like the apsw one the store jobs were written for.
@@ -191,6 +200,7 @@ class PgConnection:
         self._release = release
         self._depth = 0
         self._cursor = raw.cursor()
+        self._head: Any = None
 
     # -- statements ---------------------------------------------------------------
 
@@ -198,10 +208,31 @@ class PgConnection:
         if sql == "BEGIN IMMEDIATE":
             self._begin()
             return _Rows(None)
+        if params is None and sql in _UTILITY:
+            # Transaction control: sent as is, in one round trip even when it is two statements.
+            if sql.startswith(("ROLLBACK", "COMMIT")):
+                self._head = None
+            self.raw.execute(sql, prepare=False)
+            return _Rows(None)
         text, names = translate(sql)
         cursor = self.raw.cursor()
         cursor.execute(text, _bind(names, params))
         return _Rows(cursor)
+
+    # -- the event log's head, while this writer holds the write lock ------------------------
+
+    def cached_head(self) -> Any:
+        """The event log's last event as this writer's transaction left it (None: read it from the table).
+
+        Only a writer inside its transaction keeps one: it holds the write
+        lock, so no one else appends, and every append is its own.  Forgotten
+        at every BEGIN, COMMIT and rollback (a rolled-back append is gone).
+        """
+        return self._head
+
+    def remember_head(self, head: Any) -> None:
+        if self.writer and not self.getautocommit():
+            self._head = head
 
     def executemany(self, sql: str, rows: Iterable[Any]) -> None:
         text, names = translate(sql)
@@ -222,9 +253,9 @@ class PgConnection:
     # -- transactions ------------------------------------------------------------------
 
     def _begin(self) -> None:
+        self._head = None
         if self.writer:
-            self.raw.execute("BEGIN")
-            self.raw.execute("SELECT pg_advisory_xact_lock($1)", (WRITE_LOCK,))
+            self.raw.execute(_BEGIN_WRITE, prepare=False)  # one round trip for both
         else:
             self.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
@@ -239,12 +270,14 @@ class PgConnection:
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
         if self._depth == 0:
+            self._head = None
             if self.raw.pgconn.transaction_status != pq.TransactionStatus.IDLE:
                 self.raw.execute("COMMIT" if kind is None else "ROLLBACK")
             return
         name = f"conclave_{self._depth}"
         self._depth -= 1
         if kind is not None:
+            self._head = None
             self.raw.execute(f"ROLLBACK TO SAVEPOINT {name}")
         self.raw.execute(f"RELEASE SAVEPOINT {name}")
 

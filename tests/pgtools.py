@@ -133,3 +133,15 @@ class Cluster:
         role = f"{database}_{host}".replace("-", "_")
         postgres.add_broker(self.url(database), host, role=role)
         return self.url(database, user=role)
+
+
+def copy_chain_key(first: Any, other: Any) -> None:
+    """Give ``other`` (a harness ``Run``) the chain key ``first``'s broker made, 0600, before ``other`` starts.
+
+    What the operator does once per host (docs/DEPLOYMENT.md): every broker
+    of a shared store appends under the one key.
+    """
+    other.state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(other.state / "chain-key", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write((first.state / "chain-key").read_text())

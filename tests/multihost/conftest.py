@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -10,15 +9,7 @@ from typing import Any, Callable, Iterator, Sequence
 import pytest
 
 from agents.harness import Run, make_repo
-
-
-def copy_chain_key(first: Run, other: Run) -> None:
-    """What the operator does once per host (docs/DEPLOYMENT.md): the chain key the first broker made, 0600."""
-    other.state.mkdir(parents=True, exist_ok=True, mode=0o700)
-    target = other.state / "chain-key"
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write((first.state / "chain-key").read_text())
+from tests.pgtools import copy_chain_key
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import pytest
 from agents.harness import Run
 from store import events
 from store.chainkey import ChainKey
-from tests.multihost.conftest import copy_chain_key
+from tests.pgtools import copy_chain_key
 
 FACT = "The release job signs artefacts with the key in the vault, never a local one."
 
