@@ -223,6 +223,9 @@ async def release(call: Call, args: ResourcesArgs) -> dict[str, Any]:
         released = table.release(call.principal, _held(table, call, texts))
     else:
         released = table.release_held(call.principal, found)  # type: ignore[arg-type]
+    across: SharedLocks | None = call.core.extensions.get("shared_locks")
+    if across is not None and any(crosses_hosts(h.resource) for h in released):
+        await across.settled()  # given back on the server before the agent hears it is released
     return {"released": [h.as_grant() for h in released]}
 
 

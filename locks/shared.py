@@ -108,6 +108,10 @@ class SharedLocks:
         self._units: set[int] = set()
         self.taken = 0
         self.given_back = 0
+        #: Batches of holds queued to give back, and how many the lease connection has released.
+        self._queued = 0
+        self._done = 0
+        self._progress = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         from store.postgres import connect, listen
@@ -119,6 +123,9 @@ class SharedLocks:
                 task_status.started()
                 async for holds in self._receive:
                     await trio.to_thread.run_sync(self._unlock, holds, limiter=self._limiter)
+                    self._done += 1
+                    self._progress.set()
+                    self._progress = trio.Event()
         finally:
             with trio.CancelScope(shield=True):
                 raw, self._raw = self._raw, None
@@ -199,7 +206,18 @@ class SharedLocks:
     def give_back(self, holds: Sequence[Hold]) -> None:
         """Release holds no grant kept (the local acquire failed); never blocks."""
         if holds:
+            self._queued += 1
             self._send.send_nowait(tuple(holds))
+
+    async def settled(self) -> None:
+        """Return once every hold given back so far is released on the server.
+
+        ``lock.release`` answers only after this: an agent told "it is free"
+        by a released peer finds it free on every host, not a moment later.
+        """
+        target = self._queued
+        while self._done < target:
+            await self._progress.wait()
 
     def released(self, holdings: Sequence[Any]) -> None:
         """The lock table's release hook: give back the holds of these grants."""

@@ -136,3 +136,18 @@ def test_a_slot_counts_units_across_hosts(two_hosts: Callable[..., tuple[Run, Ru
     assert refusal["error"]["code"] == "locked" and "every unit is held" in refusal["error"]["message"]
     b.puppet("carol").call("slot.release", name="db")
     assert a.puppet("bob").call("slot.acquire", name="db", wait=10)["grants"][0]["resource"] == "slot://db"
+
+
+def test_a_release_is_answered_only_once_the_other_host_can_take_it(two_hosts: Callable[..., tuple[Run, Run]]) -> None:
+    """Released on alpha means free on beta at once: a fail-fast acquire right after the
+    release's reply never finds the hold still on the server (the hold used to be given
+    back a moment after the reply)."""
+    a, b = two_hosts([{"name": "alice"}], [{"name": "carol"}])
+    alice, carol = a.puppet("alice"), b.puppet("carol")
+    for _ in range(25):
+        alice.call("lock.acquire", resources=["name://deploy"])
+        # Control: while alice holds it, beta's fail-fast acquire is refused.
+        assert carol.try_call("lock.acquire", resources=["name://deploy"])["error"]["code"] == "locked"
+        alice.call("lock.release", resources=["name://deploy"])
+        assert carol.call("lock.acquire", resources=["name://deploy"])["grants"][0]["resource"] == "name://deploy"
+        carol.call("lock.release", resources=["name://deploy"])
