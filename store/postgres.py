@@ -174,9 +174,11 @@ class _Rows:
 
 #: A writer's transaction: begin, then take the store's write lock (a constant: one simple query).
 _BEGIN_WRITE: Final = f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
+#: What the store owner sends between two jobs of a batch (store.owner).
+_NEXT_JOB: Final = "RELEASE job; SAVEPOINT job"
 #: Transaction control the store owner sends (store.owner): passed through as written.
 _UTILITY: Final = frozenset({
-    "COMMIT", "ROLLBACK", "SAVEPOINT job", "RELEASE job", "ROLLBACK TO job", "RELEASE job; SAVEPOINT job",
+    "COMMIT", "ROLLBACK", "SAVEPOINT job", "RELEASE job", "ROLLBACK TO job", _NEXT_JOB,
     "SAVEPOINT entry", "RELEASE entry", "ROLLBACK TO entry",
 })
 
@@ -201,6 +203,8 @@ class PgConnection:
         self._depth = 0
         self._cursor = raw.cursor()
         self._head: Any = None
+        #: Transaction control held back between two jobs: it goes with the next statement, in one round trip.
+        self._deferred: tuple[tuple[str, Any], ...] = ()
 
     # -- statements ---------------------------------------------------------------
 
@@ -209,15 +213,47 @@ class PgConnection:
             self._begin()
             return _Rows(None)
         if params is None and sql in _UTILITY:
-            # Transaction control: sent as is, in one round trip even when it is two statements.
+            if sql == _NEXT_JOB:
+                # Between two jobs: held back and sent with the next job's first statement.
+                self._deferred += (("RELEASE job", None), ("SAVEPOINT job", None))
+                return _Rows(None)
+            # Transaction control: sent as is, with anything held back, in one round trip.
             if sql.startswith(("ROLLBACK", "COMMIT")):
                 self._head = None
-            self.raw.execute(sql, prepare=False)
+            self._send((sql, None))
             return _Rows(None)
         text, names = translate(sql)
         cursor = self.raw.cursor()
-        cursor.execute(text, _bind(names, params))
+        self._send((text, _bind(names, params)), cursor)
         return _Rows(cursor)
+
+    def flush(self) -> None:
+        """Send what is held back (before talking to the server directly)."""
+        if self._deferred:
+            self._send()
+
+    def _send(self, last: tuple[str, Any] | None = None, cursor: psycopg.Cursor[Any] | None = None) -> None:
+        """What is held back, then ``last`` (on ``cursor``, whose rows the caller reads): one round trip."""
+        held, self._deferred = self._deferred, ()
+        if not held:
+            if last is not None:
+                text, params = last
+                if cursor is None:
+                    self.raw.execute(text, prepare=False)
+                else:
+                    cursor.execute(text, params)
+            return
+        statements = [*held, *([last] if last is not None else [])]
+        if all(params is None for _, params in statements) and cursor is None:
+            self.raw.execute("; ".join(text for text, _ in statements), prepare=False)  # a simple query, many statements
+            return
+        # A pipeline: every statement sent at once, the results read at its end (an error is raised here).
+        with self.raw.pipeline():
+            for n, (text, params) in enumerate(statements):
+                if n == len(statements) - 1 and cursor is not None:
+                    cursor.execute(text, params)
+                else:
+                    self.raw.execute(text, params, prepare=None if params is not None else False)
 
     # -- the event log's head, while this writer holds the write lock ------------------------
 
@@ -235,6 +271,7 @@ class PgConnection:
             self._head = head
 
     def executemany(self, sql: str, rows: Iterable[Any]) -> None:
+        self.flush()
         text, names = translate(sql)
         batch = [_bind(names, r) for r in rows]
         if batch:
@@ -242,6 +279,7 @@ class PgConnection:
 
     def last_insert_rowid(self) -> int:
         """The id the last INSERT into an identity column took (``lastval()``: this session's own)."""
+        self.flush()
         row = self.raw.execute("SELECT lastval()").fetchone()
         assert row is not None
         return int(row[0])
@@ -254,6 +292,7 @@ class PgConnection:
 
     def _begin(self) -> None:
         self._head = None
+        self._deferred = ()  # a new transaction: whatever was held back belonged to the one that ended
         if self.writer:
             self.raw.execute(_BEGIN_WRITE, prepare=False)  # one round trip for both
         else:
@@ -265,10 +304,12 @@ class PgConnection:
             self._depth = 0
         else:
             self._depth += 1
+            self.flush()
             self.raw.execute(f"SAVEPOINT conclave_{self._depth}")
         return self
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        self.flush()
         if self._depth == 0:
             self._head = None
             if self.raw.pgconn.transaction_status != pq.TransactionStatus.IDLE:

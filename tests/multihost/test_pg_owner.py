@@ -1,0 +1,57 @@
+"""The store owner on PostgreSQL: group commit with one job failing alone.
+
+Between two jobs the owner's ``RELEASE``/``SAVEPOINT`` is held back and sent
+with the next job's first statement, in one round trip (store/postgres.py);
+a job whose very first statement fails must still roll back alone, and an
+error raised after a job's writes must still undo only that job.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import trio
+
+from store import events
+from store.owner import ChainFiles, StoreOwner
+from store.postgres import PostgresBackend
+
+
+async def test_jobs_are_grouped_and_a_job_failing_on_its_first_statement_rolls_back_alone(pg_cluster: Any, tmp_path: Path) -> None:
+    url = pg_cluster.broker_url(pg_cluster.database(), "alpha")
+    backend = PostgresBackend(url, migrate=False)
+    assert backend.identify() == "alpha"  # the broker's host, from its role: what its rows are written as
+    owner = StoreOwner(backend, [], chain=ChainFiles(tmp_path / "chain-key", tmp_path / "chain-anchor"))
+    results: dict[int, object] = {}
+    async with trio.open_nursery() as nursery:
+        await nursery.start(owner.run)
+
+        async def job(i: int) -> None:
+            def write(conn: Any) -> int:
+                if i == 13:
+                    conn.execute("SELECT * FROM no_such_table")  # the first statement of its job fails on the server
+                events.append(conn, "test.write", actor=events.BROKER_ACTOR, subject=str(i))
+                if i == 27:
+                    raise ValueError("job 27 fails after its write")
+                return i
+
+            try:
+                results[i] = await owner.call(write)
+            except (ValueError, psycopg.Error) as exc:
+                results[i] = exc
+
+        async with trio.open_nursery() as jobs:
+            for i in range(60):
+                jobs.start_soon(job, i)
+        stats = owner.statistics()
+        subjects = await owner.call(lambda conn: sorted(int(s) for (s,) in conn.execute("SELECT subject FROM events WHERE kind = 'test.write'")))
+        owner.close()
+        nursery.cancel_scope.cancel()
+    assert isinstance(results.pop(13), psycopg.errors.UndefinedTable)
+    assert isinstance(results.pop(27), ValueError)
+    # Control: every other job's write is there, once, and the batches grouped them.
+    assert results == {i: i for i in range(60) if i not in (13, 27)}
+    assert subjects == [i for i in range(60) if i not in (13, 27)]
+    assert stats.jobs >= 60 and stats.batches < stats.jobs
