@@ -423,7 +423,7 @@ class StoreOwner:
             self._check_head(conn)
             conn.execute("SAVEPOINT job")
             for n, job in enumerate(batch, start=1):
-                job.result = outcome.capture(job.fn, conn)
+                job.result = outcome.capture(_run_job, job.fn, conn)
                 if isinstance(job.result, outcome.Error):
                     conn.execute("ROLLBACK TO job")
                 # One statement between two jobs: a round trip fewer on a server.
@@ -448,3 +448,13 @@ class StoreOwner:
             failure = outcome.Error(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
             for job in batch:
                 job.result = failure
+
+
+def _run_job(fn: Callable[[Any], Any], conn: Any) -> Any:
+    """One job on the writer.  A server connection sends what it held back before the job counts as
+    done (``PgConnection.execute_later``), so an error there is this job's and rolls back only this job."""
+    result = fn(conn)
+    flush = getattr(conn, "flush", None)
+    if flush is not None:
+        flush()
+    return result

@@ -203,7 +203,7 @@ class PgConnection:
         self._depth = 0
         self._cursor = raw.cursor()
         self._head: Any = None
-        #: Transaction control held back between two jobs: it goes with the next statement, in one round trip.
+        #: Statements held back (the owner's RELEASE/SAVEPOINT between two jobs, an event's INSERT): they go with the next one.
         self._deferred: tuple[tuple[str, Any], ...] = ()
 
     # -- statements ---------------------------------------------------------------
@@ -227,8 +227,18 @@ class PgConnection:
         self._send((text, _bind(names, params)), cursor)
         return _Rows(cursor)
 
+    def execute_later(self, sql: str, params: Any = None) -> None:
+        """Hold a statement whose result no one reads (an event's INSERT) and send it with the next one.
+
+        In order, in one round trip with whatever comes next; the store owner
+        flushes at the end of every job (store.owner), so an error in it is
+        still raised inside that job and rolls back only that job.
+        """
+        text, names = translate(sql)
+        self._deferred += ((text, _bind(names, params)),)
+
     def flush(self) -> None:
-        """Send what is held back (before talking to the server directly)."""
+        """Send what is held back (at the end of a job, or before talking to the server directly)."""
         if self._deferred:
             self._send()
 

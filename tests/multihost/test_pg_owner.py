@@ -1,9 +1,11 @@
 """The store owner on PostgreSQL: group commit with one job failing alone.
 
 Between two jobs the owner's ``RELEASE``/``SAVEPOINT`` is held back and sent
-with the next job's first statement, in one round trip (store/postgres.py);
-a job whose very first statement fails must still roll back alone, and an
-error raised after a job's writes must still undo only that job.
+with the next job's first statement, and an event's INSERT with the statement
+after it, in one round trip (store/postgres.py).  Still each failing job rolls
+back alone: one whose very first statement fails, one whose held-back event
+INSERT is refused by the server (it is sent before the job counts as done),
+and one that raises after its write.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ async def test_jobs_are_grouped_and_a_job_failing_on_its_first_statement_rolls_b
                 if i == 13:
                     conn.execute("SELECT * FROM no_such_table")  # the first statement of its job fails on the server
                 events.append(conn, "test.write", actor=events.BROKER_ACTOR, subject=str(i))
+                if i == 41:
+                    # Held back, then refused at the job's end: row security will not take another host's actor.
+                    events.append(conn, "test.forged", actor="beta/mallory:1", subject=str(i))
                 if i == 27:
                     raise ValueError("job 27 fails after its write")
                 return i
@@ -51,7 +56,8 @@ async def test_jobs_are_grouped_and_a_job_failing_on_its_first_statement_rolls_b
         nursery.cancel_scope.cancel()
     assert isinstance(results.pop(13), psycopg.errors.UndefinedTable)
     assert isinstance(results.pop(27), ValueError)
+    assert isinstance(results.pop(41), psycopg.errors.InsufficientPrivilege)
     # Control: every other job's write is there, once, and the batches grouped them.
-    assert results == {i: i for i in range(60) if i not in (13, 27)}
-    assert subjects == [i for i in range(60) if i not in (13, 27)]
+    assert results == {i: i for i in range(60) if i not in (13, 27, 41)}
+    assert subjects == [i for i in range(60) if i not in (13, 27, 41)]
     assert stats.jobs >= 60 and stats.batches < stats.jobs
