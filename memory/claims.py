@@ -147,6 +147,13 @@ def twins(conn: apsw.Connection, key: str, *, besides: int | None = None) -> lis
 _NEXT_ID: Final = "SELECT coalesce(max(id), 0) + 1 FROM claims"
 
 
+def _next_id(conn: apsw.Connection) -> int:
+    counted = getattr(conn, "next_id", None)
+    if counted is not None:
+        return int(counted("claims", _NEXT_ID))
+    return int(conn.execute(_NEXT_ID).fetchone()[0])
+
+
 def insert(
     conn: apsw.Connection,
     author: Principal,
@@ -165,15 +172,17 @@ def insert(
     """
     stamp = at or events.now()
     key = text_key(text)
-    # One writer: the next id is max(id) + 1, so a first edition can name itself
-    # as its lineage in the same statement (one round trip on a server).
-    [(new_id,)] = conn.execute(
-        f"INSERT INTO claims(id, lineage, edition, supersedes, kind, scope, text, text_key, evidence, author, author_domain, tier, created_at) "
-        f"VALUES (({_NEXT_ID}), coalesce(?, ({_NEXT_ID})), ?, ?, ?, ?, ?, ?, ?, ?, ?, 'unverified', ?) RETURNING id",
-        (revises.lineage if revises else None, revises.edition + 1 if revises else 1, revises.id if revises else None,
-         kind, scope, text, key, evidence, author.key, author.domain, stamp),
-    ).fetchall()
+    # One writer: the next id is max(id) + 1, known before the insert, so a first
+    # edition names itself as its lineage, and on a server the INSERT can go with
+    # the job's next statement (PgConnection.next_id, execute_later).
+    new_id = _next_id(conn)
     lineage, edition = (revises.lineage, revises.edition + 1) if revises else (new_id, 1)
+    write = getattr(conn, "execute_later", None) or conn.execute
+    write(
+        "INSERT INTO claims(id, lineage, edition, supersedes, kind, scope, text, text_key, evidence, author, author_domain, tier, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'unverified', ?)",
+        (new_id, lineage, edition, revises.id if revises else None, kind, scope, text, key, evidence, author.key, author.domain, stamp),
+    )
     _index(conn, "claims_fts", new_id, text)
     payload: dict[str, Any] = {"kind": kind, "scope": scope, "lineage": lineage, "edition": edition, "text_sha256": digest(text)}
     if evidence is not None:

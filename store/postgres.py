@@ -172,8 +172,6 @@ class _Rows:
         return list(self)
 
 
-#: A writer's transaction: begin, then take the store's write lock (a constant: one simple query).
-_BEGIN_WRITE: Final = f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
 #: What the store owner sends between two jobs of a batch (store.owner).
 _NEXT_JOB: Final = "RELEASE job; SAVEPOINT job"
 #: Transaction control the store owner sends (store.owner): passed through as written.
@@ -203,6 +201,8 @@ class PgConnection:
         self._depth = 0
         self._cursor = raw.cursor()
         self._head: Any = None
+        #: Ids counted inside this writer's transaction (:meth:`next_id`); forgotten with the head.
+        self._ids: dict[str, int] = {}
         #: Statements held back (the owner's RELEASE/SAVEPOINT between two jobs, an event's INSERT): they go with the next one.
         self._deferred: tuple[tuple[str, Any], ...] = ()
 
@@ -217,9 +217,24 @@ class PgConnection:
                 # Between two jobs: held back and sent with the next job's first statement.
                 self._deferred += (("RELEASE job", None), ("SAVEPOINT job", None))
                 return _Rows(None)
-            # Transaction control: sent as is, with anything held back, in one round trip.
+            if sql == "RELEASE job":
+                # After a batch's last job: held back and sent with the COMMIT.
+                self._deferred += ((sql, None),)
+                return _Rows(None)
             if sql.startswith(("ROLLBACK", "COMMIT")):
                 self._head = None
+                self._ids.clear()
+            if sql.startswith("ROLLBACK"):
+                # What a rollback undoes need not be sent: keep only the transaction control held back
+                # (the savepoint a ROLLBACK TO returns to), and nothing at all for a whole ROLLBACK.
+                if sql == "ROLLBACK":
+                    begun = self._deferred[:1] != (("BEGIN", None),)
+                    self._deferred = ()
+                    if begun and self.raw.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+                        self.raw.execute(sql, prepare=False)
+                    return _Rows(None)
+                self._deferred = tuple(held for held in self._deferred if held[1] is None)
+            # Transaction control: sent as is, with anything held back, in one round trip.
             self._send((sql, None))
             return _Rows(None)
         text, names = translate(sql)
@@ -280,6 +295,21 @@ class PgConnection:
         if self.writer and not self.getautocommit():
             self._head = head
 
+    def next_id(self, table: str, query: str) -> int:
+        """The next id for ``table``: ``query`` (max + 1) once per transaction, then counted here.
+
+        Only a writer inside its transaction counts: it holds the write lock,
+        so every row added meanwhile is its own (each one through here).  A
+        wrong count could only make an INSERT fail on its key, never overwrite.
+        """
+        if not self.writer or self.getautocommit():
+            return int(self.execute(query).fetchone()[0])  # type: ignore[index]
+        if table not in self._ids:
+            self._ids[table] = int(self.execute(query).fetchone()[0])  # type: ignore[index]
+        else:
+            self._ids[table] += 1
+        return self._ids[table]
+
     def executemany(self, sql: str, rows: Iterable[Any]) -> None:
         self.flush()
         text, names = translate(sql)
@@ -295,16 +325,20 @@ class PgConnection:
         return int(row[0])
 
     def getautocommit(self) -> bool:
-        """True outside a transaction (apsw's name for it)."""
+        """True outside a transaction (apsw's name for it; a BEGIN held back counts as begun)."""
+        if self._deferred and self._deferred[0][0] == "BEGIN":
+            return False
         return self.raw.pgconn.transaction_status == pq.TransactionStatus.IDLE
 
     # -- transactions ------------------------------------------------------------------
 
     def _begin(self) -> None:
         self._head = None
+        self._ids.clear()
         self._deferred = ()  # a new transaction: whatever was held back belonged to the one that ended
         if self.writer:
-            self.raw.execute(_BEGIN_WRITE, prepare=False)  # one round trip for both
+            # Begin, then take the store's write lock: held back and sent with the first statement.
+            self._deferred = (("BEGIN", None), (f"SELECT pg_advisory_xact_lock({WRITE_LOCK})", None))
         else:
             self.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
@@ -322,6 +356,7 @@ class PgConnection:
         self.flush()
         if self._depth == 0:
             self._head = None
+            self._ids.clear()
             if self.raw.pgconn.transaction_status != pq.TransactionStatus.IDLE:
                 self.raw.execute("COMMIT" if kind is None else "ROLLBACK")
             return
@@ -329,6 +364,7 @@ class PgConnection:
         self._depth -= 1
         if kind is not None:
             self._head = None
+            self._ids.clear()
             self.raw.execute(f"ROLLBACK TO SAVEPOINT {name}")
         self.raw.execute(f"RELEASE SAVEPOINT {name}")
 

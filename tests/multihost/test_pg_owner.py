@@ -61,3 +61,40 @@ async def test_jobs_are_grouped_and_a_job_failing_on_its_first_statement_rolls_b
     assert results == {i: i for i in range(60) if i not in (13, 27, 41)}
     assert subjects == [i for i in range(60) if i not in (13, 27, 41)]
     assert stats.jobs >= 60 and stats.batches < stats.jobs
+
+
+async def test_a_lone_job_failing_before_or_at_its_first_statement_leaves_the_writer_usable(pg_cluster: Any, tmp_path: Path) -> None:
+    """Each job alone in its batch (one caller): the held-back BEGIN goes with the first statement,
+    or is never sent at all when the job fails before it; either way the next job commits."""
+    url = pg_cluster.broker_url(pg_cluster.database(), "alpha")
+    backend = PostgresBackend(url, migrate=False)
+    backend.identify()
+    owner = StoreOwner(backend, [], chain=ChainFiles(tmp_path / "chain-key", tmp_path / "chain-anchor"))
+
+    def before_any_statement(conn: Any) -> None:
+        raise ValueError("refused before touching the store")
+
+    def at_first_statement(conn: Any) -> None:
+        conn.execute("SELECT * FROM no_such_table")
+
+    def after_a_held_write(conn: Any) -> None:
+        events.append(conn, "test.lone", actor=events.BROKER_ACTOR, subject="undone")  # held back, never sent
+        raise ValueError("refused after its write")
+
+    def write(subject: str) -> Any:
+        return lambda conn: events.append(conn, "test.lone", actor=events.BROKER_ACTOR, subject=subject).seq
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(owner.run)
+        for n, failing in enumerate((before_any_statement, at_first_statement, after_a_held_write)):
+            try:
+                await owner.call(failing)
+            except (ValueError, psycopg.Error):
+                pass
+            else:
+                raise AssertionError(f"{failing.__name__} did not fail")
+            assert await owner.call(write(f"ok{n}")) > 0  # the control: the writer goes on
+        subjects = await owner.call(lambda conn: [s for (s,) in conn.execute("SELECT subject FROM events WHERE kind = 'test.lone' ORDER BY seq")])
+        owner.close()
+        nursery.cancel_scope.cancel()
+    assert subjects == ["ok0", "ok1", "ok2"]
