@@ -31,8 +31,9 @@ tools:
 	fi
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
+# One worker per core, at most 4 (pytest-xdist); `.venv/bin/python -m pytest` alone runs serially.
 test: $(STAMP) tools
-	@$(VENV)/bin/python -m pytest -q; rc=$$?; \
+	@$(VENV)/bin/python -m pytest -q --numprocesses auto --maxprocesses 4; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$rc
 
 # The pinned Claude Code and Codex CLI the real-agent tests drive, from the npm registry into a

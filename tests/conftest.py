@@ -27,6 +27,17 @@ def no_real_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
         os.environ["XDG_STATE_HOME"] = saved
 
 
+@pytest.fixture(autouse=True, scope="session")
+def no_terminal_size_from_the_runner() -> Iterator[None]:
+    """What the tests read is what a pipe gets: COLUMNS and LINES from whatever runs pytest
+    (a terminal, pytest-xdist's workers) must not rewrap the output they check."""
+    import os
+
+    saved = {name: os.environ.pop(name) for name in ("COLUMNS", "LINES") if name in os.environ}
+    yield
+    os.environ.update(saved)
+
+
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[Any]:
     """One real PostgreSQL server for the whole session, started on first use (tests/pgtools.py).
