@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Final, Iterable, Protocol
 
 import apsw
 
+from store import dialect
+
 if TYPE_CHECKING:
     from broker.identity import Principal
 
@@ -43,10 +45,21 @@ def record(conn: apsw.Connection, principal: Principal, shown: Iterable[Shown], 
     """Log that ``principal`` was shown each claim (groom's decay reads the latest per claim)."""
     if via not in VIAS:
         raise ValueError(f"unknown exposure channel {via!r}")
-    rows = [(c.id, c.lineage, principal.key, principal.domain, via, at) for c in shown]
+    rows = [(c.id, c.lineage) for c in shown]
     if not rows:
         return
-    conn.executemany("INSERT INTO exposures(claim, lineage, principal, domain, via, at) VALUES (?,?,?,?,?,?)", rows)
+    if dialect.is_postgresql(conn):
+        # One statement for the whole block (a row per claim in one round trip, not one each).
+        conn.execute(
+            "INSERT INTO exposures(claim, lineage, principal, domain, via, at) "
+            "SELECT claim, lineage, ?, ?, ?, ? FROM unnest(?::bigint[], ?::bigint[]) AS shown(claim, lineage)",
+            (principal.key, principal.domain, via, at, [c for c, _ in rows], [l for _, l in rows]),
+        )
+        return
+    conn.executemany(
+        "INSERT INTO exposures(claim, lineage, principal, domain, via, at) VALUES (?,?,?,?,?,?)",
+        [(c, l, principal.key, principal.domain, via, at) for c, l in rows],
+    )
 
 
 def seen_by_domain(conn: apsw.Connection, domain: str, lineage: int) -> bool:

@@ -59,6 +59,8 @@ _STOPWORDS: Final = frozenset(
 )
 _WORD: Final = re.compile(r"\w+")
 _LOAD_STEP: Final = 16
+#: Rows fetched per round trip to a server (the steps above still decide when to stop).
+_SERVER_FETCH: Final = 64
 #: No rendered line is shorter than this many tokens ("[TRUSTED] #1 (pattern) " and a word).
 _SHORTEST_LINE: Final = 8
 
@@ -203,12 +205,11 @@ class Line:
     text: str
 
 
-def _lines(conn: apsw.Connection, hits: list[Hit]) -> list[Line]:
+def _lines(conn: apsw.Connection, hits: list[Hit]) -> dict[int, Line]:
     if not hits:
-        return []
+        return {}
     marks = ",".join("?" * len(hits))
-    found = {r[0]: Line(*r) for r in conn.execute(f"SELECT id, lineage, kind, tier, text FROM claims WHERE id IN ({marks})", [h.id for h in hits])}
-    return [found[h.id] for h in hits if h.id in found]
+    return {r[0]: Line(*r) for r in conn.execute(f"SELECT id, lineage, kind, tier, text FROM claims WHERE id IN ({marks})", [h.id for h in hits])}
 
 
 def render_line(claim: Line) -> str:
@@ -234,12 +235,18 @@ def context(
     spent = sum(tokens(line) + 1 for line in frame)
     candidates = rank(conn, query, limit=min(MAX_LIMIT, max(10, budget // 8)), trusted_only=not include_unverified)
     chosen: list[tuple[Line, str]] = []
-    # Rows are loaded a few at a time: most budgets fill long before the candidates run out.
+    # Rows are loaded a few at a time: most budgets fill long before the candidates run out
+    # (on a server a few steps' worth per round trip; the steps decide the same either way).
+    fetch = _SERVER_FETCH if dialect.is_postgresql(conn) else _LOAD_STEP
+    loaded: dict[int, Line] = {}
     for start in range(0, len(candidates), _LOAD_STEP):
         if budget - spent < _SHORTEST_LINE:
             break
         taken = len(chosen)
-        for claim in _lines(conn, candidates[start : start + _LOAD_STEP]):
+        step = candidates[start : start + _LOAD_STEP]
+        if start % fetch == 0:
+            loaded.update(_lines(conn, candidates[start : start + fetch]))
+        for claim in (loaded[h.id] for h in step if h.id in loaded):
             line = render_line(claim)
             cost = tokens(line) + 1
             if spent + cost <= budget:
