@@ -136,6 +136,9 @@ def _write_each(conn: apsw.Connection, batch: Sequence[Entry]) -> list[tuple[Ent
         conn.execute("SAVEPOINT entry")
         try:
             _write(conn, [entry])
+            flush = getattr(conn, "flush", None)  # a server connection's held-back INSERTs: their errors are this entry's
+            if flush is not None:
+                flush()
         except Exception as exc:
             conn.execute("ROLLBACK TO entry")
             failed.append((entry, exc))

@@ -198,17 +198,18 @@ async def _acquire_across_hosts(call: Call, table: LockTable, across: SharedLock
                 "lock.wait", actor=request.holder, subject=" ".join(request.keys)[:500],
                 payload={"resources": request.keys, "mode": request.mode.value, "wait": wait, "across_hosts": list(taken.blocked)},
             )
-        await across.changed(left)
+        if not await across.changed(left, call.peer_gone):
+            raise ConclaveError(ErrorCode.TIMEOUT, "the client hung up while waiting; nothing was taken")
     request.tokens = taken.tokens
+    across.bind(request.holder, taken)  # before the grant: a release racing it finds the holds
     try:
         if wait is None:
             granted = table.acquire_nowait(request)
         else:
             granted = await table.acquire(request, wait=max(0.0, deadline - trio.current_time()), peer_gone=call.peer_gone)
     except BaseException:
-        across.give_back(taken.holds)
+        across.unbind(request.holder, taken)
         raise
-    across.bind(request.holder, taken)
     return granted
 
 

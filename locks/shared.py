@@ -39,11 +39,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Final, Sequence, final
+from typing import Any, Awaitable, Callable, Final, Sequence, final
 
 import attrs
 import trio
 
+from broker.router import wait_while_connected
 from locks.resources import GIT, Kind, Resource
 
 #: The notification channel a broker rings when it gives a cross-host hold back.
@@ -101,7 +102,9 @@ class SharedLocks:
         self.host = host
         self._raw: Any = None
         self._limiter = trio.CapacityLimiter(1)
-        self._bound: dict[tuple[str, str], Hold] = {}
+        #: The holds each (holder, resource) keeps, one per grant (a list: a grant may be bound before an
+        #: earlier one of the same holder and resource is released).
+        self._bound: dict[tuple[str, str], list[Hold]] = {}
         self._send, self._receive = trio.open_memory_channel[tuple[Hold, ...]](math.inf)
         self._changed = trio.Event()
         #: Slot unit keys this session holds (touched only on the lease connection's thread).
@@ -136,11 +139,11 @@ class SharedLocks:
     def _heard(self, _payload: str) -> None:
         self._changed.set()
 
-    async def changed(self, timeout: float) -> None:
-        """Return when any broker gives a hold back, or after ``timeout`` seconds."""
+    async def changed(self, timeout: float, peer_gone: Callable[[], Awaitable[None]] | None = None) -> bool:
+        """Return when any broker gives a hold back, or after ``timeout`` seconds (at most :data:`POLL`);
+        False when the waiting client hung up first."""
         event = self._changed = trio.Event() if self._changed.is_set() else self._changed
-        with trio.move_on_after(max(0.0, min(timeout, POLL))):
-            await event.wait()
+        return await wait_while_connected(event, max(0.0, min(timeout, POLL)), peer_gone)
 
     # -- taking ---------------------------------------------------------------------
 
@@ -199,9 +202,25 @@ class SharedLocks:
     # -- giving back -----------------------------------------------------------------
 
     def bind(self, holder: str, taken: Taken) -> None:
-        """Remember that ``holder``'s grant of each resource keeps its hold."""
+        """Remember that ``holder``'s grant of each resource keeps its hold.
+
+        Called before the local table grants: a grant released the moment it is
+        made (its agent ended, a TTL, a force-release) finds its hold here.
+        """
         for hold in taken.holds:
-            self._bound[(holder, hold.resource)] = hold
+            self._bound.setdefault((holder, hold.resource), []).append(hold)
+
+    def unbind(self, holder: str, taken: Taken) -> None:
+        """The local grant did not happen: give back the holds :meth:`bind` kept for it."""
+        back = []
+        for hold in taken.holds:
+            kept = self._bound.get((holder, hold.resource), [])
+            if hold in kept:
+                kept.remove(hold)
+                back.append(hold)
+            if not kept:
+                self._bound.pop((holder, hold.resource), None)
+        self.give_back(back)
 
     def give_back(self, holds: Sequence[Hold]) -> None:
         """Release holds no grant kept (the local acquire failed); never blocks."""
@@ -221,7 +240,13 @@ class SharedLocks:
 
     def released(self, holdings: Sequence[Any]) -> None:
         """The lock table's release hook: give back the holds of these grants."""
-        holds = [h for h in (self._bound.pop((g.holder, g.resource.key), None) for g in holdings) if h is not None]
+        holds = []
+        for g in holdings:
+            kept = self._bound.get((g.holder, g.resource.key))
+            if kept:
+                holds.append(kept.pop())
+                if not kept:
+                    del self._bound[(g.holder, g.resource.key)]
         self.give_back(holds)
 
     def _unlock(self, holds: tuple[Hold, ...], *, notify: bool = True) -> None:

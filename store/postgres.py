@@ -228,7 +228,7 @@ class PgConnection:
                 # What a rollback undoes need not be sent: keep only the transaction control held back
                 # (the savepoint a ROLLBACK TO returns to), and nothing at all for a whole ROLLBACK.
                 if sql == "ROLLBACK":
-                    begun = self._deferred[:1] != (("BEGIN", None),)
+                    begun = not self._begin_held()
                     self._deferred = ()
                     if begun and self.raw.pgconn.transaction_status != pq.TransactionStatus.IDLE:
                         self.raw.execute(sql, prepare=False)
@@ -242,6 +242,9 @@ class PgConnection:
         self._send((text, _bind(names, params)), cursor)
         return _Rows(cursor)
 
+    def _begin_held(self) -> bool:
+        return bool(self._deferred) and self._deferred[0][0].startswith("BEGIN")
+
     def execute_later(self, sql: str, params: Any = None) -> None:
         """Hold a statement whose result no one reads (an event's INSERT) and send it with the next one.
 
@@ -249,6 +252,9 @@ class PgConnection:
         flushes at the end of every job (store.owner), so an error in it is
         still raised inside that job and rolls back only that job.
         """
+        if self.getautocommit():
+            self.execute(sql, params)  # no transaction to send it with: now
+            return
         text, names = translate(sql)
         self._deferred += ((text, _bind(names, params)),)
 
@@ -326,7 +332,7 @@ class PgConnection:
 
     def getautocommit(self) -> bool:
         """True outside a transaction (apsw's name for it; a BEGIN held back counts as begun)."""
-        if self._deferred and self._deferred[0][0] == "BEGIN":
+        if self._begin_held():
             return False
         return self.raw.pgconn.transaction_status == pq.TransactionStatus.IDLE
 
@@ -338,7 +344,9 @@ class PgConnection:
         self._deferred = ()  # a new transaction: whatever was held back belonged to the one that ended
         if self.writer:
             # Begin, then take the store's write lock: held back and sent with the first statement.
-            self._deferred = (("BEGIN", None), (f"SELECT pg_advisory_xact_lock({WRITE_LOCK})", None))
+            # READ COMMITTED whatever the database's default: each statement after the lock sees
+            # what the last holder committed (a snapshot taken while waiting would not).
+            self._deferred = (("BEGIN ISOLATION LEVEL READ COMMITTED", None), (f"SELECT pg_advisory_xact_lock({WRITE_LOCK})", None))
         else:
             self.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
@@ -353,18 +361,31 @@ class PgConnection:
         return self
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
-        self.flush()
+        if kind is not None:
+            # What the rollback undoes need not be sent (nor may its error replace the one raised).
+            self._deferred = tuple(held for held in self._deferred if held[1] is None)
+        try:
+            self.flush()
+        except BaseException:
+            self._end_block(failed=True)
+            raise
+        self._end_block(failed=kind is not None)
+
+    def _end_block(self, *, failed: bool) -> None:
+        """Commit or roll back the outermost block; release or roll back to a nested one's savepoint."""
+        if failed:
+            self._head = None
+            self._ids.clear()
         if self._depth == 0:
             self._head = None
             self._ids.clear()
+            self._deferred = ()
             if self.raw.pgconn.transaction_status != pq.TransactionStatus.IDLE:
-                self.raw.execute("COMMIT" if kind is None else "ROLLBACK")
+                self.raw.execute("ROLLBACK" if failed else "COMMIT")
             return
         name = f"conclave_{self._depth}"
         self._depth -= 1
-        if kind is not None:
-            self._head = None
-            self._ids.clear()
+        if failed:
             self.raw.execute(f"ROLLBACK TO SAVEPOINT {name}")
         self.raw.execute(f"RELEASE SAVEPOINT {name}")
 
@@ -579,7 +600,8 @@ def _versions(conn: PgConnection) -> dict[str, int]:
 def migrate(conn: PgConnection, schemas: Sequence[Schema]) -> int:
     """Apply every pending PostgreSQL migration (the store's, the event log's, then ``schemas``').
 
-    Runs under the write lock, so two brokers starting at once migrate once.
+    Runs in one transaction under the write lock, so two brokers starting at once migrate once
+    and a failed migration leaves nothing half applied.
 
     Raises:
         StoreError: a migration is pending and this role may not apply it.
@@ -588,32 +610,30 @@ def migrate(conn: PgConnection, schemas: Sequence[Schema]) -> int:
     done = _versions(conn)
     if all(done.get(s.component, 0) >= len(s.postgresql) for s in components):
         return sum(len(s.postgresql) for s in components)  # nothing to do (and a broker's role may do no DDL)
-    total = 0
     try:
         with conn:
-            conn.execute("CREATE TABLE IF NOT EXISTS schema_versions (component TEXT PRIMARY KEY, version INTEGER NOT NULL)")
-    except psycopg.errors.InsufficientPrivilege:
-        require_current(conn, schemas)
-        raise
-    done = _versions(conn)
-    for schema in components:
-        have = done.get(schema.component, 0)
-        for number, sql in enumerate(schema.postgresql[have:], start=have + 1):
-            try:
-                with conn:
-                    conn.raw.execute(sql)
+            conn.flush()  # the transaction and the write lock, now: the DDL below goes through raw
+            conn.raw.execute("CREATE TABLE IF NOT EXISTS schema_versions (component TEXT PRIMARY KEY, version INTEGER NOT NULL)")
+            done = _versions(conn)  # again, under the lock: a broker that migrated meanwhile is seen
+            for schema in components:
+                have = done.get(schema.component, 0)
+                for number, sql in enumerate(schema.postgresql[have:], start=have + 1):
+                    try:
+                        conn.raw.execute(sql)
+                    except psycopg.errors.InsufficientPrivilege as exc:
+                        raise StoreError(
+                            f"migration {number} of {schema.component} is pending and role {conn.raw.info.user} may not apply it "
+                            f"({str(exc).strip()}); the database owner runs `conclave store init --url URL`"
+                        ) from None
                     conn.execute(
                         "INSERT INTO schema_versions(component, version) VALUES (?, ?) "
                         "ON CONFLICT(component) DO UPDATE SET version = excluded.version",
                         (schema.component, number),
                     )
-            except psycopg.errors.InsufficientPrivilege as exc:
-                raise StoreError(
-                    f"migration {number} of {schema.component} is pending and role {conn.raw.info.user} may not apply it "
-                    f"({str(exc).strip()}); the database owner runs `conclave store init --url URL`"
-                ) from None
-        total += len(schema.postgresql)
-    return total
+    except psycopg.errors.InsufficientPrivilege:
+        require_current(conn, schemas)
+        raise
+    return sum(len(s.postgresql) for s in components)
 
 
 def require_current(conn: PgConnection, schemas: Sequence[Schema]) -> None:

@@ -98,3 +98,95 @@ async def test_a_lone_job_failing_before_or_at_its_first_statement_leaves_the_wr
         owner.close()
         nursery.cancel_scope.cancel()
     assert subjects == ["ok0", "ok1", "ok2"]
+
+
+def test_a_writer_sees_what_the_last_lock_holder_committed_whatever_the_default_isolation(pg_cluster: Any) -> None:
+    """A database whose default is REPEATABLE READ: a writer that waited for the write lock must still
+    see the rows the holder committed (its snapshot is not taken while it waits)."""
+    import threading
+    import time
+
+    from store.postgres import PgConnection, connect
+
+    database = pg_cluster.database()
+    with pg_cluster.admin(database) as admin:
+        admin.execute(f"ALTER DATABASE {database} SET default_transaction_isolation = 'repeatable read'")
+    url = pg_cluster.url(database)
+    a, b = (PgConnection(connect(url), host=None, writer=True) for _ in range(2))
+    a.raw.execute("CREATE TABLE seen_by_the_next_writer(n int)")
+    a.execute("BEGIN IMMEDIATE")
+    a.execute("INSERT INTO seen_by_the_next_writer VALUES (?)", (100,))  # a holds the write lock from here
+    seen: dict[str, Any] = {}
+
+    def second_writer() -> None:
+        b.execute("BEGIN IMMEDIATE")
+        seen["max"] = b.execute("SELECT max(n) FROM seen_by_the_next_writer").fetchone()[0]
+        b.execute("COMMIT")
+
+    waiting = threading.Thread(target=second_writer)
+    waiting.start()
+    time.sleep(0.5)
+    assert "max" not in seen  # the control: b waits for the lock while a holds it
+    a.execute("COMMIT")
+    waiting.join(timeout=10)
+    assert seen == {"max": 100}
+    a.close()
+    b.close()
+
+
+def test_a_held_insert_failing_at_the_end_of_a_nested_block_leaves_the_writer_usable(pg_cluster: Any) -> None:
+    from store.postgres import PgConnection, connect
+
+    conn = PgConnection(connect(pg_cluster.url(pg_cluster.database())), host=None, writer=True)
+    conn.raw.execute("CREATE TABLE once(n int PRIMARY KEY)")
+    with conn:
+        conn.execute("INSERT INTO once VALUES (?)", (1,))
+        try:
+            with conn:
+                conn.execute_later("INSERT INTO once VALUES (?)", (1,))  # a duplicate, sent at the block's end
+        except psycopg.errors.UniqueViolation:
+            pass
+        else:
+            raise AssertionError("the duplicate was not refused")
+        # The nested block was rolled back alone: the transaction goes on.
+        conn.execute("INSERT INTO once VALUES (?)", (2,))
+    assert [n for (n,) in conn.execute("SELECT n FROM once ORDER BY n")] == [1, 2]
+    # An error raised in a block is the one the caller sees, and what it held back is never sent.
+    try:
+        with conn:
+            conn.execute_later("INSERT INTO once VALUES (?)", (1,))  # would fail if it were sent
+            raise ValueError("the caller's own error")
+    except ValueError:
+        pass
+    assert [n for (n,) in conn.execute("SELECT n FROM once ORDER BY n")] == [1, 2]
+    conn.close()
+
+
+def test_two_owners_migrating_a_fresh_database_at_once_migrate_it_once(pg_cluster: Any) -> None:
+    import threading
+
+    from broker import composition
+
+    name = "fresh_migrate"
+    with pg_cluster.admin() as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    url = pg_cluster.url(name)
+    start = threading.Barrier(2)
+    failures: list[BaseException] = []
+
+    def owner() -> None:
+        start.wait()
+        try:
+            PostgresBackend(url, migrate=True).open_writer(composition.schemas()).close()
+        except BaseException as exc:  # noqa: BLE001 -- reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=owner) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert failures == []
+    with pg_cluster.admin(name) as admin:
+        versions = dict(admin.execute("SELECT component, version FROM schema_versions").fetchall())
+    assert versions and all(v >= 1 for v in versions.values())  # each component at its latest, recorded once

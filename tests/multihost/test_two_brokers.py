@@ -151,3 +151,25 @@ def test_a_release_is_answered_only_once_the_other_host_can_take_it(two_hosts: C
         alice.call("lock.release", resources=["name://deploy"])
         assert carol.call("lock.acquire", resources=["name://deploy"])["grants"][0]["resource"] == "name://deploy"
         carol.call("lock.release", resources=["name://deploy"])
+
+
+def test_a_cross_host_wait_whose_client_hung_up_takes_nothing(two_hosts: Callable[..., tuple[Run, Run]]) -> None:
+    """carol's CLI on beta waits for a lock alpha holds, then is killed.  When alice releases,
+    nothing may be granted to the dead wait: bob on alpha gets the lock at once."""
+    a, b = two_hosts([{"name": "alice"}, {"name": "bob"}], [{"name": "carol"}])
+    alice, bob, carol = a.puppet("alice"), a.puppet("bob"), b.puppet("carol")
+    alice.call("lock.acquire", resources=["name://deploy"])
+    script = "conclave lock acquire name://deploy --wait 60 & p=$!; sleep 1.5; kill -9 $p; wait $p; exit 0"
+    assert carol.sh("sh", "-c", script).returncode == 0
+    time.sleep(0.6)  # past the wait's next poll: it has seen the hang-up
+    alice.call("lock.release", resources=["name://deploy"])
+    time.sleep(0.6)  # a wait that missed the hang-up would take it now
+    assert bob.call("lock.acquire", resources=["name://deploy"])["grants"][0]["resource"] == "name://deploy"
+    # Control: a live wait on beta does get it when bob lets go.
+    got: dict[str, Any] = {}
+    waiter = threading.Thread(target=lambda: got.update(carol.call("lock.acquire", resources=["name://deploy"], wait=20)))
+    waiter.start()
+    time.sleep(0.5)
+    bob.call("lock.release", resources=["name://deploy"])
+    waiter.join(timeout=20)
+    assert got["grants"][0]["resource"] == "name://deploy"
