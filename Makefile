@@ -31,9 +31,10 @@ tools:
 	fi
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
-# One worker per core, at most 4 (pytest-xdist); `.venv/bin/python -m pytest` alone runs serially.
+# One worker per core, at most 4 (pytest-xdist), each test file whole on one worker (module-scoped
+# brokers and the order within a file hold); `.venv/bin/python -m pytest` alone runs serially.
 test: $(STAMP) tools
-	@$(VENV)/bin/python -m pytest -q --numprocesses auto --maxprocesses 4; rc=$$?; \
+	@$(VENV)/bin/python -m pytest -q --numprocesses auto --maxprocesses 4 --dist loadfile; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$rc
 
 # The pinned Claude Code and Codex CLI the real-agent tests drive, from the npm registry into a
