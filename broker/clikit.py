@@ -23,7 +23,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Callable, NoReturn, Optional, Sequence
+from typing import Annotated, Any, Callable, Iterator, NoReturn, Optional, Sequence
 
 import attrs
 import typer
@@ -113,6 +113,17 @@ def call(target: Target, op: str, args: dict[str, Any] | None = None, *, timeout
             return client.call(op, args or {})
     except ConclaveError as exc:
         die(f"{exc.message} [{exc.code.value}]", EXIT_NO_BROKER if exc.code.value == "unavailable" else EXIT_REFUSED)
+
+
+def export_pages(target: Target, op: str, field: str) -> Iterator[list[Any]]:
+    """Every page of an export op (``after`` -> ``next``), one call each, until the last."""
+    after = 0
+    while True:
+        page = call(target, op, {"after": after})
+        yield page[field]
+        if page["next"] is None:
+            return
+        after = page["next"]
 
 
 def call_local(target: Target, op: str, args: dict[str, Any]) -> Any:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from broker.clikit import EXIT_USAGE, JsonOpt, RepoOpt, StateOpt, Target, call, die, emit, say, shorten, table, when
+from broker.clikit import EXIT_USAGE, JsonOpt, RepoOpt, StateOpt, Target, call, die, emit, export_pages, say, shorten, table, when
 from broker.literal import visible
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
@@ -442,7 +442,7 @@ def export(
     if format_ not in ("jsonl", "markdown"):
         die(f"--format must be jsonl or markdown, not {format_!r}", EXIT_USAGE)
     target = Target(json_out, repo, state_dir)
-    pages = _export_pages(target)
+    pages = export_pages(target, "memory.export", "claims")
     if json_out:
         emit(target, [c for page in pages for c in page])
         return
@@ -454,16 +454,6 @@ def export(
         for c in page:
             sys.stdout.write(json.dumps(c, separators=(",", ":"), default=str) + "\n" if format_ == "jsonl" else _claim_markdown(c))
         sys.stdout.flush()
-
-
-def _export_pages(target: Target) -> Any:
-    after = 0
-    while True:
-        page = call(target, "memory.export", {"after": after})
-        yield page["claims"]
-        if page["next"] is None:
-            return
-        after = page["next"]
 
 
 def _claim_markdown(c: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ from typing import Annotated, Any, List, Optional
 
 import typer
 
-from broker.clikit import JsonOpt, RepoOpt, StateOpt, Target, call, cell, console, die, emit, make_table, say
+from broker.clikit import JsonOpt, RepoOpt, StateOpt, Target, call, cell, console, die, emit, export_pages, make_table, say
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 status_app = typer.Typer(
@@ -154,7 +154,7 @@ def export(
     if format_ not in ("jsonl", "markdown"):
         die(f"--format must be jsonl or markdown, not {format_!r}", EXIT_USAGE)
     target = Target(json_out, repo, state_dir)
-    pages = _export_pages(target)
+    pages = export_pages(target, "msg.export", "messages")
     if json_out:
         emit(target, [m for page in pages for m in page])
         return
@@ -166,16 +166,6 @@ def export(
         for m in page:
             sys.stdout.write(json.dumps(m, separators=(",", ":")) + "\n" if format_ == "jsonl" else _message_markdown(m))
         sys.stdout.flush()
-
-
-def _export_pages(target: Target) -> Any:
-    after = 0
-    while True:
-        page = call(target, "msg.export", {"after": after})
-        yield page["messages"]
-        if page["next"] is None:
-            return
-        after = page["next"]
 
 
 def _delivery(d: dict[str, Any]) -> str:
