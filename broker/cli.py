@@ -128,8 +128,20 @@ def run(
         while isinstance(refused, BaseExceptionGroup):
             refused = refused.exceptions[0]
         die(f"the broker will not run: {refused}; `conclave memory verify` says more", EXIT_NOT_STARTED)
-    emit(target, _summary_json(summary), _print_summary)
+    # The reader went away (`conclave run | head`): nothing to print to, and the run's own
+    # outcome is still the exit code (rich would exit 1 on the broken pipe).
+    if not _reader_gone(sys.stdout.fileno()):
+        emit(target, _summary_json(summary), _print_summary)
     raise typer.Exit(summary.exit_code)
+
+
+def _reader_gone(fd: int) -> bool:
+    """Is ``fd`` a pipe whose reading end is closed (poll says POLLERR)?"""
+    import select
+
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
 
 
 def _require_git(repo: Path, given: Path | None) -> None:

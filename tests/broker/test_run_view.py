@@ -278,3 +278,25 @@ def test_logs_reads_only_log_files_never_where_a_link_or_the_journal_points(stor
     assert "private key" not in out.stdout
     # Control: the same command shows the logs that are ordinary files.
     assert "holding" in out.stdout and "got it" in out.stdout
+
+
+def test_a_reader_that_goes_away_leaves_the_run_and_its_exit_code_alone(tmp_path: Path) -> None:
+    """`conclave run | head -1`: the reader closes the pipe at once; the agents still finish,
+    and the exit code is the run's own (0 here; 1 for a failed agent), not the broken pipe's."""
+    for code, expected in ((0, 0), (3, 1)):
+        where = tmp_path / f"exit{code}"
+        where.mkdir()
+        team = f"""
+[[agent]]
+name = "chatty"
+command = ["sh", "-c", "for i in $(seq 1 30); do echo line $i; sleep 0.02; done; conclave msg send --to operator done > /dev/null; exit {code}"]
+"""
+        repo, team_file, state = setup(where, team)
+        process = subprocess.Popen(run_argv(repo, team_file, state), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
+        assert process.stdout is not None
+        process.stdout.readline()
+        process.stdout.close()  # the reader is gone
+        assert process.wait(timeout=60) == expected, process.stderr.read() if process.stderr else ""
+        # The agent ran to its end: its mail is there.
+        inbox = cli(state, repo, "msg", "inbox", "--json")
+        assert [m["body"] for m in json.loads(inbox.stdout)] == ["done"], inbox.stderr
