@@ -262,6 +262,17 @@ class Run:
                 raise TimeoutError(f"timed out waiting for {what}")
             time.sleep(interval)
 
+    def wait_for_json(self, path: Path, timeout: float = 10, what: str | None = None) -> Any:
+        """The JSON another process writes to ``path``, once it is whole (a file seen mid-write does not parse yet)."""
+
+        def whole() -> Any:
+            try:
+                return json.loads(path.read_text())
+            except (FileNotFoundError, json.JSONDecodeError):
+                return None
+
+        return self.wait_until(whole, timeout=timeout, what=what or f"{path.name} to be written")
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> dict[str, Any] | None:
         for puppet in self._puppets.values():
             puppet.close()

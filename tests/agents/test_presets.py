@@ -49,7 +49,7 @@ def fake_bin(root: Path) -> Path:
 
 
 def wait_for(path: Path, run: Run, timeout: float = 90) -> dict[str, Any]:
-    return json.loads(run.wait_until(lambda: path.exists() and path.read_text(), timeout=timeout, what=f"report {path.name}"))
+    return run.wait_for_json(path, timeout=timeout, what=f"report {path.name}")
 
 
 def seed_memory(run: Run) -> dict[str, Any] | None:

@@ -112,7 +112,7 @@ def test_an_orphan_inside_a_live_agent_has_its_ticket_but_never_the_operator(sta
     works for it, as for any of her processes; the operator key, which it can read unsandboxed, does not."""
     run = start_run([{"name": "alice", "sandbox": "off"}])
     out, _ = _leave_orphan(run.puppet("alice"), tmp_path, delay=0)
-    result = run.wait_until(lambda: out.exists() and json.loads(out.read_text()), timeout=15, what="orphan result")
+    result = run.wait_for_json(out, timeout=15, what="orphan result")
     assert result == {"ticket": "agent", "operator": "auth_failed"}
 
 
