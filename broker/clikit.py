@@ -115,6 +115,25 @@ def call(target: Target, op: str, args: dict[str, Any] | None = None, *, timeout
         die(f"{exc.message} [{exc.code.value}]", EXIT_NO_BROKER if exc.code.value == "unavailable" else EXIT_REFUSED)
 
 
+def export(target: Target, format_: str, *, op: str, field: str, title: str, markdown: Callable[[dict[str, Any]], str]) -> None:
+    """The body of ``msg export`` and ``memory export``: every page of ``op`` on stdout, oldest first,
+    as JSON lines, one ``--json`` document, or ``markdown`` for people."""
+    if format_ not in ("jsonl", "markdown"):
+        die(f"--format must be jsonl or markdown, not {format_!r}", EXIT_USAGE)
+    pages = export_pages(target, op, field)
+    if target.json:
+        emit(target, [item for page in pages for item in page])
+        return
+    if format_ == "markdown":
+        from store.events import now
+
+        sys.stdout.write(f"# conclave {title} export\n\nExported {now()} from {target.paths().state}.\n")
+    for page in pages:
+        for item in page:
+            sys.stdout.write(json.dumps(item, separators=(",", ":"), default=str) + "\n" if format_ == "jsonl" else markdown(item))
+        sys.stdout.flush()
+
+
 def export_pages(target: Target, op: str, field: str) -> Iterator[list[Any]]:
     """Every page of an export op (``after`` -> ``next``), one call each, until the last."""
     after = 0

@@ -9,13 +9,13 @@ and ``--repo`` / ``--state-dir``.
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Annotated, Any, Optional
 
 import typer
 
-from broker.clikit import EXIT_USAGE, JsonOpt, RepoOpt, StateOpt, Target, call, die, emit, export_pages, say, shorten, table, when
+from broker import clikit
+from broker.clikit import EXIT_USAGE, JsonOpt, RepoOpt, StateOpt, Target, call, die, emit, say, shorten, table, when
 from broker.literal import visible
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
@@ -439,21 +439,7 @@ def export(
 ) -> None:
     """Every claim -- each edition, its witnesses with their evidence, disputes, promotions and every event of its
     tier history -- on stdout, oldest first, to audit or archive with ordinary tools.  Nothing is left out or cut."""
-    if format_ not in ("jsonl", "markdown"):
-        die(f"--format must be jsonl or markdown, not {format_!r}", EXIT_USAGE)
-    target = Target(json_out, repo, state_dir)
-    pages = export_pages(target, "memory.export", "claims")
-    if json_out:
-        emit(target, [c for page in pages for c in page])
-        return
-    if format_ == "markdown":
-        from store.events import now
-
-        sys.stdout.write(f"# conclave memory export\n\nExported {now()} from {target.paths().state}.\n")
-    for page in pages:
-        for c in page:
-            sys.stdout.write(json.dumps(c, separators=(",", ":"), default=str) + "\n" if format_ == "jsonl" else _claim_markdown(c))
-        sys.stdout.flush()
+    clikit.export(Target(json_out, repo, state_dir), format_, op="memory.export", field="claims", title="memory", markdown=_claim_markdown)
 
 
 def _claim_markdown(c: dict[str, Any]) -> str:
@@ -500,8 +486,6 @@ def _claim_markdown(c: dict[str, Any]) -> str:
 # (Its imports sit here so the block stays in one piece; typer reads the annotations from module globals.)
 
 from pathlib import Path  # noqa: E402
-
-from broker.clikit import EXIT_USAGE  # noqa: E402
 
 GRAPH_FORMATS = ("text", "dot", "mermaid", "svg")
 

@@ -14,7 +14,8 @@ from typing import Annotated, Any, List, Optional
 
 import typer
 
-from broker.clikit import JsonOpt, RepoOpt, StateOpt, Target, call, cell, console, die, emit, export_pages, make_table, say
+from broker import clikit
+from broker.clikit import JsonOpt, RepoOpt, StateOpt, Target, call, cell, console, die, emit, make_table, say
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 status_app = typer.Typer(
@@ -149,23 +150,7 @@ def export(
     state_dir: StateOpt = None,
 ) -> None:
     """All mail, oldest first, with every delivery (read, acknowledged), on stdout (operator only; nothing is marked read)."""
-    from broker.clikit import EXIT_USAGE
-
-    if format_ not in ("jsonl", "markdown"):
-        die(f"--format must be jsonl or markdown, not {format_!r}", EXIT_USAGE)
-    target = Target(json_out, repo, state_dir)
-    pages = export_pages(target, "msg.export", "messages")
-    if json_out:
-        emit(target, [m for page in pages for m in page])
-        return
-    if format_ == "markdown":
-        from store.events import now
-
-        sys.stdout.write(f"# conclave mail export\n\nExported {now()} from {target.paths().state}.\n")
-    for page in pages:
-        for m in page:
-            sys.stdout.write(json.dumps(m, separators=(",", ":")) + "\n" if format_ == "jsonl" else _message_markdown(m))
-        sys.stdout.flush()
+    clikit.export(Target(json_out, repo, state_dir), format_, op="msg.export", field="messages", title="mail", markdown=_message_markdown)
 
 
 def _delivery(d: dict[str, Any]) -> str:
