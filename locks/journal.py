@@ -27,7 +27,7 @@ from typing import Any, Callable, Final, Sequence, final
 import apsw
 import trio
 
-from store import events
+from store import dialect, events
 from store.owner import StoreOwner
 
 log = logging.getLogger("conclave.locks")
@@ -136,9 +136,7 @@ def _write_each(conn: apsw.Connection, batch: Sequence[Entry]) -> list[tuple[Ent
         conn.execute("SAVEPOINT entry")
         try:
             _write(conn, [entry])
-            flush = getattr(conn, "flush", None)  # a server connection's held-back INSERTs: their errors are this entry's
-            if flush is not None:
-                flush()
+            dialect.flush(conn)  # a server connection's held-back INSERTs: their errors are this entry's
         except Exception as exc:
             conn.execute("ROLLBACK TO entry")
             failed.append((entry, exc))

@@ -147,13 +147,6 @@ def twins(conn: apsw.Connection, key: str, *, besides: int | None = None) -> lis
 _NEXT_ID: Final = "SELECT coalesce(max(id), 0) + 1 FROM claims"
 
 
-def _next_id(conn: apsw.Connection) -> int:
-    counted = getattr(conn, "next_id", None)
-    if counted is not None:
-        return int(counted("claims", _NEXT_ID))
-    return int(conn.execute(_NEXT_ID).fetchone()[0])
-
-
 def insert(
     conn: apsw.Connection,
     author: Principal,
@@ -175,10 +168,10 @@ def insert(
     # One writer: the next id is max(id) + 1, known before the insert, so a first
     # edition names itself as its lineage, and on a server the INSERT can go with
     # the job's next statement (PgConnection.next_id, execute_later).
-    new_id = _next_id(conn)
+    new_id = dialect.next_id(conn, "claims", _NEXT_ID)
     lineage, edition = (revises.lineage, revises.edition + 1) if revises else (new_id, 1)
-    write = getattr(conn, "execute_later", None) or conn.execute
-    write(
+    dialect.execute_later(
+        conn,
         "INSERT INTO claims(id, lineage, edition, supersedes, kind, scope, text, text_key, evidence, author, author_domain, tier, created_at) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'unverified', ?)",
         (new_id, lineage, edition, revises.id if revises else None, kind, scope, text, key, evidence, author.key, author.domain, stamp),

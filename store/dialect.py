@@ -35,3 +35,31 @@ def notify(conn: Any, channel: str, payload: str) -> None:
     """Tell every broker on the same server, when the caller's transaction commits (nothing on SQLite)."""
     if is_postgresql(conn):
         conn.execute("SELECT pg_notify(?, ?)", (channel, payload))
+
+
+# -- round trips: what a server connection may hold back (store.postgres.PgConnection) ---------
+
+
+def execute_later(conn: Any, sql: str, params: Any = None) -> None:
+    """A statement whose result no one reads: on a server it goes with the next statement, in one
+    round trip (flushed at the end of every store job); on SQLite it runs now."""
+    later = getattr(conn, "execute_later", None)
+    if later is None:
+        conn.execute(sql, params)
+    else:
+        later(sql, params)
+
+
+def flush(conn: Any) -> None:
+    """Send what a server connection holds back, so that its errors are raised here (nothing on SQLite)."""
+    send = getattr(conn, "flush", None)
+    if send is not None:
+        send()
+
+
+def next_id(conn: Any, table: str, query: str) -> int:
+    """``query`` (the table's max id + 1); a server writer counts it once per transaction."""
+    counted = getattr(conn, "next_id", None)
+    if counted is not None:
+        return int(counted(table, query))
+    return int(conn.execute(query).fetchone()[0])

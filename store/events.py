@@ -181,9 +181,7 @@ def append(
     """
     stamp = at or now()
     (row,) = _chain(conn, [Pending(kind, qualify(conn, actor), subject, payload, stamp)])
-    # On a server the INSERT goes with the job's next statement (no one reads its result).
-    insert = getattr(conn, "execute_later", None) or conn.execute
-    insert("INSERT INTO events(seq, at, kind, actor, subject, payload, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?)", row)
+    dialect.execute_later(conn, "INSERT INTO events(seq, at, kind, actor, subject, payload, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?)", row)
     _appended(conn, row)
     return Event(row[0], stamp, kind, row[3], subject, payload or {}, row[-1])
 

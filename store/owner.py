@@ -48,7 +48,7 @@ import attrs
 import outcome
 import trio
 
-from store import anchor, events
+from store import anchor, dialect, events
 from store.backend import Backend
 from store.chainkey import ChainKey, ChainKeyError
 from store.schema import Schema
@@ -315,6 +315,7 @@ class StoreOwner:
         except ChainKeyError as exc:
             self._refuse(conn, f"{exc}; nothing can be appended until it is restored")
             return None
+        made = key is None
         if key is None:
             if switch is not None or files.anchor.exists():
                 self._refuse(conn, self._missing_key(switch))
@@ -322,10 +323,15 @@ class StoreOwner:
             key = ChainKey.create(files.key)
         reading = anchor.read(files.anchor, key)
         since = None
-        if reading.missing and (switch is None or self._shared):
-            # A fresh store, one an older conclave wrote, or a shared store this broker joins:
-            # nothing was ever anchored here.
+        if reading.missing and (self._shared or (switch is None and (made or found == events.EMPTY))):
+            # A fresh store, one an older conclave wrote (the key is made now), or a shared store
+            # this broker joins: nothing was ever anchored here.
             mismatch = None
+        elif reading.missing and switch is None:
+            # The key was here, yet the log never says it was keyed and the anchor is gone: the
+            # keyed history was replaced (re-keying it now would bless the replacement).
+            mismatch = (f"the chain key {files.key} exists but the event log has no record of being keyed and the anchor "
+                        f"{files.anchor} is gone: the log was rewritten without the key")
         elif self._shared:
             since, mismatch = anchor.locate(reading, lambda seq: events.hash_at(conn, seq), found)
         else:
@@ -454,7 +460,5 @@ def _run_job(fn: Callable[[Any], Any], conn: Any) -> Any:
     """One job on the writer.  A server connection sends what it held back before the job counts as
     done (``PgConnection.execute_later``), so an error there is this job's and rolls back only this job."""
     result = fn(conn)
-    flush = getattr(conn, "flush", None)
-    if flush is not None:
-        flush()
+    dialect.flush(conn)
     return result

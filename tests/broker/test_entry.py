@@ -30,24 +30,19 @@ from broker.spec import AgentSpec
 from locks import guard
 
 
-def plant(repo: Path, tmp_path: Path) -> Path:
-    """A ``broker`` package in the work tree that leaves a mark when imported."""
-    mark = tmp_path / "planted-package-ran"
-    package = repo / "broker"
-    package.mkdir(exist_ok=True)
-    (package / "__init__.py").write_text(f"open({str(mark)!r}, 'a').write('ran\\n')\n")
-    (package / "cli.py").write_text("raise SystemExit(0)\n")
+def plant(repo: Path, tmp_path: Path, package: str = "broker", module: str = "cli") -> Path:
+    """A package named like one of conclave's in the work tree that leaves a mark when imported
+    (``broker``; ``agents`` with ``hooks`` for the edit hooks)."""
+    mark = tmp_path / f"planted-{package}-ran"
+    where = repo / package
+    where.mkdir(exist_ok=True)
+    (where / "__init__.py").write_text(f"open({str(mark)!r}, 'a').write('ran\\n')\n")
+    (where / f"{module}.py").write_text("raise SystemExit(0)\n")
     return mark
 
 
 def plant_agents(repo: Path, tmp_path: Path) -> Path:
-    """An ``agents`` package too: the edit hooks import ``agents.hooks``."""
-    mark = tmp_path / "planted-agents-ran"
-    package = repo / "agents"
-    package.mkdir(exist_ok=True)
-    (package / "__init__.py").write_text(f"open({str(mark)!r}, 'a').write('ran\\n')\n")
-    (package / "hooks.py").write_text("raise SystemExit(0)\n")
-    return mark
+    return plant(repo, tmp_path, "agents", "hooks")
 
 
 def operator_env() -> dict[str, str]:

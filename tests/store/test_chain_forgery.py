@@ -390,3 +390,26 @@ def test_an_unkeyed_log_is_keyed_from_a_switch_over_event_that_pins_its_history(
 class _Where:
     def __init__(self, repo: Path) -> None:
         self.repo = repo
+
+
+def test_a_log_rewritten_without_the_key_and_stripped_of_its_keying_is_named(history, tmp_path: Path) -> None:
+    """The attacker rewrites the whole log with plain SHA-256, leaves out the event that keyed it (and the
+    operator's retirement), and deletes the anchor: the log now looks like one an older conclave wrote.
+    But the key file was there: the store is not re-keyed over the forgery in silence."""
+    run, _ = history
+    state = copy_of(run, tmp_path)
+    assert verify(run, state)[0] == 0  # control
+    conn = attacker(state)
+    with conn:
+        kept = [r for r in rows(conn) if r[2] not in ("store.chain_keyed", "memory.retire")]
+        conn.execute("DELETE FROM events")
+        prev = events.GENESIS
+        for seq, (_, at, kind, actor, subject, payload, _prev, _hash) in enumerate(kept, start=1):
+            digest = events.unkeyed_digest(seq, at, kind, actor, subject, payload, prev)
+            conn.execute("INSERT INTO events VALUES (?,?,?,?,?,?,?,?)", (seq, at, kind, actor, subject, payload, prev, digest))
+            prev = digest
+    conn.close()
+    (state / "chain-anchor").unlink()
+    code, report, _ = verify(run, state)
+    assert code == 1
+    assert "exists but the event log has no record of being keyed" in problems(report)
