@@ -50,8 +50,9 @@ DEPUTY_VARIABLES: Final = frozenset({
 })  # fmt: skip
 SYSTEM_READ: Final = (
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/srv",
-    "/var/lib", "/var/cache", "/nix", "/snap", "/gnu", "/proc", "/sys", "/dev", "/run",
+    "/var/lib", "/var/cache", "/nix", "/snap", "/gnu", "/proc", "/sys", "/run",
 )  # fmt: skip
+#: The only device nodes an agent may open (not all of /dev: the person's terminals are there).
 DEVICES: Final = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 #: Terminals: in a strict box a devpts of its own (it cannot open the person's terminal, where
 #: TIOCSTI would type into their shell); a Landlock-only box gets none (no pseudo-terminals there).
@@ -162,7 +163,10 @@ def build(
             options.append("--ns")
             for path in HIDDEN:
                 options += ["--hide", expand(path)]
-            for path in _git_files(repo):
+            git_dir, *git_files = _git_files(repo) or [None]
+            if git_dir is not None:
+                options += ["--pin", git_dir]
+            for path in git_files:
                 options += ["--read-only", path]
             writable += ["/tmp", "/dev/shm"]
             env["TMPDIR"] = "/tmp"
@@ -209,9 +213,10 @@ def _installation() -> list[str]:
 
 @functools.lru_cache(maxsize=8)
 def _git_files(repo: Path) -> list[str]:
-    """The hooks directory and config file git will honour for ``repo`` (code the person runs later)."""
+    """The git directory, then the hooks directory and config file git will honour for ``repo``
+    (code the person runs later); empty when ``repo`` is no git work tree."""
     out = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "--git-path", "hooks", "--git-path", "config"], capture_output=True, text=True
+        ["git", "-C", str(repo), "rev-parse", "--git-common-dir", "--git-path", "hooks", "--git-path", "config"], capture_output=True, text=True
     )
     if out.returncode != 0:
         return []

@@ -13,6 +13,7 @@ OPTIONS (repeatable where it makes sense):
   --ns                a user + mount namespace with a private /tmp, /dev/shm
                       and /run/user/<uid>
   --hide PATH         (--ns) make PATH empty: ~/.ssh, a container socket, ...
+  --pin PATH          (--ns) bind PATH over itself: a mount point cannot be renamed (.git)
   --read-only PATH    (--ns) bind PATH over itself read-only (.git/hooks)
   --keep SOCKET       (--ns) a socket a private or hidden directory must keep
   --landlock          restrict with Landlock (after any mounts):
@@ -39,7 +40,7 @@ PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 REFUSED = 126
-LISTS = ("ro", "rw", "dev", "deny", "connect", "hide", "read_only", "keep", "cgroup")
+LISTS = ("ro", "rw", "dev", "deny", "connect", "hide", "pin", "read_only", "keep", "cgroup")
 FLAGS = ("ns", "landlock", "drop_caps", "subreaper")
 
 
@@ -121,6 +122,8 @@ def main(argv: list[str]) -> None:
             namespaces.private_ptys()
             for path in lists["hide"]:
                 namespaces.hide(path, kept)
+            for path in lists["pin"]:
+                namespaces.pin(path)
             for path in lists["read_only"]:
                 namespaces.read_only(path)
             # Look the working directory up again: the one inherited may sit under a mount

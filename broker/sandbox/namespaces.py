@@ -117,12 +117,21 @@ def hide(path: str, keep: dict[str, int]) -> bool:
     return False
 
 
-def read_only(path: str) -> bool:
-    """Bind ``path`` (a file or directory) over itself read-only: the same inode, no writes, no renames."""
+def pin(path: str) -> bool:
+    """Bind ``path`` over itself: the same inode, writable as before, but a mount point, which
+    cannot be renamed or removed (an agent cannot move ``.git`` aside and make a writable one)."""
     real = os.path.realpath(path)
     if not os.path.lexists(real):
         return False
     _mount(real, real, None, MS_BIND | MS_REC)
+    return True
+
+
+def read_only(path: str) -> bool:
+    """Bind ``path`` (a file or directory) over itself read-only: the same inode, no writes, no renames."""
+    if not pin(path):
+        return False
+    real = os.path.realpath(path)
     locked = 0
     flags = os.statvfs(real).f_flag
     for bit, ms in _LOCKED.items():

@@ -51,6 +51,11 @@ PROBE = textwrap.dedent(
     def write(path):
         with open(path, "a") as f:
             f.write("planted\n")
+    def listen(path):
+        os.close(os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK))
+    def move_back_and_forth(path):
+        os.rename(path, path + ".moved")
+        os.rename(path + ".moved", path)
     def terminal(path):
         fd = os.open(path, os.O_WRONLY | os.O_NOCTTY)
         try:
@@ -68,7 +73,7 @@ PROBE = textwrap.dedent(
             s.connect(address)
             s.sendall(b"new-window conclave memory promote 1\n")
     actions = {
-        "read": read, "write": write, "ptrace": ptrace, "terminal": terminal,
+        "read": read, "write": write, "ptrace": ptrace, "terminal": terminal, "listen": listen, "rename": move_back_and_forth,
         "signal": lambda pid: os.kill(int(pid), 0),
         "connect": connect, "connect-abstract": lambda name: connect("\0" + name),
     }
@@ -224,8 +229,13 @@ def test_a_boxed_agent_cannot_write_to_the_persons_terminal(boxes: dict[str, Any
         assert not attempt(boxes, "alice", "terminal", path)["ok"]
         if MACHINE.landlock_abi >= 1:
             assert not attempt(boxes, "dave", "terminal", path)["ok"]
+        # Nor open it to read what the person types (a sudo password).
+        assert not attempt(boxes, "alice", "listen", path)["ok"]
+        if MACHINE.landlock_abi >= 1:
+            assert not attempt(boxes, "dave", "listen", path)["ok"]
         assert select.select([master], [], [], 0.2)[0] == []  # nothing arrived
-        # Control: unboxed, the same write lands on the person's screen.
+        # Control: unboxed, the terminal opens for reading, and the same write lands on the person's screen.
+        assert attempt(boxes, "carol", "listen", path)["ok"]
         assert attempt(boxes, "carol", "terminal", path)["ok"]
         assert select.select([master], [], [], 5)[0] == [master] and b"typed by an agent" in os.read(master, 4096)
     finally:
@@ -259,7 +269,12 @@ def test_a_strict_box_keeps_git_hooks_and_config_read_only(boxes: dict[str, Any]
     repo = boxes["run"].repo
     for path in (repo / ".git" / "hooks" / "post-commit", repo / ".git" / "config"):
         assert attempt(boxes, "alice", "write", path)["error"] in ("EROFS", "EACCES", "EPERM"), path
+    # Nor around them: renaming .git away (and making a writable one in its place) is refused too.
+    assert attempt(boxes, "alice", "rename", repo / ".git")["error"] in ("EBUSY", "EACCES", "EPERM", "EXDEV")
+    assert (repo / ".git" / "hooks").is_dir()
     # The tree itself is the agent's to write.
     assert attempt(boxes, "alice", "write", repo / "notes.txt")["ok"]
-    # Control: unboxed (and in a Landlock-only box: the documented residual) the hooks are writable.
+    # Control: unboxed (and in a Landlock-only box: the documented residual) the hooks are writable,
+    # and .git can be moved away and back.
     assert attempt(boxes, "carol", "write", repo / ".git" / "hooks" / "post-merge")["ok"]
+    assert attempt(boxes, "carol", "rename", repo / ".git")["ok"]
