@@ -159,6 +159,19 @@ class Renderer:
 
 
 @final
+def open_log(path: Path) -> int | None:
+    """A descriptor for reading an agent's log, or None: never through a symlink, never anything but a
+    regular file (a log replaced by a link to a key, or by a device, is not read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
 class LogTail:
     """Reads the lines a process appends to its log, from where the last read stopped.
 
@@ -174,16 +187,8 @@ class LogTail:
         self._open()
 
     def _open(self) -> bool:
-        # O_NOFOLLOW: a log replaced by a symlink (to a key, to a device) is not read.
-        try:
-            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            return False
-        if not stat.S_ISREG(os.fstat(self._fd).st_mode):
-            os.close(self._fd)
-            self._fd = None
-            return False
-        return True
+        self._fd = open_log(self.path)
+        return self._fd is not None
 
     def read(self, *, limit: int = 64 * CHUNK) -> list[str]:
         """Complete lines appended since the last read (at most about ``limit`` bytes' worth)."""

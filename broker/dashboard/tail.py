@@ -30,6 +30,8 @@ from typing import Final, Iterable, final
 
 import attrs
 
+from broker.literal import visible
+from broker.runlog import open_log
 from broker.terminal import printable
 
 #: The broker's own log sits beside the agents'; it is shown too, under this key.
@@ -39,8 +41,9 @@ MAX_LINE: Final = 2000
 FIRST_READ: Final = 256 * 1024
 
 def clean(line: str) -> str:
-    """One line without terminal control sequences, tabs expanded, at most ``MAX_LINE`` characters."""
-    text = printable(line).replace("\n", " ").expandtabs(4)
+    """One line without terminal control sequences, other invisible characters (a bidi override)
+    spelled out, tabs expanded, at most ``MAX_LINE`` characters."""
+    text = visible(printable(line).replace("\n", " "), keep_newlines=True).expandtabs(4)
     return text if len(text) <= MAX_LINE else text[: MAX_LINE - 1] + "\u2026"
 
 
@@ -93,7 +96,7 @@ class LogTailer:
         found = []
         with entries:
             for entry in entries:
-                if not entry.is_file():
+                if not entry.is_file(follow_symlinks=False):
                     continue
                 name = LogName.parse(Path(entry.path))
                 if name is None or name.key in self._files:
@@ -119,10 +122,16 @@ class LogTailer:
         return out
 
     def _read(self, follow: _Follow) -> list[str]:
-        try:
-            size = follow.path.stat().st_size
-        except FileNotFoundError:
+        fd = open_log(follow.path)
+        if fd is None:
             return []
+        try:
+            return self._read_from(fd, follow)
+        finally:
+            os.close(fd)
+
+    def _read_from(self, fd: int, follow: _Follow) -> list[str]:
+        size = os.fstat(fd).st_size
         if size < follow.offset:  # truncated or replaced: start again
             follow.offset, follow.partial, follow.cut = 0, b"", False
         if size == follow.offset:
@@ -131,9 +140,7 @@ class LogTailer:
         if size - follow.offset > self.max_read:
             out.append(f"[conclave dashboard: {size - self.max_read - follow.offset} bytes of output skipped to keep up]")
             follow.offset, follow.partial, follow.cut = size - self.max_read, b"", True
-        with open(follow.path, "rb") as f:
-            f.seek(follow.offset)
-            data = f.read(size - follow.offset)
+        data = os.pread(fd, size - follow.offset, follow.offset)
         follow.offset += len(data)
         *done, rest = (follow.partial + data).split(b"\n")
         if follow.cut:

@@ -94,3 +94,25 @@ def test_the_buffer_keeps_the_last_lines_and_counts_them_all() -> None:
     assert buffer.last("alice:s1") == "e" and buffer.last("bob:s2") is None and buffer.lines("bob:s2") == []
     with pytest.raises(ValueError, match="at least 1"):
         OutputBuffer(keep=0)
+
+
+def test_a_log_swapped_for_a_link_to_a_secret_is_not_shown(tmp_path: Path) -> None:
+    """An agent that can write the logs directory replaces its log (or plants a new one) with a
+    symlink to a file the operator can read: the dashboard shows neither, as `conclave logs` does."""
+    secret = tmp_path / "id_ed25519"
+    secret.write_text("the operator's private key\n")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "alice-s1.log").write_text("alice here\n")
+    (logs / "mallory-s2.log").symlink_to(secret)
+    tail = LogTailer(logs)
+    assert tail.poll() == {"alice:s1": ["alice here"]}  # control: the real log is read
+    (logs / "alice-s1.log").unlink()
+    (logs / "alice-s1.log").symlink_to(secret)
+    assert tail.poll() == {}
+
+
+def test_invisible_characters_in_agent_output_are_spelled_out() -> None:
+    """A bidi override or a zero-width space would make the operator read other words than were written."""
+    assert clean("paid \u202eeulav\u202c ok\u200b!") == "paid \\u202eeulav\\u202c ok\\u200b!"
+    assert clean("caf\u00e9 \u2713") == "caf\u00e9 \u2713"  # control: visible non-ASCII stays as it is
