@@ -130,6 +130,8 @@ class Supervisor:
         # Held from a spawn until its pid is in `_pids`, and through an exit's sweep: a process
         # trio has forked but not yet handed back is a child no live agent accounts for.
         self._registering = trio.Lock()
+        #: Live agents' cgroups: an exit's sweep leaves what is in them to their own agents' exits.
+        self._cgroups: set[Path] = set()
         self._revoked: set[str] = set()
 
     @property
@@ -212,32 +214,36 @@ class Supervisor:
         assert self._nursery is not None
         live, ticket = self.core.registry.issue(spec, parent=parent, agent_name=name)
         principal = live.principal
-        log_path = self.core.paths.logs / f"{name.replace('/', '__')}-{principal.session}.log"
-        env = self._environment(spec, ticket.secret)
-        cwd = self.core.paths.repo / (spec.cwd or ".")
-        command = list(spec.command)
-        needs = SandboxNeeds()
-        if spec.preset is not None and parent is None:
-            # The preset runs `conclave agent-launch` as the agent, which execs its binary.
-            assert self.core.team is not None
-            preset = self.core.team.presets[spec.preset]
-            command = preset.command(spec, self.core.paths, principal)
-            needs = preset.sandbox_needs(spec)
-        agent_dir = self.core.paths.agent_dir(principal.agent, principal.session)
-        agent_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        box = sandbox.build(
-            spec.sandbox or self.machine.strongest,
-            command,
-            machine=self.machine,
-            repo=self.core.paths.repo,
-            state=self.core.paths.state,
-            agent_dir=agent_dir,
-            socket_path=self.socket_path,
-            session=principal.session,
-            read=(*needs.read, *spec.allow_read),
-            write=(*needs.write, *spec.allow_write),
-        )
-        env.update(box.env)
+        try:
+            log_path = self.core.paths.logs / f"{name.replace('/', '__')}-{principal.session}.log"
+            env = self._environment(spec, ticket.secret)
+            cwd = self.core.paths.repo / (spec.cwd or ".")
+            command = list(spec.command)
+            needs = SandboxNeeds()
+            if spec.preset is not None and parent is None:
+                # The preset runs `conclave agent-launch` as the agent, which execs its binary.
+                assert self.core.team is not None
+                preset = self.core.team.presets[spec.preset]
+                command = preset.command(spec, self.core.paths, principal)
+                needs = preset.sandbox_needs(spec)
+            agent_dir = self.core.paths.agent_dir(principal.agent, principal.session)
+            agent_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            box = sandbox.build(
+                spec.sandbox or self.machine.strongest,
+                command,
+                machine=self.machine,
+                repo=self.core.paths.repo,
+                state=self.core.paths.state,
+                agent_dir=agent_dir,
+                socket_path=self.socket_path,
+                session=principal.session,
+                read=(*needs.read, *spec.allow_read),
+                write=(*needs.write, *spec.allow_write),
+            )
+            env.update(box.env)
+        except BaseException:
+            self.core.registry.end(principal)  # its ticket dies with the spawn that never happened
+            raise
         started = events.now()
         log_file = open(log_path, "ab")
         missing = _missing_program(command, env, cwd)
@@ -255,6 +261,8 @@ class Supervisor:
                     start_new_session=True,
                 )
                 self._pids.add(process.pid)
+                if box.cgroup is not None:
+                    self._cgroups.add(box.cgroup)
         except OSError as exc:
             log_file.write(f"conclave: could not start {command}: {exc}\n".encode())
             log_file.close()
@@ -292,6 +300,7 @@ class Supervisor:
             with trio.CancelScope(shield=True):
                 in_group = await self._terminate(process)
                 self._pids.discard(process.pid)
+                self._cgroups.discard(box.cgroup)  # type: ignore[arg-type]
                 # One process may be seen twice (in the group, then in the cgroup after a setsid): count pids.
                 async with self._registering:  # never while a spawn is between fork and `_pids`
                     leftovers = len(in_group | await trio.to_thread.run_sync(self._contain, box))
@@ -331,7 +340,8 @@ class Supervisor:
     def _contain(self, box: sandbox.Box) -> set[int]:
         """Kill what the exited agent left behind; the pids of those processes."""
         leftovers = box.release()
-        spare = sweep.in_agent_cgroup if box.cgroup is not None else (lambda pid: False)
+        live = frozenset(self._cgroups)
+        spare = (lambda pid: sweep.in_cgroup(pid, live)) if box.cgroup is not None else (lambda pid: False)
         return leftovers | sweep.sweep(os.getpid(), self._pids, spare)
 
     def _environment(self, spec: AgentSpec, secret: str) -> dict[str, str]:

@@ -27,6 +27,8 @@ from typing import Final, final
 
 import attrs
 
+from broker.sandbox.sweep import CGROUP_MOUNTS
+
 LEVELS: Final = ("strict", "landlock", "off")
 LAUNCHER: Final = Path(__file__).with_name("launcher.py")
 
@@ -114,7 +116,7 @@ def _cgroup() -> Path | None:
     own = next((line[3:] for line in lines if line.startswith("0::")), None)
     if own is None:
         return None
-    for mount in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+    for mount in CGROUP_MOUNTS:
         base = mount / own.lstrip("/")
         if (mount / "cgroup.controllers").exists() and base.is_dir():
             probe_dir = base / f"conclave-probe-{os.getpid()}"

@@ -20,9 +20,12 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Callable, Iterable
 
 MAX_PASSES = 50
+#: Where cgroup v2 is mounted (as broker.sandbox.machine looks for it).
+CGROUP_MOUNTS = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"))
 
 
 def _stat(pid: int) -> tuple[int, int, str] | None:
@@ -51,15 +54,19 @@ def group_members(pgid: int) -> set[int]:
     return {pid for pid, (_, group, state) in _table().items() if group == pgid and pid != pgid and state != "Z"}
 
 
-def in_agent_cgroup(pid: int) -> bool:
-    """Is ``pid`` in some agent's cgroup (``.../conclave-<broker>/agent-<session>``)?  Its own
-    agent's exit kills it there, and counts it for that agent."""
+def in_cgroup(pid: int, cgroups: Iterable[Path]) -> bool:
+    """Is ``pid`` in exactly one of ``cgroups`` (live agents' cgroup directories)?  That agent's exit
+    kills it there, and counts it for that agent.  (Not merely a path named like one: an agent can
+    make directories in a delegated hierarchy.)"""
     try:
         with open(f"/proc/{pid}/cgroup") as f:
             lines = f.read().splitlines()
     except OSError:
         return False
-    return any(line.startswith("0::") and "/conclave-" in line and "/agent-" in line for line in lines)
+    own = next((line[3:] for line in lines if line.startswith("0::")), None)
+    if own is None:
+        return False
+    return any(mount / own.lstrip("/") in cgroups for mount in CGROUP_MOUNTS)
 
 
 def orphans(broker: int, live: Iterable[int], spare: Callable[[int], bool] = lambda pid: False) -> list[int]:

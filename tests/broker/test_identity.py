@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import textwrap
@@ -13,6 +14,9 @@ import pytest
 
 from broker.client import BlockingClient, NoIdentityError
 from broker.errors import ConclaveError, ErrorCode
+from broker.sandbox import machine as sandbox_machine
+
+MACHINE = sandbox_machine.probe()
 
 
 def environ_of(pid: int) -> dict[str, str]:
@@ -133,6 +137,41 @@ def test_nothing_an_agent_left_behind_outlives_it(start_run, tmp_path):
     assert payload["leftovers_killed"] >= 1
     # Control: bob, who left nothing behind, is untouched and still answers.
     assert run.puppet("bob").call("whoami")["agent"] == "bob"
+
+
+def test_a_daemon_hidden_in_a_cgroup_named_like_an_agents_still_dies_with_its_agent(start_run, tmp_path):
+    """Where the broker kills agents by cgroup, an exit's sweep leaves alone what sits in another live
+    agent's cgroup.  An unboxed agent can make directories in the delegated hierarchy: its daemon,
+    moved into one *named* like an agent's cgroup, is still killed when the agent exits."""
+    run = start_run([{"name": "alice", "sandbox": "off"}, {"name": "bob"}])
+    out, pid_file = _leave_orphan(run.puppet("alice"), tmp_path, delay=1.5)
+    pid = int(run.wait_until(lambda: pid_file.exists() and pid_file.read_text(), what="the daemon to start"))
+    decoy = None
+    if MACHINE.cgroup is not None:  # without a delegated cgroup there is nothing to hide in; the sweep alone decides
+        decoy = MACHINE.cgroup / f"decoy-{os.getpid()}" / "conclave-1" / "agent-0123456789ab"
+        moved = run.puppet("alice").sh("sh", "-c", f"mkdir -p {decoy} && echo {pid} > {decoy}/cgroup.procs")
+        assert moved.returncode == 0, moved.stderr
+        assert str(decoy.relative_to(MACHINE.cgroup)) in Path(f"/proc/{pid}/cgroup").read_text()  # it is in the decoy
+    try:
+        assert Path(f"/proc/{pid}").exists() and not _is_zombie(pid)  # control: alive while alice lives
+        run.puppet("alice").exit(0)
+        run.wait_until(lambda: not Path(f"/proc/{pid}").exists() or _is_zombie(pid), timeout=10, what="the hidden daemon to be killed")
+        time.sleep(2)
+        assert not out.exists()
+    finally:
+        if decoy is not None:
+            for level in (decoy, decoy.parent, decoy.parent.parent):
+                run.wait_until(lambda: _rmdir(level), timeout=10, what=f"{level} to empty")
+
+
+def _rmdir(path: Path) -> bool:
+    try:
+        path.rmdir()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def _is_zombie(pid: int) -> bool:
