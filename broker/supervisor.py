@@ -130,7 +130,7 @@ class Supervisor:
         # Held from a spawn until its pid is in `_pids`, and through an exit's sweep: a process
         # trio has forked but not yet handed back is a child no live agent accounts for.
         self._registering = trio.Lock()
-        #: Live agents' cgroups: an exit's sweep leaves what is in them to their own agents' exits.
+        #: Agents' cgroups not yet killed: an exit's sweep leaves what is in them to their own agents' exits.
         self._cgroups: set[Path] = set()
         self._revoked: set[str] = set()
 
@@ -300,10 +300,10 @@ class Supervisor:
             with trio.CancelScope(shield=True):
                 in_group = await self._terminate(process)
                 self._pids.discard(process.pid)
-                self._cgroups.discard(box.cgroup)  # type: ignore[arg-type]
                 # One process may be seen twice (in the group, then in the cgroup after a setsid): count pids.
                 async with self._registering:  # never while a spawn is between fork and `_pids`
                     leftovers = len(in_group | await trio.to_thread.run_sync(self._contain, box))
+                    self._cgroups.discard(box.cgroup)  # type: ignore[arg-type]  # killed: no one else's sweep need spare it now
                 code = process.returncode
                 self.core.registry.end(principal)
                 await self._persist_end(principal, process.pid, code, "stopped by the broker" if cancelled else None, leftovers)
