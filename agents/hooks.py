@@ -57,9 +57,8 @@ MATCHER: Final = "|".join(EDIT_TOOLS)
 PATCH_TOOL: Final = "apply_patch"
 CODEX_MATCHER: Final = f"^{PATCH_TOOL}$"
 PATCH_HEADERS: Final = ("*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: ")
-#: Seconds before the hook refuses on its own; both agents give a hook 60 (the preset says so).
+#: Seconds before the hook refuses on its own; both agents give a hook 60 (presets.HOOK_TIMEOUT).
 DEADLINE: Final = 20
-AGENT_TIMEOUT: Final = 60
 #: Most messages one Stop hands the agent.
 STOP_MAIL_LIMIT: Final = 20
 ENV_REPO: Final = "CONCLAVE_REPO"

@@ -109,8 +109,6 @@ class SharedLocks:
         self._changed = trio.Event()
         #: Slot unit keys this session holds (touched only on the lease connection's thread).
         self._units: set[int] = set()
-        self.taken = 0
-        self.given_back = 0
         #: Batches of holds queued to give back, and how many the lease connection has released.
         self._queued = 0
         self._done = 0
@@ -183,7 +181,6 @@ class SharedLocks:
         tokens = {}
         for hold in holds:
             tokens[hold.resource] = int(raw.execute("SELECT nextval('lock_tokens')").fetchone()[0])
-        self.taken += len(holds)
         return Taken(tuple(holds), tokens)
 
     def _holders(self, raw: Any, keys: list[int]) -> str:
@@ -258,5 +255,4 @@ class SharedLocks:
             raw.execute(f"SELECT {verb}($1)", (hold.key,))
             self._units.discard(hold.key)
         if holds and notify:
-            self.given_back += len(holds)
             raw.execute("SELECT pg_notify($1, $2)", (CHANNEL, holds[0].resource))

@@ -297,11 +297,15 @@ def key_switch(conn: apsw.Connection) -> KeySwitch | None:
     row = conn.execute(f"SELECT seq, payload, actor FROM events WHERE kind = '{KEYED}' ORDER BY seq DESC LIMIT 1").fetchone()
     if row is None:
         return None
+    return KeySwitch(row[0], _key_id_of(row[1]), row[2])
+
+
+def _key_id_of(payload: str) -> str | None:
+    """The key a ``store.chain_keyed`` event names (None: its payload does not say)."""
     try:
-        named = json.loads(row[1]).get("key_id")
+        return json.loads(payload).get("key_id")
     except (ValueError, AttributeError):
-        named = None
-    return KeySwitch(row[0], named, row[2])
+        return None
 
 
 def key_chain(conn: apsw.Connection, key: ChainKey) -> Event | None:
@@ -405,10 +409,7 @@ def verify_chain(conn: apsw.Connection, key: ChainKey | None) -> ChainReport:
             return bad(seq, f"event {seq} does not link to event {seq - 1}")
         message = _message(seq, at, kind, actor, subject, payload, prev_hash)
         if kind == KEYED:
-            try:
-                named = json.loads(payload).get("key_id")
-            except (ValueError, AttributeError):
-                named = None
+            named = _key_id_of(payload)
             if key is None:
                 return bad(seq, f"the chain is keyed from event {seq} on (key {named}) and there is no chain key to check it with")
             if named != key.id:
@@ -475,10 +476,7 @@ def verify_after(conn: apsw.Connection, key: ChainKey, since: Head) -> ChainRepo
         if prev_hash != prev:
             return bad(seq, f"event {seq} does not link to event {seq - 1}")
         if kind == KEYED:
-            try:
-                named = json.loads(payload).get("key_id")
-            except (ValueError, AttributeError):
-                named = None
+            named = _key_id_of(payload)
             if named != key.id:
                 return bad(seq, f"event {seq} re-keys the chain with key {named}, not the chain key {key.id}")
         if key.mac(_message(seq, at, kind, actor, subject, payload, prev_hash)) != digest:

@@ -56,7 +56,7 @@ def snapshot(target: Target) -> dict[str, Any]:
 
     paths = target.paths()
     tailer = LogTailer(paths.logs)
-    tailer.poll()
+    tailer.discover()  # the names only: --json shows no output lines
     logs = dict(tailer.names)
     link = BrokerLink(target)
     broker: dict[str, Any] = {"running": False, "state": str(paths.state)}

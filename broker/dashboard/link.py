@@ -42,7 +42,6 @@ class BrokerLink:
         self.timeout = timeout
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conclave-dashboard-link")
         self._client: Any = None  # touched only on the link thread
-        self.requests = 0
 
     async def call(self, op: str, args: dict[str, Any] | None = None) -> Any:
         """The op's result, without blocking the caller's event loop.
@@ -62,7 +61,6 @@ class BrokerLink:
     def _call(self, op: str, args: dict[str, Any]) -> Any:
         if self._client is None:
             self._client = self._connect()
-        self.requests += 1
         try:
             return self._client.call(op, args)
         except ConclaveError as exc:

@@ -181,6 +181,3 @@ class OutputBuffer:
     def last(self, key: str) -> str | None:
         held = self._lines.get(key)
         return held[-1] if held else None
-
-    def keys(self) -> list[str]:
-        return list(self._lines)

@@ -78,9 +78,6 @@ class Box:
     temp: Path | None = None
     cgroup: Path | None = None
 
-    def describe(self) -> str:
-        return DESCRIPTIONS[self.level]
-
     def release(self) -> set[int]:
         """Kill what is left in the agent's cgroup, remove it and the temp directory; return the pids killed."""
         killed = kill_cgroup(self.cgroup) if self.cgroup is not None else set()

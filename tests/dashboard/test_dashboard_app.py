@@ -237,6 +237,7 @@ def test_force_release_and_revoke_go_through_the_broker_after_confirmation(team:
 
 
 def test_json_snapshot_and_refusal_inside_an_agent(team: Run) -> None:
+    team.puppet("alice").call("memory.remember", kind="discovery", text="The snapshot counts this claim among the unverified ones.")
     snap = team.cli("dashboard", "--json")
     assert snap.returncode == 0, snap.stderr
     data = json.loads(snap.stdout)
@@ -245,7 +246,15 @@ def test_json_snapshot_and_refusal_inside_an_agent(team: Run) -> None:
     assert {"alice", "bob", "carol", "printer", "broker"} <= names
     printer = next(a for a in data["agents"] if a["agent"] == "printer")
     assert printer["live"] and printer["log"].endswith(".log") and Path(printer["log"]).exists()
-    assert data["claims"]["by_tier"]["trusted"] >= 0 and data["locks"] is not None
+    from store.database import connect
+
+    db = connect(team.state / "conclave.db", readonly=True)
+    try:
+        stored = dict(db.execute("SELECT tier, count(*) FROM claims GROUP BY tier").fetchall())
+    finally:
+        db.close()
+    assert stored and {tier: n for tier, n in data["claims"]["by_tier"].items() if n} == stored  # the store's own counts
+    assert data["locks"] is not None
     inside = team.puppet("alice").conclave("dashboard", "--json", "--state-dir", str(team.state), "--repo", str(team.repo))
     assert inside.returncode == 1 and "the dashboard is the operator's view" in inside.stderr
 
