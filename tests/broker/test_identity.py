@@ -472,3 +472,28 @@ def test_an_exit_sweep_never_takes_an_agent_being_spawned(start_run):
     assert sorted(e["exit_code"] for e in found) == [1] * 30, found
     assert sum(e["leftovers_killed"] for e in found) == 0, found
     assert run.puppet("keeper").call("whoami")["agent"] == "keeper"
+
+
+def test_the_operator_key_from_a_process_under_the_broker_but_in_no_agent_is_refused() -> None:
+    """An agent's orphan that escaped every agent's tree (before the sweep reaches it) still
+    descends from the broker: the operator key does not make it the operator.  Here the test
+    process plays the broker, and its child presents the key."""
+    import subprocess
+
+    from broker.identity import PeerCredentials, process_start_time
+    from broker.registry import PrincipalRegistry
+
+    child = subprocess.Popen(["sleep", "30"])
+    elsewhere = subprocess.Popen(["sleep", "30"])  # a process the child does not descend from
+    try:
+        peer = PeerCredentials(pid=child.pid, uid=os.getuid(), gid=os.getgid(), started=process_start_time(child.pid))
+        under_broker = PrincipalRegistry(uid=os.getuid(), broker_pid=os.getpid(), operator_key="k" * 64)
+        with pytest.raises(ConclaveError, match="descends from the broker"):
+            under_broker.authenticate(peer, ticket=None, operator_key="k" * 64)
+        # Control: the same process and key, with a broker it does not descend from, is the operator.
+        other_broker = PrincipalRegistry(uid=os.getuid(), broker_pid=elsewhere.pid, operator_key="k" * 64)
+        assert other_broker.authenticate(peer, ticket=None, operator_key="k" * 64).is_operator
+    finally:
+        for process in (child, elsewhere):
+            process.kill()
+            process.wait()
