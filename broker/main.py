@@ -19,7 +19,7 @@ import trio
 
 from broker import paths as paths_mod
 from broker.core import BrokerCore, Feature, open_core
-from broker.identity import make_child_subreaper, parent_pid
+from broker.identity import make_child_subreaper
 from broker.output import EXTENSION as VIEW, RunView, Terminal
 from broker.paths import BrokerAlreadyRunning, StatePaths
 from broker.sandbox import sweep
@@ -169,7 +169,7 @@ async def _reap_orphans(supervisor: Supervisor) -> None:
         await trio.sleep(0.5)
         # A zombie must be seen twice, so a process trio has just spawned (and
         # not yet registered) is never reaped out from under it.
-        zombies = {pid for pid in _children_of(me) if _is_zombie(pid) and pid not in supervisor.known_pids}
+        zombies = {pid for pid in _children_of(me, zombies_only=True) if pid not in supervisor.known_pids}
         for pid in zombies & seen:
             try:
                 os.waitpid(pid, os.WNOHANG)
@@ -178,21 +178,8 @@ async def _reap_orphans(supervisor: Supervisor) -> None:
         seen = zombies
 
 
-def _children_of(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and parent_pid(int(entry)) == pid:
-            out.append(int(entry))
-    return out
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] == b"Z"
+def _children_of(pid: int, *, zombies_only: bool = False) -> list[int]:
+    return [child for child, (ppid, _, state) in sweep.process_table().items() if ppid == pid and (state == "Z" or not zombies_only)]
 
 
 def _kill_orphans() -> None:

@@ -9,7 +9,6 @@ panes hold.
 
 from __future__ import annotations
 
-import signal
 from datetime import datetime, timezone
 from typing import Any, Final, Iterable, Mapping, Sequence, final
 
@@ -54,19 +53,10 @@ def span(seconds: float | None) -> str:
 
 
 def exit_words(code: int | None) -> str:
-    """An exit status as a person reads it."""
-    if code is None:
-        return "ended"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    if code == 127:
-        return "exit 127: command not found"
-    if code == 126:
-        return "exit 126: not executable"
-    return f"exit {code}"
+    """An exit status as a person reads it (the supervisor's words; "ended" when none was recorded)."""
+    from broker.supervisor import exit_words as words
+
+    return "ended" if code is None else words(code)
 
 
 # -- agents ------------------------------------------------------------------------------

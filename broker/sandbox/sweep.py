@@ -39,7 +39,8 @@ def _stat(pid: int) -> tuple[int, int, str] | None:
     return int(rest[1]), int(rest[2]), rest[0].decode()
 
 
-def _table() -> dict[int, tuple[int, int, str]]:
+def process_table() -> dict[int, tuple[int, int, str]]:
+    """Every process: pid -> (ppid, pgid, state)."""
     table = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -51,7 +52,7 @@ def _table() -> dict[int, tuple[int, int, str]]:
 
 def group_members(pgid: int) -> set[int]:
     """Live processes in process group ``pgid`` (what killing the group is about to take)."""
-    return {pid for pid, (_, group, state) in _table().items() if group == pgid and pid != pgid and state != "Z"}
+    return {pid for pid, (_, group, state) in process_table().items() if group == pgid and pid != pgid and state != "Z"}
 
 
 def in_cgroup(pid: int, cgroups: Iterable[Path]) -> bool:
@@ -71,7 +72,7 @@ def in_cgroup(pid: int, cgroups: Iterable[Path]) -> bool:
 
 def orphans(broker: int, live: Iterable[int], spare: Callable[[int], bool] = lambda pid: False) -> list[int]:
     """Every process under the broker that no live agent accounts for (zombies and ``spare`` excluded)."""
-    table = _table()
+    table = process_table()
     keep = set(live)
     own_group = os.getpgid(broker)
     roots = [
