@@ -63,17 +63,32 @@ def check(defence: dict[str, Any]) -> dict[str, Any]:
         python = source_venv(Path(tmp), tree)
         with_defence = run_scenario(tree, python, defence["scenario"])
         target = tree / defence["file"]
-        text = target.read_text()
-        finds, replaces = _as_list(defence["find"]), _as_list(defence["replace"])
-        for find, replace in zip(finds, replaces, strict=True):
-            count = text.count(find)
-            if count != 1:
-                return {**defence, "with": with_defence, "without": f"patch does not apply ({count} matches of {find!r})", "ok": False}
-            text = text.replace(find, replace)
-        target.write_text(text)
+        try:
+            target.write_text(switch_off(defence, target.read_text()))
+        except PatchError as exc:
+            return {**defence, "with": with_defence, "without": str(exc), "ok": False}
         without = run_scenario(tree, python, defence["scenario"])
     ok = with_defence == "passed" and without.startswith("failed")
     return {**defence, "with": with_defence, "without": without, "ok": ok}
+
+
+class PatchError(ValueError):
+    """A defence's patch no longer matches its file (the code moved on; update ``_defences.toml``)."""
+
+
+def switch_off(defence: dict[str, Any], text: str) -> str:
+    """``text`` (the defence's file) with the defence taken out: each ``find`` must match exactly once."""
+    for find, replace in zip(_as_list(defence["find"]), _as_list(defence["replace"]), strict=True):
+        count = text.count(find)
+        if count != 1:
+            raise PatchError(f"patch does not apply ({count} matches of {find!r})")
+        text = text.replace(find, replace)
+    return text
+
+
+def catalogue() -> list[dict[str, Any]]:
+    """Every defence in ``scenarios/_defences.toml``."""
+    return tomllib.loads((ROOT / "scenarios" / "_defences.toml").read_text())["defence"]
 
 
 def _as_list(value: str | list[str]) -> list[str]:
@@ -86,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("-j", "--jobs", type=int, default=2)
     args = parser.parse_args(argv)
-    defences = tomllib.loads((ROOT / "scenarios" / "_defences.toml").read_text())["defence"]
+    defences = catalogue()
     if args.only:
         defences = [d for d in defences if d["name"] in args.only]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
