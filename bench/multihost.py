@@ -154,14 +154,21 @@ def remember_rate(root: Path, urls: list[str | None], agents: int, total: int) -
         runs[0].wait_until(lambda: len(list(out.glob("*.json"))) == agents * len(urls), timeout=900, interval=0.2, what="writers")
         cpu = [cpu_seconds(r.process.pid) - c for r, c in zip(runs, cpu)]  # type: ignore[union-attr]
         reports = [json.loads(p.read_text()) for p in out.glob("*.json")]
+        stats = [run.op("broker.stats") for run in runs]
         stop.touch()
     finally:
         for run in runs:
             run.close()
     stored = sum(r["count"] - r["errors"] for r in reports)
     seconds = max(r["end"] for r in reports) - min(r["start"] for r in reports)
+    jobs = sum(st["store_jobs"] for st in stats)
     return {"brokers": len(urls), "agents": agents * len(urls), "claims": stored, "errors": sum(r["errors"] for r in reports),
-            "seconds": seconds, "per_second": stored / seconds, "broker_cores": [c / seconds for c in cpu]}
+            "seconds": seconds, "per_second": stored / seconds, "broker_cores": [c / seconds for c in cpu],
+            # Over each broker's whole run (start-up included): how its writer worked.
+            "jobs_per_batch": jobs / max(1, sum(st["store_batches"] for st in stats)),
+            "round_trips_per_job": sum(st["store_round_trips"] for st in stats) / max(1, jobs),
+            "whole_batches": sum(st["store_whole_batches"] for st in stats),
+            "replayed_batches": sum(st["store_replayed_batches"] for st in stats)}
 
 
 # -- 3: lock hand-over ---------------------------------------------------------------------------------
@@ -231,7 +238,9 @@ def main() -> None:
             report["remember"] = rates
             for name, r in rates.items():
                 print(f"remember {name}: {r['claims']:,} claims in {r['seconds']:.2f} s = {r['per_second']:,.0f}/s "
-                      f"(errors {r['errors']}, broker cores {', '.join(f'{c:.2f}' for c in r['broker_cores'])})", flush=True)
+                      f"(errors {r['errors']}, broker cores {', '.join(f'{c:.2f}' for c in r['broker_cores'])}, "
+                      f"{r['jobs_per_batch']:.1f} jobs per commit, {r['round_trips_per_job']:.2f} round trips per job, "
+                      f"batches run whole {r['whole_batches']}, replayed {r['replayed_batches']})", flush=True)
         if "locks" not in args.skip:
             database_name = cluster.database()
             origin = make_repo(work / "l-origin")

@@ -78,6 +78,11 @@ class CoreStatistics:
     host: str | None = None
     #: Events the other brokers of a shared store appended, each verified by this one (0 on one machine).
     chain_verified_others: int = 0
+    #: On a server: batches of nothing but replayable jobs run whole, those of them run again job by job
+    #: after the server refused something, and round trips on the writer connection (all 0 on SQLite).
+    store_whole_batches: int = 0
+    store_replayed_batches: int = 0
+    store_round_trips: int = 0
 
 
 @final
@@ -186,7 +191,8 @@ class BrokerCore:
         store = self.store.statistics()
         reg = self.registry.statistics()
         return CoreStatistics(
-            reg.live, reg.connections, store.jobs, store.batches, store.head, store.refusing, store.lost_events, self.host, store.verified_others
+            reg.live, reg.connections, store.jobs, store.batches, store.head, store.refusing, store.lost_events, self.host, store.verified_others,
+            store.whole_batches, store.replayed_batches, store.round_trips,
         )
 
 

@@ -37,7 +37,9 @@ def remember(conn: apsw.Connection, policy: TrustPolicy, author: Principal, *, k
     the reply names live twins so the agent can corroborate one by id instead."""
     claim = claims.insert(conn, author, kind=kind, scope=scope, text=text, evidence=evidence)
     out = standing.describe_new(policy, claim)
-    out["twins"] = [{"id": t.id, "tier": t.tier.value} for t in claims.twins(conn, claim.text_key, besides=claim.id)]
+    twins: list[dict[str, Any]] = []
+    out["twins"] = twins  # filled once the query is back (on a server, with the batch's next statement)
+    claims.twins_later(conn, claim.text_key, besides=claim.id, then=lambda found: twins.extend({"id": t.id, "tier": t.tier.value} for t in found))
     return out
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import TYPE_CHECKING, Any, Final, Iterable, final
+from typing import TYPE_CHECKING, Any, Callable, Final, Iterable, final
 
 import apsw
 import attrs
@@ -136,12 +136,16 @@ def editions(conn: apsw.Connection, lineage: int) -> list[ClaimRow]:
     return [ClaimRow(*r) for r in conn.execute(f"SELECT {_COLUMNS} FROM claims WHERE lineage = ? ORDER BY edition", (lineage,))]
 
 
-def twins(conn: apsw.Connection, key: str, *, besides: int | None = None) -> list[ClaimRow]:
-    """Live claims with the same words as ``key``."""
-    rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM claims WHERE text_key = ? AND tier IN ('unverified', 'trusted', 'disputed') ORDER BY id", (key,)
-    )
-    return [ClaimRow(*r) for r in rows if r[0] != besides]
+_TWINS: Final = f"SELECT {_COLUMNS} FROM claims WHERE text_key = ? AND tier IN ('unverified', 'trusted', 'disputed') ORDER BY id"
+
+
+def twins_later(conn: apsw.Connection, key: str, *, besides: int | None, then: Callable[[list[ClaimRow]], None]) -> None:
+    """Live claims with the same words as ``key`` (but ``besides``), handed to ``then`` once read.
+
+    On a server the query goes with the job's (or its batch's) next statement
+    instead of taking a round trip of its own (``dialect.read_later``).
+    """
+    dialect.read_later(conn, _TWINS, (key,), lambda rows: then([ClaimRow(*r) for r in rows if r[0] != besides]))
 
 
 _NEXT_ID: Final = "SELECT coalesce(max(id), 0) + 1 FROM claims"

@@ -197,7 +197,8 @@ async def remember(call: Call, args: RememberArgs) -> dict[str, Any]:
     await _screen(call, op, [("text", prefilter.check_claim(args.text, args.scope)), *_notes(args.evidence)])
     svc = service(call)
     result = await call.core.store.call(
-        lambda conn: authoring.remember(conn, svc.policy, call.principal, kind=args.kind, scope=args.scope, text=args.text, evidence=args.evidence)
+        lambda conn: authoring.remember(conn, svc.policy, call.principal, kind=args.kind, scope=args.scope, text=args.text, evidence=args.evidence),
+        replayable=True,
     )
     svc.note_new_claim()
     return result
@@ -214,7 +215,8 @@ async def revise(call: Call, args: ReviseArgs) -> dict[str, Any]:
     scope = await call.core.store.call(lambda conn: claims.require(conn, args.id).scope)
     await _screen(call, op, [("text", prefilter.check_claim(args.text, scope)), *_notes(args.evidence)])
     result = await call.core.store.call(
-        lambda conn: authoring.revise(conn, svc.policy, call.principal, args.id, text=args.text, evidence=args.evidence)
+        lambda conn: authoring.revise(conn, svc.policy, call.principal, args.id, text=args.text, evidence=args.evidence),
+        replayable=True,
     )
     svc.note_new_claim()
     return result
@@ -227,7 +229,9 @@ async def corroborate(call: Call, args: CorroborateArgs) -> dict[str, Any]:
         _text("memory.corroborate", "evidence", args.evidence, claims.MAX_NOTE)
     await _screen(call, "memory.corroborate", _notes(args.evidence))
     svc = service(call)
-    return await call.core.store.call(lambda conn: authoring.corroborate(conn, svc.policy, call.principal, args.id, evidence=args.evidence))
+    return await call.core.store.call(
+        lambda conn: authoring.corroborate(conn, svc.policy, call.principal, args.id, evidence=args.evidence), replayable=True
+    )
 
 
 @OPS.op("memory.dispute", DisputeArgs, access=Access.AGENT)
@@ -236,7 +240,7 @@ async def dispute(call: Call, args: DisputeArgs) -> dict[str, Any]:
     _text("memory.dispute", "reason", args.reason, MAX_REASON)
     await _screen(call, "memory.dispute", [("reason", prefilter.check_note(args.reason))])
     svc = service(call)
-    return await call.core.store.call(lambda conn: authoring.dispute(conn, svc.policy, call.principal, args.id, reason=args.reason))
+    return await call.core.store.call(lambda conn: authoring.dispute(conn, svc.policy, call.principal, args.id, reason=args.reason), replayable=True)
 
 
 @OPS.op("memory.recall", RecallArgs)
@@ -245,7 +249,7 @@ async def recall(call: Call, args: RecallArgs) -> list[dict[str, Any]]:
     _text("memory.recall", "query", args.query, claims.MAX_TEXT)
     _range("memory.recall", "limit", args.limit, 1, retrieval.MAX_LIMIT)
     svc = service(call)
-    return await call.core.store.call(lambda conn: retrieval.recall(conn, svc.policy, call.principal, args.query, limit=args.limit))
+    return await call.core.store.call(lambda conn: retrieval.recall(conn, svc.policy, call.principal, args.query, limit=args.limit), replayable=True)
 
 
 @OPS.op("memory.context", ContextArgs)
@@ -254,7 +258,8 @@ async def context(call: Call, args: ContextArgs) -> dict[str, Any]:
     _text("memory.context", "query", args.query, claims.MAX_TEXT)
     _range("memory.context", "budget", args.budget, 1, retrieval.MAX_BUDGET)
     return await call.core.store.call(
-        lambda conn: retrieval.context(conn, call.principal, args.query, budget=args.budget, include_unverified=args.include_unverified)
+        lambda conn: retrieval.context(conn, call.principal, args.query, budget=args.budget, include_unverified=args.include_unverified),
+        replayable=True,
     )
 
 
@@ -269,7 +274,7 @@ async def show(call: Call, args: ClaimArgs) -> dict[str, Any]:
             exposures.record(conn, call.principal, [claims.require(conn, args.id)], "show", events.now())
         return out
 
-    return await call.core.store.call(job)
+    return await call.core.store.call(job, replayable=True)
 
 
 @OPS.op("memory.stats", NoArgs)

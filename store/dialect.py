@@ -11,7 +11,7 @@ hear -- asks :func:`of` and branches, in the module that owns the query.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Callable, Final
 
 SQLITE: Final = "sqlite"
 POSTGRESQL: Final = "postgresql"
@@ -50,11 +50,28 @@ def execute_later(conn: Any, sql: str, params: Any = None) -> None:
         later(sql, params)
 
 
+def read_later(conn: Any, sql: str, params: Any, consume: Callable[[Any], None]) -> None:
+    """A read whose rows only ``consume`` takes: on a server it goes with the next statement, in one
+    round trip (by the end of the job, or of its batch); on SQLite it runs, and is consumed, now."""
+    later = getattr(conn, "read_later", None)
+    if later is None:
+        consume(conn.execute(sql, params))
+    else:
+        later(sql, params, consume)
+
+
 def flush(conn: Any) -> None:
     """Send what a server connection holds back, so that its errors are raised here (nothing on SQLite)."""
     send = getattr(conn, "flush", None)
     if send is not None:
         send()
+
+
+def aborted(conn: Any) -> bool:
+    """Can the connection's transaction not go on as it was (the server refused a statement in it, or
+    the connection is gone)?  Never on SQLite, whose errors are raised by the statement that failed."""
+    check = getattr(conn, "aborted", None)
+    return bool(check is not None and check())
 
 
 def next_id(conn: Any, table: str, query: str) -> int:

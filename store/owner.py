@@ -98,11 +98,18 @@ class StoreStatistics:
     anchor_syncs: int
     #: Events other brokers appended to a shared store that this owner verified (always 0 on SQLite).
     verified_others: int = 0
+    #: Batches run whole (every job replayable, on a server: one round trip for all their writes) and
+    #: those of them that failed somewhere and ran again job by job.
+    whole_batches: int = 0
+    replayed_batches: int = 0
+    #: Round trips to the database server on the writer connection (0 on SQLite, which has none).
+    round_trips: int = 0
 
 
 @attrs.define
 class _Job:
     fn: Callable[[apsw.Connection], Any]
+    replayable: bool = False
     done: trio.Event = attrs.Factory(trio.Event)
     result: outcome.Outcome | None = None
 
@@ -139,6 +146,8 @@ class StoreOwner:
         self._shared = bool(getattr(backend, "shared", False))
         self._key: ChainKey | None = None
         self._verified_others = 0
+        self._whole = 0
+        self._replayed = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self._conn = await trio.to_thread.run_sync(self.backend.open_writer, self._schemas, limiter=self._limiter)
@@ -210,12 +219,20 @@ class StoreOwner:
             if conn is not None:
                 conn.close()
 
-    async def call(self, fn: Callable[[apsw.Connection], T]) -> T:
+    async def call(self, fn: Callable[[apsw.Connection], T], *, replayable: bool = False) -> T:
         """Run ``fn(conn)`` in a transaction on the owner's thread; return its result.
 
         Raises whatever ``fn`` raised; its changes are then rolled back.
+
+        ``replayable``: ``fn`` reads and writes only through ``conn`` (no other
+        state, no effects outside the database), so it may run twice.  On a
+        server, a batch of nothing but replayable jobs runs whole: no savepoint
+        between jobs, every write held back and sent with the next read or the
+        COMMIT -- a round trip or two for the batch instead of one per job.  If
+        anything in it fails, the batch is rolled back and run again job by job,
+        so each failure is its own job's (``StoreStatistics.replayed_batches``).
         """
-        job = _Job(fn)
+        job = _Job(fn, replayable)
         await self._send.send(job)
         await job.done.wait()
         assert job.result is not None
@@ -249,6 +266,9 @@ class StoreOwner:
             anchor_writes=self._anchor_writes,
             anchor_syncs=self._anchor_syncs,
             verified_others=self._verified_others,
+            whole_batches=self._whole,
+            replayed_batches=self._replayed,
+            round_trips=getattr(self._conn, "round_trips", 0),
         )
 
     @property
@@ -424,36 +444,72 @@ class StoreOwner:
         self._batches += 1
         self._largest = max(self._largest, len(batch))
         self._last_batch = len(batch)
+        if self._shared and all(job.replayable for job in batch):
+            self._whole += 1
+            if self._run_jobs(conn, batch, whole=True):
+                return
+            self._replayed += 1
+        self._run_jobs(conn, batch, whole=False)
+
+    def _run_jobs(self, conn: Any, batch: list[_Job], *, whole: bool) -> bool:
+        """The batch in one transaction, each job inside a savepoint; False if a whole batch must run again.
+
+        Job by job, each job's statements reach the database before it counts
+        as done, so whatever fails is that job's and rolls back alone.  Whole
+        (see :meth:`call`), what a job holds back may go with a later job's
+        statement or the COMMIT: a job that raises while the database has
+        refused nothing still rolls back alone, but once the database refuses
+        a statement, or the commit, it may have been any job's -- then the
+        transaction is rolled back, nothing is reported, and this returns False.
+        """
+        run = (lambda fn, conn: fn(conn)) if whole else _run_job
         conn.execute("BEGIN IMMEDIATE")
         try:
             self._check_head(conn)
             conn.execute("SAVEPOINT job")
             for n, job in enumerate(batch, start=1):
-                job.result = outcome.capture(_run_job, job.fn, conn)
+                job.result = outcome.capture(run, job.fn, conn)
                 if isinstance(job.result, outcome.Error):
+                    if whole and dialect.aborted(conn):
+                        raise _Replay
                     conn.execute("ROLLBACK TO job")
                 # One statement between two jobs: a round trip fewer on a server.
                 conn.execute("RELEASE job; SAVEPOINT job" if n < len(batch) else "RELEASE job")
-            moved = None
-            if self._anchor is not None and self._refusing is None:
-                new = events.head(conn)
-                if new != self._head:
-                    assert self._head is not None
-                    # Before the commit: a crash in between leaves the database at either head.
-                    # Synced right after, on another thread (_keep_anchor_synced).
-                    self._anchor.write(self._head, new, sync=False)
-                    self._anchor_unsynced = True
-                    self._anchor_writes += 1
-                    moved = new
+            moved = self._anchor_new_head(conn)
             conn.execute("COMMIT")
-            if moved is not None:
-                self._head = moved
         except BaseException as exc:
             if not conn.getautocommit():
                 conn.execute("ROLLBACK")
+            if whole:
+                return False
             failure = outcome.Error(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
             for job in batch:
                 job.result = failure
+            return True
+        if moved is not None:
+            self._head = moved
+        return True
+
+    def _anchor_new_head(self, conn: Any) -> events.Head | None:
+        """Before the commit: write the head the batch leads to into the anchor; the new head, or None if it did not move.
+
+        A crash in between leaves the database at either head; the record is
+        synced right after, on another thread (:meth:`_keep_anchor_synced`).
+        """
+        if self._anchor is None or self._refusing is not None:
+            return None
+        new = events.head(conn)
+        if new == self._head:
+            return None
+        assert self._head is not None
+        self._anchor.write(self._head, new, sync=False)
+        self._anchor_unsynced = True
+        self._anchor_writes += 1
+        return new
+
+
+class _Replay(Exception):
+    """A whole batch met a refusal it cannot pin on one job: run it again job by job."""
 
 
 def _run_job(fn: Callable[[Any], Any], conn: Any) -> Any:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import queue
 import re
-from typing import Any, Final, Iterable, Iterator, Mapping, Sequence, final
+from typing import Any, Callable, Final, Iterable, Iterator, Mapping, Sequence, final
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -172,8 +172,14 @@ class _Rows:
         return list(self)
 
 
+#: A statement held back: its text, its parameters (None: transaction control), and what takes its rows (None: nothing).
+_Held = tuple[str, Any, "Callable[[_Rows], None] | None"]
 #: What the store owner sends between two jobs of a batch (store.owner).
 _NEXT_JOB: Final = "RELEASE job; SAVEPOINT job"
+#: The owner's savepoints around each job (store.owner), which this connection keeps itself (see ``_job_mark``).
+_JOB_CONTROL: Final = frozenset({"SAVEPOINT job", _NEXT_JOB, "RELEASE job"})
+_SAVEPOINT_JOB: Final = ("SAVEPOINT job", None, None)
+_RELEASE_JOB: Final = ("RELEASE job", None, None)
 #: Transaction control the store owner sends (store.owner): passed through as written.
 _UTILITY: Final = frozenset({
     "COMMIT", "ROLLBACK", "SAVEPOINT job", "RELEASE job", "ROLLBACK TO job", _NEXT_JOB,
@@ -203,8 +209,19 @@ class PgConnection:
         self._head: Any = None
         #: Ids counted inside this writer's transaction (:meth:`next_id`); forgotten with the head.
         self._ids: dict[str, int] = {}
-        #: Statements held back (the owner's RELEASE/SAVEPOINT between two jobs, an event's INSERT): they go with the next one.
-        self._deferred: tuple[tuple[str, Any], ...] = ()
+        #: Statements held back (the owner's RELEASE/SAVEPOINT between two jobs, an event's INSERT, a read whose
+        #: rows a callback takes): ``(text, params, consume)``, sent with the next statement.
+        self._deferred: tuple[_Held, ...] = ()
+        #: Round trips to the server so far (each one a wait for it): what the benchmarks and tests count.
+        self.round_trips = 0
+        #: The owner's savepoint for the job running now is made on the server only when the job
+        #: talks to it: until then it is *pending*, and ``_job_mark`` is where the job's statements
+        #: begin among those held back (a job that fails before sending anything is simply forgotten,
+        #: and a job that sends nothing never costs the server a savepoint).  ``_job_saved``: it was sent.
+        self._job_mark: int | None = None
+        self._job_saved = False
+        #: The head and ids as they were at the owner's last ``SAVEPOINT job`` (what ``ROLLBACK TO job`` returns to).
+        self._at_job: tuple[Any, dict[str, int]] = (None, {})
 
     # -- statements ---------------------------------------------------------------
 
@@ -213,17 +230,16 @@ class PgConnection:
             self._begin()
             return _Rows(None)
         if params is None and sql in _UTILITY:
-            if sql == _NEXT_JOB:
-                # Between two jobs: held back and sent with the next job's first statement.
-                self._deferred += (("RELEASE job", None), ("SAVEPOINT job", None))
+            if sql in _JOB_CONTROL:
+                self._job_control(sql)
                 return _Rows(None)
-            if sql == "RELEASE job":
-                # After a batch's last job: held back and sent with the COMMIT.
-                self._deferred += ((sql, None),)
+            if sql == "ROLLBACK TO job":
+                self._roll_back_job()
                 return _Rows(None)
             if sql.startswith(("ROLLBACK", "COMMIT")):
                 self._head = None
                 self._ids.clear()
+                self._job_mark, self._job_saved = None, False
             if sql.startswith("ROLLBACK"):
                 # What a rollback undoes need not be sent: keep only the transaction control held back
                 # (the savepoint a ROLLBACK TO returns to), and nothing at all for a whole ROLLBACK.
@@ -231,16 +247,51 @@ class PgConnection:
                     begun = not self._begin_held()
                     self._deferred = ()
                     if begun and self.raw.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+                        self.round_trips += 1
                         self.raw.execute(sql, prepare=False)
                     return _Rows(None)
-                self._deferred = tuple(held for held in self._deferred if held[1] is None)
+                self._deferred = _control(self._deferred)
             # Transaction control: sent as is, with anything held back, in one round trip.
-            self._send((sql, None))
+            self._send((sql, None, None))
             return _Rows(None)
         text, names = translate(sql)
         cursor = self.raw.cursor()
-        self._send((text, _bind(names, params)), cursor)
+        self._send((text, _bind(names, params), None), cursor)
         return _Rows(cursor)
+
+    def _job_control(self, sql: str) -> None:
+        """The owner's ``SAVEPOINT job``, ``RELEASE job`` and both at once between two jobs.
+
+        A savepoint the server has (the job sent something) is released with
+        the next statement; a new one starts pending at the end of what is held
+        back, and the head and ids as they are now are kept for a rollback to it.
+        """
+        if sql != "SAVEPOINT job" and self._job_saved:
+            self._deferred += (_RELEASE_JOB,)
+        self._job_saved = False
+        if sql == "RELEASE job":
+            self._job_mark = None
+            return
+        self._job_mark = len(self._deferred)
+        self._at_job = (self._head, dict(self._ids))
+
+    def _roll_back_job(self) -> None:
+        """Undo the job since the owner's ``SAVEPOINT job``, without a round trip of its own.
+
+        A pending savepoint: the job sent nothing, so forget what it held back
+        (what earlier jobs of a whole batch hold back stays).  A savepoint the
+        server has: everything held back is this job's; keep only transaction
+        control, and hold the ``ROLLBACK TO`` for the next statement (it also
+        ends a transaction the server refused a statement in).  Either way the
+        head and ids count on from where the job began.
+        """
+        assert self._job_mark is not None, "ROLLBACK TO job outside a job"
+        self._head, ids = self._at_job
+        self._ids = dict(ids)
+        if self._job_saved:
+            self._deferred = (*_control(self._deferred), ("ROLLBACK TO job", None, None))
+        else:
+            self._deferred = self._deferred[: self._job_mark]
 
     def _begin_held(self) -> bool:
         return bool(self._deferred) and self._deferred[0][0].startswith("BEGIN")
@@ -256,35 +307,71 @@ class PgConnection:
             self.execute(sql, params)  # no transaction to send it with: now
             return
         text, names = translate(sql)
-        self._deferred += ((text, _bind(names, params)),)
+        self._deferred += ((text, _bind(names, params), None),)
+
+    def read_later(self, sql: str, params: Any, consume: Callable[[_Rows], None]) -> None:
+        """Hold a read whose rows only ``consume`` takes, and send it with the next statement.
+
+        Like :meth:`execute_later`: in order, in one round trip with whatever
+        comes next; ``consume`` is called with the rows once they are back (by
+        the end of the job at the latest, or of the batch when the store owner
+        runs a batch whole: ``StoreOwner.call(..., replayable=True)``).  A
+        read rolled back before it was sent is never sent, nor consumed.
+        """
+        if self.getautocommit():
+            consume(self.execute(sql, params))
+            return
+        text, names = translate(sql)
+        self._deferred += ((text, _bind(names, params), consume),)
 
     def flush(self) -> None:
-        """Send what is held back (at the end of a job, or before talking to the server directly)."""
+        """Send what is held back (at the end of a job)."""
         if self._deferred:
             self._send()
 
-    def _send(self, last: tuple[str, Any] | None = None, cursor: psycopg.Cursor[Any] | None = None) -> None:
-        """What is held back, then ``last`` (on ``cursor``, whose rows the caller reads): one round trip."""
+    def _reach(self) -> None:
+        """Before talking to the server other than through :meth:`_send`: what is held back goes first,
+        and so does a pending job savepoint."""
+        if self._deferred or (self._job_mark is not None and not self._job_saved):
+            self._send()
+
+    def _send(self, last: _Held | None = None, cursor: psycopg.Cursor[Any] | None = None) -> None:
+        """What is held back, then ``last`` (on ``cursor``, whose rows the caller reads): one round trip.
+
+        A pending job savepoint goes where the job's statements begin.
+        """
         held, self._deferred = self._deferred, ()
+        if self._job_mark is not None and not self._job_saved:
+            held = (*held[: self._job_mark], _SAVEPOINT_JOB, *held[self._job_mark :])
+            self._job_saved = True
         if not held:
             if last is not None:
-                text, params = last
+                self.round_trips += 1
+                text, params, _ = last
                 if cursor is None:
                     self.raw.execute(text, prepare=False)
                 else:
                     cursor.execute(text, params)
             return
+        self.round_trips += 1
         statements = [*held, *([last] if last is not None else [])]
-        if all(params is None for _, params in statements) and cursor is None:
-            self.raw.execute("; ".join(text for text, _ in statements), prepare=False)  # a simple query, many statements
+        if all(params is None for _, params, _ in statements) and cursor is None:
+            self.raw.execute("; ".join(text for text, _, _ in statements), prepare=False)  # a simple query, many statements
             return
         # A pipeline: every statement sent at once, the results read at its end (an error is raised here).
+        reads: list[tuple[psycopg.Cursor[Any], Callable[[_Rows], None]]] = []
         with self.raw.pipeline():
-            for n, (text, params) in enumerate(statements):
+            for n, (text, params, consume) in enumerate(statements):
                 if n == len(statements) - 1 and cursor is not None:
                     cursor.execute(text, params)
+                elif consume is not None:
+                    reader = self.raw.cursor()
+                    reader.execute(text, params)
+                    reads.append((reader, consume))
                 else:
                     self.raw.execute(text, params, prepare=None if params is not None else False)
+        for reader, consume in reads:
+            consume(_Rows(reader))
 
     # -- the event log's head, while this writer holds the write lock ------------------------
 
@@ -317,18 +404,25 @@ class PgConnection:
         return self._ids[table]
 
     def executemany(self, sql: str, rows: Iterable[Any]) -> None:
-        self.flush()
         text, names = translate(sql)
         batch = [_bind(names, r) for r in rows]
         if batch:
+            self._reach()
+            self.round_trips += 1
             self._cursor.executemany(text, batch)
 
     def last_insert_rowid(self) -> int:
         """The id the last INSERT into an identity column took (``lastval()``: this session's own)."""
-        self.flush()
-        row = self.raw.execute("SELECT lastval()").fetchone()
+        row = self.execute("SELECT lastval()").fetchone()  # with whatever is held back: one round trip
         assert row is not None
         return int(row[0])
+
+    def aborted(self) -> bool:
+        """This transaction cannot go on as it was: the server refused a statement in it (it is aborted
+        until rolled back to a savepoint), or the connection is gone."""
+        if self._begin_held():
+            return False  # nothing sent yet
+        return self.raw.pgconn.transaction_status != pq.TransactionStatus.INTRANS
 
     def getautocommit(self) -> bool:
         """True outside a transaction (apsw's name for it; a BEGIN held back counts as begun)."""
@@ -341,13 +435,16 @@ class PgConnection:
     def _begin(self) -> None:
         self._head = None
         self._ids.clear()
+        self._at_job = (None, {})
+        self._job_mark, self._job_saved = None, False
         self._deferred = ()  # a new transaction: whatever was held back belonged to the one that ended
         if self.writer:
             # Begin, then take the store's write lock: held back and sent with the first statement.
             # READ COMMITTED whatever the database's default: each statement after the lock sees
             # what the last holder committed (a snapshot taken while waiting would not).
-            self._deferred = (("BEGIN ISOLATION LEVEL READ COMMITTED", None), (f"SELECT pg_advisory_xact_lock({WRITE_LOCK})", None))
+            self._deferred = (("BEGIN ISOLATION LEVEL READ COMMITTED", None, None), (f"SELECT pg_advisory_xact_lock({WRITE_LOCK})", None, None))
         else:
+            self.round_trips += 1
             self.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
     def __enter__(self) -> PgConnection:
@@ -356,14 +453,13 @@ class PgConnection:
             self._depth = 0
         else:
             self._depth += 1
-            self.flush()
-            self.raw.execute(f"SAVEPOINT conclave_{self._depth}")
+            self._send((f"SAVEPOINT conclave_{self._depth}", None, None))
         return self
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
         if kind is not None:
             # What the rollback undoes need not be sent (nor may its error replace the one raised).
-            self._deferred = tuple(held for held in self._deferred if held[1] is None)
+            self._deferred = _control(self._deferred)
         try:
             self.flush()
         except BaseException:
@@ -381,12 +477,15 @@ class PgConnection:
             self._ids.clear()
             self._deferred = ()
             if self.raw.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+                self.round_trips += 1
                 self.raw.execute("ROLLBACK" if failed else "COMMIT")
             return
         name = f"conclave_{self._depth}"
         self._depth -= 1
         if failed:
+            self.round_trips += 1
             self.raw.execute(f"ROLLBACK TO SAVEPOINT {name}")
+        self.round_trips += 1
         self.raw.execute(f"RELEASE SAVEPOINT {name}")
 
     def close(self) -> None:
@@ -397,6 +496,11 @@ class PgConnection:
 
     def discard(self) -> None:
         self.raw.close()
+
+
+def _control(held: tuple[_Held, ...]) -> tuple[_Held, ...]:
+    """Only the transaction control of what is held back (what a rollback leaves to send)."""
+    return tuple(h for h in held if h[1] is None and h[2] is None)
 
 
 # -- the backend -------------------------------------------------------------------------

@@ -9,8 +9,8 @@ import pytest
 from tests.memory.memory_support import FACT, POLICY, principal, read_db, remember, trust
 
 from agents.harness import Run
-from broker import composition
-from memory import authoring, retrieval
+from broker import composition, registry
+from memory import authoring, curation, retrieval
 from store import events
 from store.chainkey import ChainKey
 
@@ -47,6 +47,27 @@ def test_trusted_twin_outranks_unverified_twin(job: Callable[..., Any]) -> None:
     job(authoring.dispute, POLICY, principal("frank"), trusted, reason="the timeout is 60 s now")
     ranked = [c["id"] for c in job(retrieval.recall, POLICY, reader, "race suites store timeout arm64", limit=10)]
     assert ranked[0] == unverified and ranked[-1] == trusted  # disputed sinks below its unverified twin
+
+
+def test_remember_names_live_twins_with_their_tiers_on_either_backend(job: Callable[..., Any], store) -> None:  # type: ignore[no-untyped-def]
+    """The reply to ``remember`` names the claims with the same words (on a server that query goes with
+    the next statement, ``dialect.read_later``): never the new claim itself, never a retired twin."""
+    words = "The artifact cache is keyed on the lockfile hash and the toolchain version."
+
+    def reply(who: str, text: str) -> dict[str, Any]:
+        out: dict[str, Any] = job(authoring.remember, POLICY, principal(who), kind="discovery", scope="repo", text=text, evidence=None)
+        return out
+
+    first = reply("alice", words)
+    assert first["twins"] == []  # no twin yet, and not itself
+    second = reply("mallory", words.upper())  # the same words, other case: the same text key
+    assert second["twins"] == [{"id": first["id"], "tier": "unverified"}]
+    trust(job, first["id"], "bob", "carol")
+    job(curation.retire_by_operator, POLICY, registry.operator_principal(0), second["id"], reason="a copy")
+    third = reply("dave", words)
+    assert third["twins"] == [{"id": first["id"], "tier": "trusted"}]  # the retired twin is left out
+    # The control on the same store: other words have no twin.
+    assert reply("erin", FILLER[0])["twins"] == []
 
 
 def test_trusted_twin_cut_by_the_candidate_limit_comes_back(job: Callable[..., Any], store) -> None:  # type: ignore[no-untyped-def]

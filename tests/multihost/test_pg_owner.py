@@ -17,6 +17,7 @@ import psycopg
 import trio
 
 from store import events
+from store.chainkey import ChainKey
 from store.owner import ChainFiles, StoreOwner
 from store.postgres import PostgresBackend
 
@@ -190,3 +191,94 @@ def test_two_owners_migrating_a_fresh_database_at_once_migrate_it_once(pg_cluste
     with pg_cluster.admin(name) as admin:
         versions = dict(admin.execute("SELECT component, version FROM schema_versions").fetchall())
     assert versions and all(v >= 1 for v in versions.values())  # each component at its latest, recorded once
+
+
+async def test_replayable_jobs_run_as_whole_batches_and_each_failure_stays_its_own_jobs(pg_cluster: Any, tmp_path: Path) -> None:
+    """A batch of replayable jobs sends every write with the COMMIT (a few round trips per batch, not one
+    per job).  When the server refuses something in it -- a held INSERT row security will not take, a
+    read that fails -- the batch is rolled back and run again job by job: only the failing job fails,
+    nothing is written twice, and every twin list is read inside the transaction as before.  A job
+    that raises on its own rolls back alone, without a replay."""
+    from broker.identity import Principal, Role
+    from memory import authoring
+    from memory.policy import TrustPolicy
+
+    url = pg_cluster.broker_url(pg_cluster.database(), "alpha")
+    backend = PostgresBackend(url, migrate=False)
+    backend.identify()
+    key_file = tmp_path / "chain-key"
+    owner = StoreOwner(backend, [], chain=ChainFiles(key_file, tmp_path / "chain-anchor"))
+    policy = TrustPolicy()
+    mine = Principal(agent="alice", session="0123456789ab", role=Role.AGENT, domain="alice", host="alpha")
+    forged = Principal(agent="bob", session="0123456789ab", role=Role.AGENT, domain="bob", host="beta")  # another host's agent
+    words = [f"Fact {i % 20}: the build cache of service {i % 20} is keyed on its lockfile." for i in range(60)]
+
+    async def remember_all(failing: dict[int, str], replayable: bool) -> tuple[dict[int, Any], Any, Any]:
+        results: dict[int, Any] = {}
+        before = owner.statistics()
+
+        async def one(i: int) -> None:
+            def job(conn: Any) -> Any:
+                how = failing.get(i)
+                if how == "read":
+                    conn.execute("SELECT * FROM no_such_table")
+                out = authoring.remember(conn, policy, forged if how == "forged" else mine, kind="discovery", scope="repo", text=words[i], evidence=None)
+                if how == "raise":
+                    raise ValueError(f"job {i} fails after its write")
+                return out
+
+            try:
+                results[i] = await owner.call(job, replayable=replayable)
+            except (ValueError, psycopg.Error) as exc:
+                results[i] = exc
+
+        async with trio.open_nursery() as jobs:
+            for i in range(len(words)):
+                jobs.start_soon(one, i)
+        return results, before, owner.statistics()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(owner.run)
+        failing = {13: "read", 27: "raise", 41: "forged"}
+        results, before, after = await remember_all(failing, replayable=True)
+        assert isinstance(results.pop(13), psycopg.errors.UndefinedTable)
+        assert isinstance(results.pop(27), ValueError)
+        assert isinstance(results.pop(41), psycopg.errors.InsufficientPrivilege)
+        assert after.whole_batches > before.whole_batches and after.replayed_batches > before.replayed_batches
+        stored = await owner.call(lambda conn: sorted(conn.execute("SELECT id, text FROM claims").fetchall()))
+        # Each good job's claim is there once, under the id its reply gave; the failed ones left nothing.
+        assert sorted((r["id"], r["text"]) for r in results.values()) == stored
+        assert len(stored) == 57
+        # Every twin list names exactly the claims with the same words stored before this one.
+        for r in results.values():
+            assert [t["id"] for t in r["twins"]] == [i for i, text in stored if text == r["text"] and i < r["id"]]
+        assert sum(len(r["twins"]) for r in results.values()) > 0
+
+        # A job that raises while the server refused nothing rolls back alone, inside the whole batch:
+        # no replay, and the next job's claim id and event chain on from where the failed one began.
+        words = [f"Yet another fact {i}" for i in range(40)]
+        results, before, after = await remember_all({5: "raise", 6: "raise", 30: "raise"}, replayable=True)
+        assert all(isinstance(results.pop(i), ValueError) for i in (5, 6, 30))
+        assert len(results) == 37 and after.replayed_batches == before.replayed_batches
+        assert after.whole_batches > before.whole_batches
+        ids = sorted(r["id"] for r in results.values())
+        stored = await owner.call(lambda conn: sorted(conn.execute("SELECT id, text FROM claims WHERE text LIKE 'Yet another%'").fetchall()))
+        assert [i for i, _ in stored] == ids == list(range(ids[0], ids[0] + 37))
+
+        # Round trips: with nothing failing, a whole batch takes at most three (its lock and the log's
+        # head, the next claim id, the writes with the COMMIT)...
+        words = [f"Another fact {i}" for i in range(64)]
+        results, before, after = await remember_all({}, replayable=True)
+        whole = after.batches - before.batches
+        assert len(results) == 64 and after.replayed_batches == before.replayed_batches
+        assert after.whole_batches - before.whole_batches == whole
+        assert after.round_trips - before.round_trips <= 3 * whole < 64
+        # ...and the control: the same jobs, not replayable, take at least one round trip each.
+        words = [f"A third fact {i}" for i in range(64)]
+        results, before, after = await remember_all({}, replayable=False)
+        assert len(results) == 64 and after.whole_batches == before.whole_batches
+        assert after.round_trips - before.round_trips >= 64
+        verified = await owner.call(lambda conn: events.verify_chain(conn, ChainKey.load(key_file)))
+        owner.close()
+        nursery.cancel_scope.cancel()
+    assert verified.ok, verified.reason
