@@ -49,8 +49,9 @@ def record(conn: apsw.Connection, principal: Principal, shown: Iterable[Shown], 
     if not rows:
         return
     if dialect.is_postgresql(conn):
-        # One statement for the whole block (a row per claim in one round trip, not one each).
-        conn.execute(
+        # One statement for the whole block (a row per claim, not one each), sent with the next statement.
+        dialect.execute_later(
+            conn,
             "INSERT INTO exposures(claim, lineage, principal, domain, via, at) "
             "SELECT claim, lineage, ?, ?, ?, ? FROM unnest(?::bigint[], ?::bigint[]) AS shown(claim, lineage)",
             (principal.key, principal.domain, via, at, [c for c, _ in rows], [l for _, l in rows]),

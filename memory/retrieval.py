@@ -60,7 +60,7 @@ _STOPWORDS: Final = frozenset(
 _WORD: Final = re.compile(r"\w+")
 _LOAD_STEP: Final = 16
 #: Rows fetched per round trip to a server (the steps above still decide when to stop).
-_SERVER_FETCH: Final = 64
+_SERVER_FETCH: Final = 128
 #: No rendered line is shorter than this many tokens ("[TRUSTED] #1 (pattern) " and a word).
 _SHORTEST_LINE: Final = 8
 

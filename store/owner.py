@@ -6,7 +6,11 @@ one worker thread, so SQLite never blocks the event loop and there is only
 ever one writer.  Jobs that arrive together are committed together (group
 commit): each runs inside its own SAVEPOINT, so one failing job rolls back
 only itself, and the batch pays for one fsync instead of many.  This is what
-lets eight agents remember thousands of claims a second.
+lets eight agents remember thousands of claims a second.  On a database
+server, where every wait for the server is paid while holding the store's
+write lock, a batch of *replayable* jobs runs whole: their writes go with
+the COMMIT, and if the server refuses anything the batch runs again job by
+job (see :meth:`StoreOwner.call`).
 
 Use :meth:`StoreOwner.call` from any task to change state and
 :meth:`StoreOwner.read` to read on a connection of its own; never touch the

@@ -461,6 +461,11 @@ class PgConnection:
             # What the rollback undoes need not be sent (nor may its error replace the one raised).
             self._deferred = _control(self._deferred)
         try:
+            if kind is None and self._depth == 0 and self._deferred:
+                # What is held back goes with the COMMIT: one round trip.
+                self._send(("COMMIT", None, None))
+                self._end_block(failed=False)
+                return
             self.flush()
         except BaseException:
             self._end_block(failed=True)

@@ -282,3 +282,26 @@ async def test_replayable_jobs_run_as_whole_batches_and_each_failure_stays_its_o
         owner.close()
         nursery.cancel_scope.cancel()
     assert verified.ok, verified.reason
+
+
+def test_what_a_block_held_back_goes_with_its_commit_and_a_refusal_there_rolls_it_all_back(pg_cluster: Any) -> None:
+    from store.postgres import PgConnection, connect
+
+    conn = PgConnection(connect(pg_cluster.url(pg_cluster.database())), host=None, writer=True)
+    conn.raw.execute("CREATE TABLE kept(n int PRIMARY KEY)")
+    before = conn.round_trips
+    with conn:
+        conn.execute_later("INSERT INTO kept VALUES (?)", (1,))
+        conn.execute_later("INSERT INTO kept VALUES (?)", (2,))
+    assert conn.round_trips - before == 1  # BEGIN, the lock, both INSERTs and the COMMIT: one round trip
+    try:
+        with conn:
+            conn.execute("INSERT INTO kept VALUES (?)", (3,))  # sent: inside the transaction the refusal undoes
+            conn.execute_later("INSERT INTO kept VALUES (?)", (1,))  # a duplicate, refused with the COMMIT
+    except psycopg.errors.UniqueViolation:
+        pass
+    else:
+        raise AssertionError("the held duplicate was not refused")
+    assert conn.getautocommit()  # the failed transaction was rolled back, not left open
+    assert [n for (n,) in conn.execute("SELECT n FROM kept ORDER BY n")] == [1, 2]
+    conn.close()
