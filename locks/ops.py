@@ -25,7 +25,7 @@ from broker.optable import Access, OpTable
 from broker.team import Team
 from locks import guard, schema
 from locks.journal import Journal
-from locks.shared import SharedLocks, crosses_hosts
+from locks.shared import LOST, SharedLocks, crosses_hosts
 from locks.resources import Kind, Resource, ResourceError
 from locks.slots import parse_slots
 from locks.table import LockTable, Mode, Request, Scope
@@ -182,8 +182,10 @@ async def _acquire_across_hosts(call: Call, table: LockTable, across: SharedLock
     announced = False
     while True:
         taken = await across.take(cross, shared=request.mode is Mode.SHARED, capacity=capacity)
-        if taken.ok:
+        if taken.ok and across.alive(taken):
             break
+        if taken.ok:
+            continue  # the session it was taken on ended meanwhile: take it again on the next one
         left = deadline - trio.current_time()
         if wait is None or left <= 0:
             table.journal.add(
@@ -210,6 +212,10 @@ async def _acquire_across_hosts(call: Call, table: LockTable, across: SharedLock
     except BaseException:
         across.unbind(request.holder, taken)
         raise
+    if not across.alive(taken):
+        # The session ended while the grant was on its way: it stood on nothing (all or none).
+        table.lose({(request.holder, h.resource.key) for h in granted}, LOST)
+        raise ConclaveError(ErrorCode.UNAVAILABLE, f"{LOST} while this request was granted; nothing was taken (try again)")
     return granted
 
 
@@ -352,6 +358,7 @@ async def start(core: Any, nursery: trio.Nursery) -> None:
         across = SharedLocks(backend.url, core.host)  # type: ignore[attr-defined]
         await nursery.start(across.run)
         table.on_release = across.released
+        across.on_lost = table.lose
         core.extensions["shared_locks"] = across
 
     async def principal_ended(principal: Any) -> None:

@@ -22,6 +22,19 @@ nothing another broker must trust.  (A host that vanishes without closing
 its TCP connection is noticed after the server's TCP keepalive; see
 docs/DEPLOYMENT.md.)
 
+When the *session* ends and the broker lives on -- the server restarted,
+an administrator ended the backend, the connection broke -- the server has
+dropped the holds while this broker's agents still hold their grants.  The
+broker watches the lease connection's socket (it turns readable when the
+server says goodbye or the connection closes) and, the moment it is gone,
+takes back every grant and fails every wait that stood on it
+(``LockTable.lose``: ``lock.lost`` events, the waits answered
+``unavailable``), then connects a new session.  Each hold carries the
+session it was taken on, so nothing of the old one is given back on the
+new one.  Until the broker noticed, the other hosts could already take the
+resource: the window is the time the goodbye takes to arrive, and fencing
+tokens still tell the two holders apart.
+
 Tokens: a cross-host resource's fencing token is ``nextval`` of one
 sequence, drawn after the advisory lock is taken, so each holder's token is
 larger than every earlier holder's on any host.  Tokens are monotonic per
@@ -38,19 +51,27 @@ waits times out.  Cycles within one host are still refused at once.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
+import select
 from typing import Any, Awaitable, Callable, Final, Sequence, final
 
 import attrs
 import trio
 
+from broker.errors import ConclaveError, ErrorCode
 from broker.router import wait_while_connected
 from locks.resources import GIT, Kind, Resource
+
+log = logging.getLogger("conclave.locks")
 
 #: The notification channel a broker rings when it gives a cross-host hold back.
 CHANNEL: Final = "conclave_locks"
 #: Longest a waiter sleeps between tries when no notification comes (a dead broker sends none).
 POLL: Final = 0.25
+#: Seconds between tries to connect a new lease session after one was lost (doubling up to the last).
+RECONNECT: Final = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+LOST: Final = "this broker's session with the store's server ended, and the server dropped its cross-host holds with it"
 
 
 def crosses_hosts(resource: Resource) -> bool:
@@ -71,6 +92,8 @@ class Hold:
     resource: str
     key: int
     shared: bool
+    #: The lease session it was taken on (:attr:`SharedLocks.session`): a hold dies with its session.
+    session: int
 
 
 @final
@@ -81,6 +104,7 @@ class Taken:
     holds: tuple[Hold, ...]
     tokens: dict[str, int]
     blocked: tuple[str, ...] = ()
+    session: int = 0
 
     @property
     def ok(self) -> bool:
@@ -101,6 +125,13 @@ class SharedLocks:
         self.url = url
         self.host = host
         self._raw: Any = None
+        #: Which lease session this is (1 for the first; one more after every reconnect).
+        self.session = 0
+        #: Told the ``(holder, resource)`` grants and waits whose holds died with a lost session
+        #: (``LockTable.lose``; set by ``locks.ops.start``).
+        self.on_lost: Callable[[set[tuple[str, str]], str], Any] | None = None
+        #: Sessions lost so far.
+        self.lost_sessions = 0
         self._limiter = trio.CapacityLimiter(1)
         #: The holds each (holder, resource) keeps, one per grant (a list: a grant may be bound before an
         #: earlier one of the same holder and resource is released).
@@ -118,9 +149,11 @@ class SharedLocks:
         from store.postgres import connect, listen
 
         self._raw = await trio.to_thread.run_sync(connect, self.url, limiter=self._limiter)
+        self.session = 1
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(listen, self.url, CHANNEL, self._heard)
+                nursery.start_soon(self._watch_lease)
                 task_status.started()
                 async for holds in self._receive:
                     await trio.to_thread.run_sync(self._unlock, holds, limiter=self._limiter)
@@ -133,6 +166,82 @@ class SharedLocks:
                 if raw is not None:
                     # Closing the session gives back every advisory lock it still held.
                     await trio.to_thread.run_sync(raw.close, limiter=self._limiter)
+
+    # -- the lease session ------------------------------------------------------------
+
+    def alive(self, taken: Taken) -> bool:
+        """Are ``taken``'s holds still on the server (taken on the session this broker has now)?"""
+        return taken.session == self.session and self._raw is not None
+
+    async def _watch_lease(self) -> None:
+        """Notice the moment the lease session ends (see the module docstring); then take back what stood on it and reconnect."""
+        import psycopg  # only a broker on a server gets here
+
+        while True:
+            raw = self._raw
+            try:
+                await trio.lowlevel.wait_readable(raw.pgconn.socket)
+            except psycopg.OperationalError:
+                pass  # already closed: gone
+            else:
+                if await trio.to_thread.run_sync(self._still_there, limiter=self._limiter):
+                    continue
+            await self._lose_session()
+
+    def _still_there(self) -> bool:
+        """The lease socket turned readable while nothing was asked of it (lease thread): is the session still there?
+
+        What a query of this broker's own made readable is read by then (it
+        held the limiter); what is left is the server's goodbye, its close, or
+        a notice, which is read and dropped.
+        """
+        import psycopg
+        from psycopg import pq
+
+        raw = self._raw
+        try:
+            readable, _, _ = select.select([raw.pgconn.socket], [], [], 0)
+            if readable:
+                raw.pgconn.consume_input()
+                while raw.pgconn.notifies() is not None:
+                    pass
+        except (psycopg.OperationalError, OSError, ValueError):
+            return False
+        return raw.pgconn.status == pq.ConnStatus.OK
+
+    async def _lose_session(self) -> None:
+        """Every hold of the session is gone: forget them, take back their grants and waits, connect anew."""
+        from store.postgres import StoreError, connect
+
+        lost = await trio.to_thread.run_sync(self._forget_session, limiter=self._limiter)
+        self.lost_sessions += 1
+        log.error("%s (session %d): taking back %d cross-host grant(s) and wait(s)", LOST, self.session, len(lost))
+        if self.on_lost is not None:
+            self.on_lost(lost, f"{LOST}: the lock is lost (another host may hold it now)")
+        for pause in (*RECONNECT, *([RECONNECT[-1]] * 1_000_000)):
+            try:
+                raw = await trio.to_thread.run_sync(connect, self.url, limiter=self._limiter)
+            except StoreError as exc:
+                log.warning("cannot reconnect the lock lease to the store's server yet: %s", str(exc).strip())
+                await trio.sleep(pause)
+                continue
+            self._raw = raw
+            self.session += 1
+            log.warning("the lock lease is back (session %d)", self.session)
+            self._changed.set()  # waiters try again at once
+            return
+
+    def _forget_session(self) -> set[tuple[str, str]]:
+        """(Lease thread.)  Close the dead session; return every ``(holder, resource)`` whose hold was on it."""
+        raw, self._raw = self._raw, None
+        try:
+            raw.close()
+        except Exception:  # noqa: BLE001 -- a dead session may fail even to close; it is gone either way
+            pass
+        self._units.clear()
+        lost = set(self._bound)
+        self._bound.clear()
+        return lost
 
     def _heard(self, _payload: str) -> None:
         self._changed.set()
@@ -151,6 +260,18 @@ class SharedLocks:
 
     def _try(self, resources: tuple[Resource, ...], shared: bool, capacity: dict[str, int]) -> Taken:
         raw = self._raw
+        import psycopg
+
+        if raw is None:
+            raise ConclaveError(ErrorCode.UNAVAILABLE, f"{LOST}; it is reconnecting: cross-host locks cannot be taken until it is back (try again)")
+        try:
+            return self._try_on(raw, resources, shared, capacity)
+        except psycopg.OperationalError as exc:
+            # The session ended under the request: what it took died with it (the watcher takes back the rest).
+            raise ConclaveError(ErrorCode.UNAVAILABLE, f"{LOST} ({str(exc).strip()}); nothing was taken (try again)") from None
+
+    def _try_on(self, raw: Any, resources: tuple[Resource, ...], shared: bool, capacity: dict[str, int]) -> Taken:
+        session = self.session
         holds: list[Hold] = []
         blocked: list[str] = []
         for r in resources:
@@ -161,7 +282,7 @@ class SharedLocks:
                     # A session never conflicts with itself: each local holder needs a unit of its own.
                     if key not in self._units and raw.execute("SELECT pg_try_advisory_lock($1)", (key,)).fetchone()[0]:
                         self._units.add(key)
-                        hold = Hold(r.key, key, False)
+                        hold = Hold(r.key, key, False, session)
                         break
                 if hold is None:
                     blocked.append(f"{r.key}: every unit is held ({self._holders(raw, [advisory_key(f'{r.key}#{u}') for u in range(capacity[r.key])])})")
@@ -171,17 +292,17 @@ class SharedLocks:
             key = advisory_key(r.key)
             verb = "pg_try_advisory_lock_shared" if shared else "pg_try_advisory_lock"
             if raw.execute(f"SELECT {verb}($1)", (key,)).fetchone()[0]:
-                holds.append(Hold(r.key, key, shared))
+                holds.append(Hold(r.key, key, shared, session))
             else:
                 blocked.append(f"{r.key}: held {self._holders(raw, [key])}")
                 break
         if blocked:
             self._unlock(tuple(holds), notify=False)
-            return Taken((), {}, tuple(blocked))
+            return Taken((), {}, tuple(blocked), session)
         tokens = {}
         for hold in holds:
             tokens[hold.resource] = int(raw.execute("SELECT nextval('lock_tokens')").fetchone()[0])
-        return Taken(tuple(holds), tokens)
+        return Taken(tuple(holds), tokens, (), session)
 
     def _holders(self, raw: Any, keys: list[int]) -> str:
         """Which hosts' brokers hold these advisory keys (from pg_locks and the broker registrations)."""
@@ -247,12 +368,20 @@ class SharedLocks:
         self.give_back(holds)
 
     def _unlock(self, holds: tuple[Hold, ...], *, notify: bool = True) -> None:
+        import psycopg
+
         raw = self._raw
-        if raw is None:
+        # A hold of a session that ended went with it (and its key may be held again on this one).
+        holds = tuple(hold for hold in holds if hold.session == self.session)
+        if raw is None or not holds:
             return
-        for hold in holds:
-            verb = "pg_advisory_unlock_shared" if hold.shared else "pg_advisory_unlock"
-            raw.execute(f"SELECT {verb}($1)", (hold.key,))
-            self._units.discard(hold.key)
-        if holds and notify:
-            raw.execute("SELECT pg_notify($1, $2)", (CHANNEL, holds[0].resource))
+        try:
+            for hold in holds:
+                verb = "pg_advisory_unlock_shared" if hold.shared else "pg_advisory_unlock"
+                raw.execute(f"SELECT {verb}($1)", (hold.key,))
+                self._units.discard(hold.key)
+            if notify:
+                raw.execute("SELECT pg_notify($1, $2)", (CHANNEL, holds[0].resource))
+        except psycopg.OperationalError as exc:
+            # The session is ending: the server drops these holds with it, and the watcher takes back the rest.
+            log.warning("giving back a cross-host hold failed, the lease session is ending: %s", str(exc).strip())

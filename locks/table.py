@@ -120,7 +120,9 @@ class Waiter:
     clock: float
     event: trio.Event = attrs.Factory(trio.Event)
     granted: list[Holding] | None = None
-    failure: str | None = None  # "ended", "hangup"
+    failure: str | None = None  # "ended", "hangup", "lost"
+    #: Why, for a failure the waiter cannot tell itself (a lost hold).
+    why: str = ""
     done: bool = False
 
 
@@ -163,6 +165,8 @@ class LockStatistics:
     expired: int
     forced: int
     last_token: int
+    #: Holdings released because the hold behind them on the store's server was lost (``lock.lost``).
+    lost: int = 0
 
 
 @attrs.define
@@ -215,7 +219,7 @@ class LockTable:
         self._queue: list[Waiter] = []
         self._expiring: set[Holding] = set()
         self._wakeup = trio.Event()
-        self._counts = dict.fromkeys(("granted", "released", "refused", "deadlocks", "timeouts", "expired", "forced"), 0)
+        self._counts = dict.fromkeys(("granted", "released", "refused", "deadlocks", "timeouts", "expired", "forced", "lost"), 0)
         #: Told of every release, whatever its cause (locks.shared gives the host's hold back).
         self.on_release: Callable[[Sequence[Holding]], None] | None = None
 
@@ -388,6 +392,8 @@ class LockTable:
             raise ConclaveError(ErrorCode.REVOKED, f"{request.holder} ended while waiting for {', '.join(request.keys)}")
         if failure == "hangup":
             raise ConclaveError(ErrorCode.UNAVAILABLE, "the client hung up while waiting")
+        if failure == "lost":
+            raise ConclaveError(ErrorCode.UNAVAILABLE, f"{waiter.why}; nothing was taken (try again)")
         self._counts["timeouts"] += 1
         raise ConclaveError(
             ErrorCode.TIMEOUT, f"waited {wait:g} s and was not granted (nothing was taken): {_describe(remaining) or 'still queued'}"
@@ -694,6 +700,21 @@ class LockTable:
             raise ConclaveError(ErrorCode.NOT_FOUND, f"nobody holds {resource.key}{hint}")
         self._counts["forced"] += 1
         self._release(holdings, actor=operator.key, reason=reason.strip(), kind="lock.force_release")
+        return holdings
+
+    def lose(self, pairs: set[tuple[str, str]], reason: str) -> list[Holding]:
+        """The holds behind these ``(holder, resource key)`` pairs are gone (``locks.shared``: the broker's
+        session with the store's server ended): fail their waits and release their holdings as ``lock.lost``."""
+        for w in [w for w in self._queue if any((w.request.holder, r.key) in pairs for r in w.request.resources)]:
+            self._queue.remove(w)
+            w.failure, w.why = "lost", reason
+            w.event.set()
+        holdings = [h for hs in self._by_key.values() for h in hs if (h.holder, h.resource.key) in pairs]
+        if holdings:
+            self._counts["lost"] += len(holdings)
+            self._release(holdings, actor=events.BROKER_ACTOR, reason=reason, kind="lock.lost")
+        else:
+            self._grant_waiting()
         return holdings
 
     def end_principal(self, key: str) -> list[Holding]:

@@ -173,3 +173,42 @@ def test_a_cross_host_wait_whose_client_hung_up_takes_nothing(two_hosts: Callabl
     bob.call("lock.release", resources=["name://deploy"])
     waiter.join(timeout=20)
     assert got["grants"][0]["resource"] == "name://deploy"
+
+
+def test_a_broker_whose_store_session_ends_takes_back_what_stood_on_it(two_hosts: Callable[..., tuple[Run, Run]], pg_cluster: Any) -> None:
+    """alpha's lease session is ended by the server (as a restart or an administrator would): the
+    server has dropped its holds, so alpha must not let alice go on holding, nor bob go on waiting,
+    on the strength of them.  It takes them back at once (``lock.lost``), connects a new session,
+    and grants across hosts again -- with the other host seeing the new holds."""
+    a, b = two_hosts([{"name": "alice"}, {"name": "bob"}], [{"name": "carol"}])
+    alice, bob, carol = a.puppet("alice"), a.puppet("bob"), b.puppet("carol")
+    alice.call("lock.acquire", resources=["name://deploy", "notes.txt"])
+    assert carol.try_call("lock.acquire", resources=["name://deploy"])["error"]["code"] == "locked"  # the control
+    waited: dict[str, Any] = {}
+    waiter = threading.Thread(target=lambda: waited.update(bob.try_call("lock.acquire", resources=["name://deploy"], wait=30)))
+    waiter.start()
+    a.wait_until(lambda: a.op("lock.list")["waiting"], timeout=10, what="bob to wait in alpha's line")
+    assert not [e for e in a.op("lock.log", limit=10_000) if e["kind"] == "lock.lost"]
+
+    with pg_cluster.admin(a.database) as admin:  # type: ignore[attr-defined]
+        ended = admin.execute(
+            "SELECT pg_terminate_backend(l.pid) FROM (SELECT DISTINCT pid FROM pg_locks WHERE locktype = 'advisory' AND granted) l "
+            "JOIN pg_stat_activity s ON s.pid = l.pid JOIN conclave_brokers br ON br.role = s.usename WHERE br.host = 'alpha'"
+        ).fetchall()
+    assert ended == [(True,)]  # alpha's lease session, the one holding its advisory locks
+
+    waiter.join(timeout=10)
+    assert waited["error"]["code"] == "unavailable" and "session with the store's server ended" in waited["error"]["message"]
+    lost = [e for e in a.op("lock.log", limit=10_000) if e["kind"] == "lock.lost"]
+    assert [(e["payload"]["holder"], e["payload"]["resources"]) for e in lost] == [(alice.call("whoami")["key"], ["name://deploy"])]
+    assert [h["resource"] for h in a.op("lock.list")["holdings"]] == ["notes.txt"]  # a path lock stands on nothing remote
+    assert carol.call("lock.acquire", resources=["name://deploy"], wait=10)["grants"][0]["resource"] == "name://deploy"
+    assert alice.try_call("lock.release", resources=["name://deploy"])["error"]["code"] in ("not_found", "conflict", "invalid_args")
+
+    # A new session: alpha grants across hosts again, and beta sees the hold.
+    deadline = time.monotonic() + 10
+    while "error" in (reply := alice.try_call("lock.acquire", resources=["name://after"])) and time.monotonic() < deadline:
+        assert reply["error"]["code"] == "unavailable"
+        time.sleep(0.1)
+    assert reply["result"]["grants"][0]["resource"] == "name://after"
+    assert "held on host alpha" in carol.try_call("lock.acquire", resources=["name://after"])["error"]["message"]
