@@ -83,6 +83,8 @@ class CoreStatistics:
     store_whole_batches: int = 0
     store_replayed_batches: int = 0
     store_round_trips: int = 0
+    #: Times the writer connected again after its session with the server ended (0 on SQLite).
+    store_reconnects: int = 0
 
 
 @final
@@ -192,7 +194,7 @@ class BrokerCore:
         reg = self.registry.statistics()
         return CoreStatistics(
             reg.live, reg.connections, store.jobs, store.batches, store.head, store.refusing, store.lost_events, self.host, store.verified_others,
-            store.whole_batches, store.replayed_batches, store.round_trips,
+            store.whole_batches, store.replayed_batches, store.round_trips, store.reconnects,
         )
 
 

@@ -16,6 +16,7 @@ from broker.core import BrokerCore, Call
 from broker.errors import ConclaveError, ErrorCode
 from broker.optable import Access
 from broker.wire import IDENTITY_FIELDS, structure_args
+from store.backend import StoreUnavailable
 from store.events import ChainRefused
 
 async def wait_while_connected(event: trio.Event, seconds: float, peer_gone: Callable[[], Awaitable[None]] | None) -> bool:
@@ -71,3 +72,5 @@ async def dispatch(core: BrokerCore, call: Call, op: str, raw_args: dict[str, An
         # The event log changed behind the broker's back (or its key is gone): nothing that
         # needs an event is done until a person has looked (`conclave memory verify`).
         raise ConclaveError(ErrorCode.UNAVAILABLE, f"the broker refuses changes: {exc}") from None
+    except StoreUnavailable as exc:
+        raise ConclaveError(ErrorCode.UNAVAILABLE, str(exc)) from None

@@ -28,6 +28,7 @@ import apsw
 import trio
 
 from store import dialect, events
+from store.backend import StoreUnavailable, pauses
 from store.owner import StoreOwner
 
 log = logging.getLogger("conclave.locks")
@@ -92,12 +93,24 @@ class Journal:
                 self._hurry = trio.Event()
 
     async def _write(self, batch: list[Entry]) -> None:
-        """Write ``batch`` in one store job; if that fails, entry by entry; report what still fails."""
-        try:
-            await self._store.call(lambda conn: _write(conn, batch))
-            return
-        except Exception as exc:
-            log.warning("a batch of %d lock event(s) failed (%s: %s); writing them one at a time", len(batch), type(exc).__name__, exc)
+        """Write ``batch`` in one store job; if that fails, entry by entry; report what still fails.
+
+        While the store's server is out of reach (``StoreUnavailable``: a
+        restart, a broken connection) the batch waits and is tried again --
+        kept, not lost.  (A session that ended at the very commit may have
+        written it already: then its events appear twice.)
+        """
+        waits = pauses()
+        while True:
+            try:
+                await self._store.call(lambda conn: _write(conn, batch))
+                return
+            except StoreUnavailable as exc:
+                log.warning("%d lock event(s) wait for the store's server: %s", len(batch), exc)
+                await trio.sleep(next(waits))
+            except Exception as exc:
+                log.warning("a batch of %d lock event(s) failed (%s: %s); writing them one at a time", len(batch), type(exc).__name__, exc)
+                break
         try:
             failed = await self._store.call(lambda conn: _write_each(conn, batch))
         except Exception as exc:  # the store refused the whole job: every entry is lost

@@ -50,6 +50,7 @@ waits times out.  Cycles within one host are still refused at once.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import math
@@ -69,8 +70,6 @@ log = logging.getLogger("conclave.locks")
 CHANNEL: Final = "conclave_locks"
 #: Longest a waiter sleeps between tries when no notification comes (a dead broker sends none).
 POLL: Final = 0.25
-#: Seconds between tries to connect a new lease session after one was lost (doubling up to the last).
-RECONNECT: Final = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 LOST: Final = "this broker's session with the store's server ended, and the server dropped its cross-host holds with it"
 
 
@@ -152,7 +151,7 @@ class SharedLocks:
         self.session = 1
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(listen, self.url, CHANNEL, self._heard)
+                await nursery.start(functools.partial(listen, self.url, CHANNEL, self._heard, missed=functools.partial(self._heard, "")))
                 nursery.start_soon(self._watch_lease)
                 task_status.started()
                 async for holds in self._receive:
@@ -193,24 +192,15 @@ class SharedLocks:
 
         What a query of this broker's own made readable is read by then (it
         held the limiter); what is left is the server's goodbye, its close, or
-        a notice, which is read and dropped.
+        a notice (``store.postgres.session_gone``).
         """
-        import psycopg
-        from psycopg import pq
+        from store.postgres import session_gone
 
-        raw = self._raw
-        try:
-            readable, _, _ = select.select([raw.pgconn.socket], [], [], 0)
-            if readable:
-                raw.pgconn.consume_input()
-                while raw.pgconn.notifies() is not None:
-                    pass
-        except (psycopg.OperationalError, OSError, ValueError):
-            return False
-        return raw.pgconn.status == pq.ConnStatus.OK
+        return not session_gone(self._raw)
 
     async def _lose_session(self) -> None:
         """Every hold of the session is gone: forget them, take back their grants and waits, connect anew."""
+        from store.backend import pauses
         from store.postgres import StoreError, connect
 
         lost = await trio.to_thread.run_sync(self._forget_session, limiter=self._limiter)
@@ -218,7 +208,7 @@ class SharedLocks:
         log.error("%s (session %d): taking back %d cross-host grant(s) and wait(s)", LOST, self.session, len(lost))
         if self.on_lost is not None:
             self.on_lost(lost, f"{LOST}: the lock is lost (another host may hold it now)")
-        for pause in (*RECONNECT, *([RECONNECT[-1]] * 1_000_000)):
+        for pause in pauses():
             try:
                 raw = await trio.to_thread.run_sync(connect, self.url, limiter=self._limiter)
             except StoreError as exc:

@@ -12,13 +12,28 @@ the few queries that differ which SQL to speak (:mod:`store.dialect`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Final, Protocol, Sequence, final
+from typing import Final, Iterator, Protocol, Sequence, final
 
 import apsw
 
 from store import database
 from store.dialect import SQLITE
 from store.schema import Schema
+
+
+class StoreUnavailable(RuntimeError):
+    """The store's server cannot be reached, or the session with it ended during the request; the message says which."""
+
+
+#: Seconds between tries to reach a store's server again after a session to it was lost (the last repeats).
+RECONNECT_PAUSES: Final = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+def pauses() -> Iterator[float]:
+    """The waits between tries to reach the server again: :data:`RECONNECT_PAUSES`, then its last for ever."""
+    yield from RECONNECT_PAUSES
+    while True:
+        yield RECONNECT_PAUSES[-1]
 
 
 class Backend(Protocol):

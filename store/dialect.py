@@ -67,6 +67,13 @@ def flush(conn: Any) -> None:
         send()
 
 
+def broken(conn: Any) -> bool:
+    """Is the connection's session with its server over (a restart, a broken connection)?  Asked between
+    transactions.  Never on SQLite: a file does not hang up."""
+    check = getattr(conn, "broken", None)
+    return bool(check is not None and check())
+
+
 def aborted(conn: Any) -> bool:
     """Can the connection's transaction not go on as it was (the server refused a statement in it, or
     the connection is gone)?  Never on SQLite, whose errors are raised by the statement that failed."""

@@ -336,6 +336,13 @@ def key_chain(conn: apsw.Connection, key: ChainKey) -> Event | None:
     return None
 
 
+def carry_binding(old: apsw.Connection, new: apsw.Connection) -> None:
+    """A writer connected again: ``new`` appends as ``old`` did (the same key, the same refusal, if any)."""
+    binding = _BOUND.get(old)
+    if binding is not None:
+        _BOUND[new] = binding
+
+
 def bind_sealed(conn: apsw.Connection, key: ChainKey | None, reason: str) -> None:
     """Bind ``conn`` so that every append is refused with ``reason`` (reads and other writes go on)."""
     _BOUND[conn] = _Binding(key, reason)

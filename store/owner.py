@@ -53,7 +53,7 @@ import outcome
 import trio
 
 from store import anchor, dialect, events
-from store.backend import Backend
+from store.backend import Backend, StoreUnavailable
 from store.chainkey import ChainKey, ChainKeyError
 from store.schema import Schema
 
@@ -108,6 +108,8 @@ class StoreStatistics:
     replayed_batches: int = 0
     #: Round trips to the database server on the writer connection (0 on SQLite, which has none).
     round_trips: int = 0
+    #: Times the writer connected again after its session with the server ended.
+    reconnects: int = 0
 
 
 @attrs.define
@@ -152,6 +154,8 @@ class StoreOwner:
         self._verified_others = 0
         self._whole = 0
         self._replayed = 0
+        self._reconnects = 0
+        self._old_trips = 0  # round trips on writer connections since replaced
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self._conn = await trio.to_thread.run_sync(self.backend.open_writer, self._schemas, limiter=self._limiter)
@@ -272,7 +276,8 @@ class StoreOwner:
             verified_others=self._verified_others,
             whole_batches=self._whole,
             replayed_batches=self._replayed,
-            round_trips=getattr(self._conn, "round_trips", 0),
+            round_trips=self._old_trips + getattr(self._conn, "round_trips", 0),
+            reconnects=self._reconnects,
         )
 
     @property
@@ -442,18 +447,51 @@ class StoreOwner:
             self._head = report.head
 
     def _run_batch(self, batch: list[_Job]) -> None:
-        conn = self._conn
-        assert conn is not None
         self._jobs += len(batch)
         self._batches += 1
         self._largest = max(self._largest, len(batch))
         self._last_batch = len(batch)
+        conn = self._writer(batch)
+        if conn is None:
+            return
         if self._shared and all(job.replayable for job in batch):
             self._whole += 1
             if self._run_jobs(conn, batch, whole=True):
                 return
             self._replayed += 1
         self._run_jobs(conn, batch, whole=False)
+        if dialect.broken(conn):
+            # The session ended under the batch (a server restart): say so, not the driver's words.
+            for job in batch:
+                if isinstance(job.result, outcome.Error) and not isinstance(job.result.error, StoreUnavailable):
+                    job.result = outcome.Error(StoreUnavailable(
+                        f"the session with the store's server ended during this request ({job.result.error}); if it ended "
+                        "at the commit the change may have been made: look before doing it again"))
+
+    def _writer(self, batch: list[_Job]) -> Any:
+        """The writer connection, connected again if its session with the server ended; None (and every job
+        of ``batch`` failed) while the server cannot be reached."""
+        conn = self._conn
+        assert conn is not None
+        if not dialect.broken(conn):
+            return conn
+        log.warning("the writer's session with the store's server ended; connecting again")
+        try:
+            conn.close()
+        except Exception:  # noqa: BLE001 -- a dead session may fail even to close; it is gone either way
+            pass
+        try:
+            fresh = self.backend.open_writer(self._schemas)
+        except Exception as exc:  # noqa: BLE001 -- told to every job of the batch
+            failure = outcome.Error(StoreUnavailable(f"the store's server cannot be reached: {exc}"))
+            for job in batch:
+                job.result = failure
+            return None
+        events.carry_binding(conn, fresh)
+        self._old_trips += getattr(conn, "round_trips", 0)
+        self._conn = fresh
+        self._reconnects += 1
+        return fresh
 
     def _run_jobs(self, conn: Any, batch: list[_Job], *, whole: bool) -> bool:
         """The batch in one transaction, each job inside a savepoint; False if a whole batch must run again.

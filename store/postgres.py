@@ -33,8 +33,10 @@ READ ONLY transaction, so a read job sees one snapshot, as on SQLite's WAL.
 
 from __future__ import annotations
 
+import logging
 import queue
 import re
+import select
 from typing import Any, Callable, Final, Iterable, Iterator, Mapping, Sequence, final
 from urllib.parse import urlsplit, urlunsplit
 
@@ -42,6 +44,7 @@ import psycopg
 import psycopg.sql
 from psycopg import pq
 
+from store.backend import pauses
 from store.schema import Schema
 
 POSTGRESQL: Final = "postgresql"
@@ -51,6 +54,7 @@ WRITE_LOCK: Final = 0x636F6E636C617665  # "conclave"
 BROKER_GROUP: Final = "conclave_broker"
 #: Readers kept open for reuse.
 POOL_SIZE: Final = 8
+log = logging.getLogger("conclave.store")
 #: Statement texts whose translation is kept.
 _CACHE_SIZE: Final = 4096
 HOST_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -58,6 +62,29 @@ HOST_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
 class StoreError(RuntimeError):
     """The PostgreSQL store cannot be used as configured; the message says how to fix it."""
+
+
+def session_gone(raw: psycopg.Connection[Any]) -> bool:
+    """Is this idle session over -- closed, or the server said goodbye (a restart, ``pg_terminate_backend``)?
+
+    An idle session has nothing to read; when its socket is readable, what
+    is there is read (a notice is dropped, a goodbye or the close marks the
+    session bad).  One ``select`` when all is well.  Call it only while no
+    one else is using the connection.
+    """
+    if raw.closed:
+        return True
+    try:
+        # A goodbye and the close may need a read each: read while there is something to read (a few times at most).
+        for _ in range(4):
+            if not select.select([raw.pgconn.socket], [], [], 0)[0]:
+                break
+            raw.pgconn.consume_input()
+            while raw.pgconn.notifies() is not None:
+                pass
+    except (psycopg.OperationalError, OSError, ValueError):
+        return True
+    return raw.pgconn.status != pq.ConnStatus.OK
 
 
 # -- parameters -------------------------------------------------------------------
@@ -246,9 +273,12 @@ class PgConnection:
                 if sql == "ROLLBACK":
                     begun = not self._begin_held()
                     self._deferred = ()
-                    if begun and self.raw.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+                    if begun and not self.raw.closed and self.raw.pgconn.transaction_status != pq.TransactionStatus.IDLE:
                         self.round_trips += 1
-                        self.raw.execute(sql, prepare=False)
+                        try:
+                            self.raw.execute(sql, prepare=False)
+                        except psycopg.OperationalError:
+                            pass  # the session is gone, and with it the transaction: nothing left to roll back
                     return _Rows(None)
                 self._deferred = _control(self._deferred)
             # Transaction control: sent as is, with anything held back, in one round trip.
@@ -416,6 +446,10 @@ class PgConnection:
         row = self.execute("SELECT lastval()").fetchone()  # with whatever is held back: one round trip
         assert row is not None
         return int(row[0])
+
+    def broken(self) -> bool:
+        """Is this connection's session over (see :func:`session_gone`)?  Asked between transactions."""
+        return session_gone(self.raw)
 
     def aborted(self) -> bool:
         """This transaction cannot go on as it was: the server refused a statement in it (it is aborted
@@ -587,11 +621,14 @@ class PostgresBackend:
         return conn
 
     def open_reader(self) -> PgConnection:
-        try:
-            conn = self._pool.get_nowait()
-        except queue.Empty:
-            conn = PgConnection(connect(self.url), host=self.host, writer=False, release=self._give_back)
-        return conn
+        while True:
+            try:
+                conn = self._pool.get_nowait()
+            except queue.Empty:
+                return PgConnection(connect(self.url), host=self.host, writer=False, release=self._give_back)
+            if not session_gone(conn.raw):
+                return conn
+            conn.discard()  # its session ended while it waited here (a server restart): drop it, try the next
 
     def _give_back(self, conn: PgConnection) -> None:
         if conn.raw.closed or conn.raw.pgconn.transaction_status != pq.TransactionStatus.IDLE or self._pool.qsize() >= POOL_SIZE:
@@ -821,7 +858,7 @@ def brokers(url: str) -> list[dict[str, Any]]:
 LISTEN_POLL: Final = 0.25
 
 
-async def listen(url: str, channel: str, deliver: Any, *, task_status: Any = None) -> None:
+async def listen(url: str, channel: str, deliver: Any, *, task_status: Any = None, missed: Any = None) -> None:
     """Call ``deliver(payload)`` on the trio loop for every NOTIFY on ``channel``, until cancelled.
 
     psycopg's asynchronous API is asyncio's and the broker is trio: the
@@ -829,7 +866,13 @@ async def listen(url: str, channel: str, deliver: Any, *, task_status: Any = Non
     notification hops back to the event loop with ``trio.from_thread``.  A
     notification is sent when the transaction that raised it commits, so a
     waiter woken here finds the row committed.  Started with
-    ``nursery.start``: reports started once ``LISTEN`` is in place.
+    ``nursery.start``: reports started once ``LISTEN`` is in place (a first
+    connection that fails raises).
+
+    When the session ends later (a server restart, a broken connection) it
+    connects again, with the pauses of :func:`pauses`, and then calls
+    ``missed()`` on the trio loop: whatever was sent meanwhile went unheard,
+    so waiters should look again.
     """
     import threading
 
@@ -839,19 +882,46 @@ async def listen(url: str, channel: str, deliver: Any, *, task_status: Any = Non
     token = trio.lowlevel.current_trio_token()
     ready = trio.Event()
 
-    def loop() -> None:
-        raw = connect(url)
+    def hop(fn: Any, *args: Any) -> bool:
+        """Run ``fn(*args)`` on the trio loop; False once the loop is gone."""
         try:
-            raw.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
-            trio.from_thread.run_sync(ready.set, trio_token=token)
-            while not stop.is_set():
-                for notice in raw.notifies(timeout=LISTEN_POLL):
-                    try:
-                        trio.from_thread.run_sync(deliver, notice.payload, trio_token=token)
-                    except trio.RunFinishedError:
-                        return
-        finally:
-            raw.close()
+            trio.from_thread.run_sync(fn, *args, trio_token=token)
+        except trio.RunFinishedError:
+            return False
+        return True
+
+    def session(raw: psycopg.Connection[Any], again: bool) -> bool:
+        raw.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+        if not hop(ready.set) or (again and missed is not None and not hop(missed)):
+            return False
+        while not stop.is_set():
+            for notice in raw.notifies(timeout=LISTEN_POLL):
+                if not hop(deliver, notice.payload):
+                    return False
+        return False
+
+    def loop() -> None:
+        again = False
+        waits = pauses()
+        while not stop.is_set():
+            try:
+                raw = connect(url)
+            except StoreError as exc:
+                if not again:
+                    raise
+                log.warning("cannot listen on %s again yet: %s", channel, exc)
+                stop.wait(next(waits))
+                continue
+            try:
+                if not session(raw, again):
+                    return
+            except psycopg.OperationalError as exc:
+                if not again and not ready.is_set():
+                    raise
+                log.warning("the session listening on %s ended (%s); connecting again", channel, str(exc).strip())
+                again, waits = True, pauses()
+            finally:
+                raw.close()
 
     async with trio.open_nursery() as nursery:
 

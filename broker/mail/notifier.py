@@ -37,7 +37,8 @@ class _Unsubscribe:
 
 @attrs.frozen
 class _Ring:
-    mailboxes: tuple[str, ...]
+    #: None: every mailbox.
+    mailboxes: tuple[str, ...] | None
 
 
 @final
@@ -77,7 +78,7 @@ class Notifier:
                             del self._waiting[notice.mailbox]
                 else:
                     self._rings += 1
-                    for mailbox in notice.mailboxes:
+                    for mailbox in list(self._waiting) if notice.mailboxes is None else notice.mailboxes:
                         for event in self._waiting.pop(mailbox, ()):
                             event.set()
                             self._wakeups += 1
@@ -106,6 +107,11 @@ class Notifier:
         """Wake everyone waiting on these mailboxes (call after the commit)."""
         with suppress(trio.ClosedResourceError, trio.BrokenResourceError):
             self._send.send_nowait(_Ring(tuple(mailboxes)))
+
+    def ring_everyone(self) -> None:
+        """Wake every waiter (rings may have been missed: each looks at its mailbox again)."""
+        with suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+            self._send.send_nowait(_Ring(None))
 
     def statistics(self) -> NotifierStatistics:
         return NotifierStatistics(

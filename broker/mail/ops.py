@@ -94,7 +94,8 @@ async def start(core: BrokerCore, nursery: trio.Nursery) -> None:
             if isinstance(boxes, list):
                 mail.notifier.ring(str(b) for b in boxes)
 
-        await nursery.start(functools.partial(listen, backend.url, mailbox.MAIL_CHANNEL, heard))  # type: ignore[attr-defined]
+        # After a lost session, rings sent meanwhile went unheard: every waiter looks again.
+        await nursery.start(functools.partial(listen, backend.url, mailbox.MAIL_CHANNEL, heard, missed=mail.notifier.ring_everyone))  # type: ignore[attr-defined]
 
 
 @OPS.op("msg.send", SendArgs)
@@ -141,10 +142,15 @@ async def inbox(call: Call, args: InboxArgs) -> list[Message]:
     if args.wait:
         if not core.live:
             raise ConclaveError(ErrorCode.UNAVAILABLE, "msg.inbox: no broker is running, so no mail can arrive while you wait")
-        # Subscribe before looking, so mail committed after the look still rings.
-        with mail.notifier.doorbell(box) as arrived:
-            if not await mail.job(lambda conn: mailbox.unread_count(conn, box)):
-                if not await wait_while_connected(arrived, args.wait, call.peer_gone):
+        deadline = trio.current_time() + args.wait
+        while True:
+            # Subscribe before looking, so mail committed after the look still rings.  A ring with
+            # nothing unread (every waiter is rung after a lost listening session) waits on.
+            with mail.notifier.doorbell(box) as arrived:
+                left = deadline - trio.current_time()
+                if left <= 0 or await mail.job(lambda conn: mailbox.unread_count(conn, box)):
+                    break
+                if not await wait_while_connected(arrived, left, call.peer_gone):
                     # Listing now would mark mail read for a client that will never see it.
                     raise ConclaveError(ErrorCode.UNAVAILABLE, "msg.inbox: the client hung up while waiting; nothing was read")
     return await mail.job(
