@@ -202,6 +202,11 @@ async def _acquire_across_hosts(call: Call, table: LockTable, across: SharedLock
             )
         if not await across.changed(left, call.peer_gone):
             raise ConclaveError(ErrorCode.TIMEOUT, "the client hung up while waiting; nothing was taken")
+    try:
+        table.recheck(request)  # the holder's other connection may have taken or joined the line for it meanwhile
+    except ConclaveError:
+        across.give_back(taken.holds)
+        raise
     request.tokens = taken.tokens
     across.bind(request.holder, taken)  # before the grant: a release racing it finds the holds
     try:

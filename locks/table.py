@@ -288,7 +288,6 @@ class LockTable:
         if len(set(keys)) < len(keys):
             twice = sorted({k for k in keys if keys.count(k) > 1})
             raise ConclaveError(ErrorCode.INVALID_ARGS, f"{', '.join(twice)} is listed twice in one request")
-        mine = self._by_owner.get(holder, _NOTHING)
         for r in resources:
             if r.kind is Kind.SLOT and r.slot_name not in self._slots:
                 declared = ", ".join(sorted(self._slots)) or "none"
@@ -296,11 +295,27 @@ class LockTable:
                     ErrorCode.NOT_FOUND,
                     f"no slot named {r.slot_name!r} (declared: {declared}); add a [[slot]] table with name and capacity to the team file",
                 )
-            held = mine.get(r.key)
+        self._refuse_twice(holder, keys)
+        return Request(owner, tuple(resources), mode, ttl, scope, connection, keys, holder)
+
+    def recheck(self, request: Request) -> None:
+        """Before granting a request checked earlier (a cross-host request waits on the server in between):
+        does its holder still neither hold nor wait for any of it?  Another connection of the same
+        principal may have asked meanwhile.
+
+        Raises:
+            ConclaveError: ``conflict``, as :meth:`request` would.
+        """
+        self._refuse_twice(request.holder, request.keys)
+
+    def _refuse_twice(self, holder: str, keys: Sequence[str]) -> None:
+        mine = self._by_owner.get(holder, _NOTHING)
+        for key in keys:
+            held = mine.get(key)
             if held is not None:
                 raise ConclaveError(
                     ErrorCode.CONFLICT,
-                    f"you already hold {r.key} ({held.mode.value}, token {held.token}, since {held.since}); "
+                    f"you already hold {key} ({held.mode.value}, token {held.token}, since {held.since}); "
                     "release it first or leave it out of this request",
                 )
         for w in self._queue:
@@ -311,7 +326,6 @@ class LockTable:
                         ErrorCode.CONFLICT,
                         f"you are already waiting for {', '.join(sorted(twice))} in another request (since {w.since})",
                     )
-        return Request(owner, tuple(resources), mode, ttl, scope, connection, keys, holder)
 
     def acquire_nowait(self, request: Request) -> list[Holding]:
         """Grant now or refuse; never wait.

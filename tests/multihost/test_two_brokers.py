@@ -212,3 +212,31 @@ def test_a_broker_whose_store_session_ends_takes_back_what_stood_on_it(two_hosts
         time.sleep(0.1)
     assert reply["result"]["grants"][0]["resource"] == "name://after"
     assert "held on host alpha" in carol.try_call("lock.acquire", resources=["name://after"])["error"]["message"]
+
+
+def test_one_agent_asking_twice_at_once_across_hosts_is_granted_once(two_hosts: Callable[..., tuple[Run, Run]]) -> None:
+    """alice's two processes ask for the same named lock at once while beta holds it.  Both wait on
+    the server (a session's advisory locks stack, so both get the server's hold when carol lets go);
+    the local table must still grant alice the lock once and refuse the other ask as a conflict."""
+    import shlex
+
+    from broker.entry import conclave_argv
+
+    a, b = two_hosts([{"name": "alice"}], [{"name": "carol"}])
+    alice, carol = a.puppet("alice"), b.puppet("carol")
+    carol.call("lock.acquire", resources=["name://deploy"])
+    ask = shlex.join(conclave_argv("lock", "acquire", "name://deploy", "--wait", "20", "--json"))
+    script = f"({ask} > one.out 2>&1; echo $? > one.rc) & ({ask} > two.out 2>&1; echo $? > two.rc) & sleep 1.5; echo go > go; wait"
+    both = threading.Thread(target=lambda: alice.sh("sh", "-c", script, timeout=60))
+    both.start()
+    a.wait_until(lambda: (a.repo / "go").exists(), timeout=20, what="both asks to wait")
+    carol.call("lock.release", resources=["name://deploy"])
+    both.join(timeout=40)
+    codes = sorted(int((a.repo / f"{n}.rc").read_text()) for n in ("one", "two"))
+    outs = [(a.repo / f"{n}.out").read_text() for n in ("one", "two")]
+    held = [h for h in a.op("lock.list")["holdings"] if h["resource"] == "name://deploy"]
+    assert len(held) == 1, held  # granted once
+    assert codes[0] == 0 and codes[1] != 0, (codes, outs)
+    assert any("already" in out for out in outs), outs
+    # The control: the one grant is a real one -- beta cannot have it.
+    assert carol.try_call("lock.acquire", resources=["name://deploy"])["error"]["code"] == "locked"
