@@ -70,6 +70,8 @@ log = logging.getLogger("conclave.locks")
 CHANNEL: Final = "conclave_locks"
 #: Longest a waiter sleeps between tries when no notification comes (a dead broker sends none).
 POLL: Final = 0.25
+#: Longest the lease watcher goes without looking at the session.
+LEASE_CHECK: Final = 1.0
 LOST: Final = "this broker's session with the store's server ended, and the server dropped its cross-host holds with it"
 
 
@@ -131,6 +133,8 @@ class SharedLocks:
         self.on_lost: Callable[[set[tuple[str, str]], str], Any] | None = None
         #: Sessions lost so far.
         self.lost_sessions = 0
+        #: Set on the lease thread when the session must be ended (a hold it could not give back).
+        self._suspect = False
         self._limiter = trio.CapacityLimiter(1)
         #: The holds each (holder, resource) keeps, one per grant (a list: a grant may be bound before an
         #: earlier one of the same holder and resource is released).
@@ -173,65 +177,76 @@ class SharedLocks:
         return taken.session == self.session and self._raw is not None
 
     async def _watch_lease(self) -> None:
-        """Notice the moment the lease session ends (see the module docstring); then take back what stood on it and reconnect."""
-        import psycopg  # only a broker on a server gets here
+        """Notice the lease session ending (see the module docstring); then take back what stood on it and reconnect.
 
+        Woken when the socket turns readable, and at least every
+        :data:`LEASE_CHECK` seconds: libpq closes the socket itself when it
+        meets the end in the middle of a query, and a closed descriptor never
+        turns readable.
+        """
         while True:
             raw = self._raw
-            try:
-                await trio.lowlevel.wait_readable(raw.pgconn.socket)
-            except psycopg.OperationalError:
-                pass  # already closed: gone
-            else:
-                if await trio.to_thread.run_sync(self._still_there, limiter=self._limiter):
-                    continue
+            with trio.move_on_after(LEASE_CHECK):
+                try:
+                    await trio.lowlevel.wait_readable(raw.pgconn.socket)
+                except Exception:  # noqa: BLE001 -- closed, reused or unreadable: the check below decides
+                    await trio.sleep(0)
+            if await trio.to_thread.run_sync(self._still_there, limiter=self._limiter):
+                continue
             await self._lose_session()
 
     def _still_there(self) -> bool:
-        """The lease socket turned readable while nothing was asked of it (lease thread): is the session still there?
+        """(Lease thread.)  Is the session still there, and may it go on (see ``store.postgres.session_gone``)?
 
         What a query of this broker's own made readable is read by then (it
         held the limiter); what is left is the server's goodbye, its close, or
-        a notice (``store.postgres.session_gone``).
+        a notice.
         """
         from store.postgres import session_gone
 
-        return not session_gone(self._raw)
+        return not self._suspect and not session_gone(self._raw)
 
     async def _lose_session(self) -> None:
         """Every hold of the session is gone: forget them, take back their grants and waits, connect anew."""
         from store.backend import pauses
-        from store.postgres import StoreError, connect
+        from store.postgres import StoreError
 
-        lost = await trio.to_thread.run_sync(self._forget_session, limiter=self._limiter)
+        # On the event loop, where grants are bound: none can slip between the look and the clearing.
+        lost = set(self._bound)
+        self._bound.clear()
+        raw, self._raw = self._raw, None
+        await trio.to_thread.run_sync(self._end_session, raw, limiter=self._limiter)
         self.lost_sessions += 1
         log.error("%s (session %d): taking back %d cross-host grant(s) and wait(s)", LOST, self.session, len(lost))
         if self.on_lost is not None:
             self.on_lost(lost, f"{LOST}: the lock is lost (another host may hold it now)")
         for pause in pauses():
             try:
-                raw = await trio.to_thread.run_sync(connect, self.url, limiter=self._limiter)
+                await trio.to_thread.run_sync(self._new_session, limiter=self._limiter)
             except StoreError as exc:
                 log.warning("cannot reconnect the lock lease to the store's server yet: %s", str(exc).strip())
                 await trio.sleep(pause)
                 continue
-            self._raw = raw
-            self.session += 1
             log.warning("the lock lease is back (session %d)", self.session)
             self._changed.set()  # waiters try again at once
             return
 
-    def _forget_session(self) -> set[tuple[str, str]]:
-        """(Lease thread.)  Close the dead session; return every ``(holder, resource)`` whose hold was on it."""
-        raw, self._raw = self._raw, None
+    def _end_session(self, raw: Any) -> None:
+        """(Lease thread.)  Close the session: the server drops every hold it still had."""
         try:
             raw.close()
         except Exception:  # noqa: BLE001 -- a dead session may fail even to close; it is gone either way
             pass
         self._units.clear()
-        lost = set(self._bound)
-        self._bound.clear()
-        return lost
+        self._suspect = False
+
+    def _new_session(self) -> None:
+        """(Lease thread, so no take runs half on the old session and half on the new.)"""
+        from store.postgres import connect
+
+        raw = connect(self.url)
+        self.session += 1
+        self._raw = raw
 
     def _heard(self, _payload: str) -> None:
         self._changed.set()
@@ -254,15 +269,18 @@ class SharedLocks:
 
         if raw is None:
             raise ConclaveError(ErrorCode.UNAVAILABLE, f"{LOST}; it is reconnecting: cross-host locks cannot be taken until it is back (try again)")
-        try:
-            return self._try_on(raw, resources, shared, capacity)
-        except psycopg.OperationalError as exc:
-            # The session ended under the request: what it took died with it (the watcher takes back the rest).
-            raise ConclaveError(ErrorCode.UNAVAILABLE, f"{LOST} ({str(exc).strip()}); nothing was taken (try again)") from None
-
-    def _try_on(self, raw: Any, resources: tuple[Resource, ...], shared: bool, capacity: dict[str, int]) -> Taken:
-        session = self.session
         holds: list[Hold] = []
+        try:
+            return self._try_on(raw, resources, shared, capacity, holds)
+        except psycopg.Error as exc:
+            # Ended or cancelled under the request.  What it took must not outlive it: give it back (a
+            # session that ended took it along; one that cannot give it back is ended: _suspect).
+            self._unlock(tuple(holds), notify=False)
+            raise ConclaveError(ErrorCode.UNAVAILABLE, f"taking a cross-host lock failed on the store's server ({str(exc).strip()}); "
+                                "nothing was taken (try again)") from None
+
+    def _try_on(self, raw: Any, resources: tuple[Resource, ...], shared: bool, capacity: dict[str, int], holds: list[Hold]) -> Taken:
+        session = self.session
         blocked: list[str] = []
         for r in resources:
             if r.kind is Kind.SLOT:
@@ -273,11 +291,11 @@ class SharedLocks:
                     if key not in self._units and raw.execute("SELECT pg_try_advisory_lock($1)", (key,)).fetchone()[0]:
                         self._units.add(key)
                         hold = Hold(r.key, key, False, session)
+                        holds.append(hold)
                         break
                 if hold is None:
                     blocked.append(f"{r.key}: every unit is held ({self._holders(raw, [advisory_key(f'{r.key}#{u}') for u in range(capacity[r.key])])})")
                     break
-                holds.append(hold)
                 continue
             key = advisory_key(r.key)
             verb = "pg_try_advisory_lock_shared" if shared else "pg_try_advisory_lock"
@@ -365,13 +383,21 @@ class SharedLocks:
         holds = tuple(hold for hold in holds if hold.session == self.session)
         if raw is None or not holds:
             return
-        try:
-            for hold in holds:
-                verb = "pg_advisory_unlock_shared" if hold.shared else "pg_advisory_unlock"
-                raw.execute(f"SELECT {verb}($1)", (hold.key,))
-                self._units.discard(hold.key)
-            if notify:
-                raw.execute("SELECT pg_notify($1, $2)", (CHANNEL, holds[0].resource))
-        except psycopg.OperationalError as exc:
-            # The session is ending: the server drops these holds with it, and the watcher takes back the rest.
-            log.warning("giving back a cross-host hold failed, the lease session is ending: %s", str(exc).strip())
+        left = list(holds)
+        for attempt in (1, 2):
+            try:
+                while left:
+                    hold = left[0]
+                    verb = "pg_advisory_unlock_shared" if hold.shared else "pg_advisory_unlock"
+                    raw.execute(f"SELECT {verb}($1)", (hold.key,))
+                    self._units.discard(hold.key)
+                    left.pop(0)
+                if notify:
+                    raw.execute("SELECT pg_notify($1, $2)", (CHANNEL, holds[0].resource))
+                return
+            except psycopg.Error as exc:
+                log.warning("giving back a cross-host hold failed (try %d): %s", attempt, str(exc).strip())
+        if left:
+            # A hold this session cannot give back would stand for ever: end the session, which the
+            # server answers by dropping every hold of it (the watcher takes back the grants on it).
+            self._suspect = True

@@ -257,7 +257,12 @@ class StoreOwner:
             finally:
                 conn.close()
 
-        return await trio.to_thread.run_sync(run)
+        try:
+            return await trio.to_thread.run_sync(run)
+        except Exception as exc:
+            if self._unreachable(exc):
+                raise StoreUnavailable(f"the store's server cannot be reached: {exc}") from None
+            raise
 
     def close(self) -> None:
         self._send.close()
@@ -461,12 +466,17 @@ class StoreOwner:
             self._replayed += 1
         self._run_jobs(conn, batch, whole=False)
         if dialect.broken(conn):
-            # The session ended under the batch (a server restart): say so, not the driver's words.
+            # The session ended under the batch (a server restart): say so, not the driver's words
+            # (a job refused for its own reasons before that keeps its refusal).
             for job in batch:
-                if isinstance(job.result, outcome.Error) and not isinstance(job.result.error, StoreUnavailable):
+                if isinstance(job.result, outcome.Error) and self._unreachable(job.result.error):
                     job.result = outcome.Error(StoreUnavailable(
                         f"the session with the store's server ended during this request ({job.result.error}); if it ended "
                         "at the commit the change may have been made: look before doing it again"))
+
+    def _unreachable(self, exc: BaseException) -> bool:
+        check = getattr(self.backend, "unreachable", None)
+        return bool(check is not None and check(exc))
 
     def _writer(self, batch: list[_Job]) -> Any:
         """The writer connection, connected again if its session with the server ended; None (and every job

@@ -247,6 +247,9 @@ class PgConnection:
         #: and a job that sends nothing never costs the server a savepoint).  ``_job_saved``: it was sent.
         self._job_mark: int | None = None
         self._job_saved = False
+        #: A send failed before the server saw all of it (psycopg refused a parameter, the connection
+        #: broke): what was held back with it is gone, whichever job it was (:meth:`aborted`).
+        self._send_failed = False
         #: The head and ids as they were at the owner's last ``SAVEPOINT job`` (what ``ROLLBACK TO job`` returns to).
         self._at_job: tuple[Any, dict[str, int]] = (None, {})
 
@@ -266,7 +269,8 @@ class PgConnection:
             if sql.startswith(("ROLLBACK", "COMMIT")):
                 self._head = None
                 self._ids.clear()
-                self._job_mark, self._job_saved = None, False
+            if sql in ("ROLLBACK", "COMMIT"):
+                self._job_mark, self._job_saved, self._send_failed = None, False, False
             if sql.startswith("ROLLBACK"):
                 # What a rollback undoes need not be sent: keep only the transaction control held back
                 # (the savepoint a ROLLBACK TO returns to), and nothing at all for a whole ROLLBACK.
@@ -374,6 +378,14 @@ class PgConnection:
         if self._job_mark is not None and not self._job_saved:
             held = (*held[: self._job_mark], _SAVEPOINT_JOB, *held[self._job_mark :])
             self._job_saved = True
+        try:
+            self._send_now(held, last, cursor)
+        except BaseException:
+            if held:
+                self._send_failed = True
+            raise
+
+    def _send_now(self, held: tuple[_Held, ...], last: _Held | None, cursor: psycopg.Cursor[Any] | None) -> None:
         if not held:
             if last is not None:
                 self.round_trips += 1
@@ -400,8 +412,15 @@ class PgConnection:
                     reads.append((reader, consume))
                 else:
                     self.raw.execute(text, params, prepare=None if params is not None else False)
+        committed = last is not None and last[0] == "COMMIT"
         for reader, consume in reads:
-            consume(_Rows(reader))
+            if not committed:
+                consume(_Rows(reader))
+                continue
+            try:
+                consume(_Rows(reader))
+            except Exception:  # noqa: BLE001 -- the commit is done: an error now must not undo the answer
+                log.exception("a held read's rows could not be taken after the commit")
 
     # -- the event log's head, while this writer holds the write lock ------------------------
 
@@ -453,7 +472,9 @@ class PgConnection:
 
     def aborted(self) -> bool:
         """This transaction cannot go on as it was: the server refused a statement in it (it is aborted
-        until rolled back to a savepoint), or the connection is gone."""
+        until rolled back to a savepoint), a send failed with other statements in it, or the connection is gone."""
+        if self._send_failed:
+            return True
         if self._begin_held():
             return False  # nothing sent yet
         return self.raw.pgconn.transaction_status != pq.TransactionStatus.INTRANS
@@ -470,7 +491,7 @@ class PgConnection:
         self._head = None
         self._ids.clear()
         self._at_job = (None, {})
-        self._job_mark, self._job_saved = None, False
+        self._job_mark, self._job_saved, self._send_failed = None, False, False
         self._deferred = ()  # a new transaction: whatever was held back belonged to the one that ended
         if self.writer:
             # Begin, then take the store's write lock: held back and sent with the first statement.
@@ -545,6 +566,22 @@ def _control(held: tuple[_Held, ...]) -> tuple[_Held, ...]:
 # -- the backend -------------------------------------------------------------------------
 
 
+def require_utf8(raw: psycopg.Connection[Any], url: str) -> None:
+    """Refuse a database whose encoding is not UTF8: agents write any Unicode text, and text the
+    server cannot store would be refused only once a batch is on its way.
+
+    Raises:
+        StoreError: naming the encoding found and how to make a UTF8 database.
+    """
+    row = raw.execute("SHOW server_encoding").fetchone()
+    encoding = str(row[0]) if row else "?"
+    if encoding.upper() not in ("UTF8", "UTF-8"):
+        raise StoreError(
+            f"the PostgreSQL store {redact(url)} uses encoding {encoding}; conclave needs UTF8 (agents write any Unicode text). "
+            "Create the database with CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0"
+        )
+
+
 def redact(url: str) -> str:
     """``url`` without its password, for messages and logs."""
     parts = urlsplit(url)
@@ -558,7 +595,7 @@ def redact(url: str) -> str:
 def connect(url: str) -> psycopg.Connection[Any]:
     """A raw autocommit connection (conclave issues BEGIN and COMMIT itself)."""
     try:
-        return psycopg.connect(url, autocommit=True, cursor_factory=psycopg.RawCursor)
+        return psycopg.connect(url, autocommit=True, cursor_factory=psycopg.RawCursor, client_encoding="UTF8")
     except psycopg.OperationalError as exc:
         raise StoreError(f"cannot connect to the PostgreSQL store {redact(url)}: {str(exc).strip()}") from None
 
@@ -611,6 +648,7 @@ class PostgresBackend:
         raw = connect(self.url)
         conn = PgConnection(raw, host=self.host, writer=True)
         try:
+            require_utf8(raw, self.url)
             if self.migrate_on_open:
                 migrate(conn, schemas)
             else:
@@ -619,6 +657,10 @@ class PostgresBackend:
             raw.close()
             raise
         return conn
+
+    def unreachable(self, exc: BaseException) -> bool:
+        """Does ``exc`` say the server could not be reached, or the session with it ended (not a refusal of the request)?"""
+        return isinstance(exc, (StoreError, psycopg.OperationalError, psycopg.InterfaceError))
 
     def open_reader(self) -> PgConnection:
         while True:
@@ -807,6 +849,7 @@ def init(url: str, schemas: Sequence[Schema]) -> int:
     """
     raw = connect(url)
     try:
+        require_utf8(raw, url)
         return migrate(PgConnection(raw, host=None, writer=True), schemas)
     finally:
         raw.close()

@@ -305,3 +305,75 @@ def test_what_a_block_held_back_goes_with_its_commit_and_a_refusal_there_rolls_i
     assert conn.getautocommit()  # the failed transaction was rolled back, not left open
     assert [n for (n,) in conn.execute("SELECT n FROM kept ORDER BY n")] == [1, 2]
     conn.close()
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("replayable", [True, False])
+async def test_a_parameter_psycopg_refuses_fails_its_own_job_alone_even_when_sent_with_another(
+    pg_cluster: Any, tmp_path: Path, replayable: bool
+) -> None:
+    """A held INSERT whose parameter psycopg will not send (a NUL byte: the wire refuses it, the owner
+    is reached here directly) fails inside the *next* job's round trip.  In a whole batch that send
+    took other jobs' statements with it, so the batch runs again job by job: the NUL job fails, the
+    others stand, and the chain verifies (found by review: the later job took the blame, the first
+    job's claim was reported stored but was not, and the chain broke)."""
+    from broker.identity import Principal, Role
+    from memory import authoring, retrieval
+    from memory.policy import TrustPolicy
+    from store.owner import _Job
+
+    url = pg_cluster.broker_url(pg_cluster.database(), "alpha")
+    backend = PostgresBackend(url, migrate=False)
+    backend.identify()
+    key_file = tmp_path / "chain-key"
+    owner = StoreOwner(backend, [], chain=ChainFiles(key_file, tmp_path / "chain-anchor"))
+    policy = TrustPolicy()
+    me = Principal(agent="alice", session="0123456789ab", role=Role.AGENT, domain="alice", host="alpha")
+
+    def remember(text: str) -> Any:
+        return lambda conn: authoring.remember(conn, policy, me, kind="discovery", scope="repo", text=text, evidence=None)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(owner.run)
+        await owner.call(remember("A first fact about the build cache."), replayable=True)
+        jobs = [
+            _Job(remember("The cache key \x00 is the lockfile hash."), replayable),
+            _Job(lambda conn: retrieval.recall(conn, policy, me, "cache", limit=5), replayable),  # its read sends job 1's writes
+            _Job(remember("Another fact about the cache directory."), replayable),
+        ]
+        for job in jobs:  # queued together, as concurrent calls are: one batch
+            owner._send.send_nowait(job)
+        for job in jobs:
+            await job.done.wait()
+        stored = await owner.call(lambda conn: [t for (t,) in conn.execute("SELECT text FROM claims ORDER BY id")])
+        verified = await owner.call(lambda conn: events.verify_chain(conn, ChainKey.load(key_file)))
+        stats = owner.statistics()
+        owner.close()
+        nursery.cancel_scope.cancel()
+    import outcome
+
+    assert isinstance(jobs[0].result, outcome.Error)
+    assert isinstance(jobs[1].result, outcome.Value) and isinstance(jobs[2].result, outcome.Value)
+    assert jobs[2].result.value["id"] == 2 and stored == ["A first fact about the build cache.", "Another fact about the cache directory."]
+    assert verified.ok, verified.reason
+    assert stats.replayed_batches == (1 if replayable else 0)
+
+
+def test_a_database_that_is_not_utf8_is_refused_with_how_to_make_one(pg_cluster: Any) -> None:
+    from broker import composition
+    from store import postgres
+
+    with pg_cluster.admin() as admin:
+        admin.execute("CREATE DATABASE latin1_store TEMPLATE template0 ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C'")
+    try:
+        postgres.init(pg_cluster.url("latin1_store"), composition.schemas())
+    except postgres.StoreError as exc:
+        assert "uses encoding LATIN1; conclave needs UTF8" in str(exc) and "ENCODING 'UTF8'" in str(exc)
+    else:
+        raise AssertionError("a LATIN1 database was taken")
+    # The control: a UTF8 database is taken by the same call.
+    with pg_cluster.admin() as admin:
+        admin.execute("CREATE DATABASE utf8_store TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'")
+    assert postgres.init(pg_cluster.url("utf8_store"), composition.schemas()) > 0
