@@ -13,13 +13,29 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import outcome
 import psycopg
+import pytest
 import trio
 
+from broker.identity import Principal, Role
+from memory import authoring, retrieval
+from memory.policy import TrustPolicy
 from store import events
 from store.chainkey import ChainKey
-from store.owner import ChainFiles, StoreOwner
+from store.owner import ChainFiles, StoreOwner, _Job
 from store.postgres import PostgresBackend
+
+#: An agent of host alpha's broker, the role the owners below log in with.
+ALICE = Principal(agent="alice", session="0123456789ab", role=Role.AGENT, domain="alice", host="alpha")
+
+
+def alpha_owner(pg_cluster: Any, tmp_path: Path) -> tuple[StoreOwner, Path]:
+    """A store owner writing as host alpha's broker on a fresh database, and its chain key file."""
+    backend = PostgresBackend(pg_cluster.broker_url(pg_cluster.database(), "alpha"), migrate=False)
+    assert backend.identify() == "alpha"
+    key_file = tmp_path / "chain-key"
+    return StoreOwner(backend, [], chain=ChainFiles(key_file, tmp_path / "chain-anchor")), key_file
 
 
 async def test_jobs_are_grouped_and_a_job_failing_on_its_first_statement_rolls_back_alone(pg_cluster: Any, tmp_path: Path) -> None:
@@ -199,17 +215,9 @@ async def test_replayable_jobs_run_as_whole_batches_and_each_failure_stays_its_o
     read that fails -- the batch is rolled back and run again job by job: only the failing job fails,
     nothing is written twice, and every twin list is read inside the transaction as before.  A job
     that raises on its own rolls back alone, without a replay."""
-    from broker.identity import Principal, Role
-    from memory import authoring
-    from memory.policy import TrustPolicy
-
-    url = pg_cluster.broker_url(pg_cluster.database(), "alpha")
-    backend = PostgresBackend(url, migrate=False)
-    backend.identify()
-    key_file = tmp_path / "chain-key"
-    owner = StoreOwner(backend, [], chain=ChainFiles(key_file, tmp_path / "chain-anchor"))
+    owner, key_file = alpha_owner(pg_cluster, tmp_path)
     policy = TrustPolicy()
-    mine = Principal(agent="alice", session="0123456789ab", role=Role.AGENT, domain="alice", host="alpha")
+    mine = ALICE
     forged = Principal(agent="bob", session="0123456789ab", role=Role.AGENT, domain="bob", host="beta")  # another host's agent
     words = [f"Fact {i % 20}: the build cache of service {i % 20} is keyed on its lockfile." for i in range(60)]
 
@@ -307,9 +315,6 @@ def test_what_a_block_held_back_goes_with_its_commit_and_a_refusal_there_rolls_i
     conn.close()
 
 
-import pytest  # noqa: E402
-
-
 @pytest.mark.parametrize("replayable", [True, False])
 async def test_a_parameter_psycopg_refuses_fails_its_own_job_alone_even_when_sent_with_another(
     pg_cluster: Any, tmp_path: Path, replayable: bool
@@ -319,18 +324,9 @@ async def test_a_parameter_psycopg_refuses_fails_its_own_job_alone_even_when_sen
     took other jobs' statements with it, so the batch runs again job by job: the NUL job fails, the
     others stand, and the chain verifies (found by review: the later job took the blame, the first
     job's claim was reported stored but was not, and the chain broke)."""
-    from broker.identity import Principal, Role
-    from memory import authoring, retrieval
-    from memory.policy import TrustPolicy
-    from store.owner import _Job
-
-    url = pg_cluster.broker_url(pg_cluster.database(), "alpha")
-    backend = PostgresBackend(url, migrate=False)
-    backend.identify()
-    key_file = tmp_path / "chain-key"
-    owner = StoreOwner(backend, [], chain=ChainFiles(key_file, tmp_path / "chain-anchor"))
+    owner, key_file = alpha_owner(pg_cluster, tmp_path)
     policy = TrustPolicy()
-    me = Principal(agent="alice", session="0123456789ab", role=Role.AGENT, domain="alice", host="alpha")
+    me = ALICE
 
     def remember(text: str) -> Any:
         return lambda conn: authoring.remember(conn, policy, me, kind="discovery", scope="repo", text=text, evidence=None)
@@ -352,8 +348,6 @@ async def test_a_parameter_psycopg_refuses_fails_its_own_job_alone_even_when_sen
         stats = owner.statistics()
         owner.close()
         nursery.cancel_scope.cancel()
-    import outcome
-
     assert isinstance(jobs[0].result, outcome.Error)
     assert isinstance(jobs[1].result, outcome.Value) and isinstance(jobs[2].result, outcome.Value)
     assert jobs[2].result.value["id"] == 2 and stored == ["A first fact about the build cache.", "Another fact about the cache directory."]
