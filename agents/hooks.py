@@ -32,9 +32,12 @@ shell instead (:func:`command`).
 agent's unread mail; if there is any, it answers ``{"decision": "block",
 "reason": ...}`` with the messages rendered and fenced as ``conclave msg
 inbox`` renders them, and the agent carries on with them in its context.
-Mail it takes is marked read, so each message wakes the agent once.  When
-the broker cannot be asked, the agent stops: a stop hook that traps an
-agent helps nobody.
+Mail it takes is marked read, so each message wakes the agent once.  A
+stop that mail already put off (``stop_hook_active``) is not put off again:
+otherwise any agent sending mail steadily could keep another from ever
+stopping.  Mail that arrived meanwhile stays unread for the agent's next
+turn.  When the broker cannot be asked, the agent stops: a stop hook that
+traps an agent helps nobody.
 
 Writes made through a shell (``sed -i``, ``cat >``) are not edit tool calls
 and no hook sees them; the git pre-commit guard refuses to commit them
@@ -212,6 +215,9 @@ MAIL_HEADER: Final = (
 def stop(event: Any, *, ask: Ask) -> str | None:
     """The reason to keep the agent going (its new mail, fenced), or None to let it stop."""
     from broker.errors import ConclaveError
+
+    if isinstance(event, dict) and event.get("stop_hook_active") is True:
+        return None  # already kept going once: let it stop, and leave the mail unread (not taken)
 
     try:
         messages = ask("msg.inbox", {"unread": True, "limit": STOP_MAIL_LIMIT})

@@ -312,6 +312,19 @@ def test_stop_with_new_mail_keeps_the_agent_going_with_the_mail_fenced(run):
     assert again.returncode == 0 and again.stdout == ""
 
 
+def test_a_stop_mail_put_off_once_is_not_put_off_again_and_the_new_mail_waits_unread(run):
+    """Otherwise bob, sending mail steadily, could keep alice from ever stopping."""
+    alice, bob = run.puppet("alice"), run.puppet("bob")
+    alice.call("msg.inbox", unread=True)  # start from an empty inbox
+    bob.call("msg.send", to="alice", body="first")
+    assert json.loads(hook(alice, stop_event(), "stop").stdout)["decision"] == "block"  # the control: mail puts a stop off
+    bob.call("msg.send", to="alice", body="second, while alice was handling the first")
+    again = hook(alice, {**stop_event(), "stop_hook_active": True}, "stop")
+    assert again.returncode == 0 and again.stdout == ""  # not put off twice in a row
+    unread = alice.call("msg.inbox", unread=True)
+    assert [m["body"] for m in unread] == ["second, while alice was handling the first"]  # not taken: it waits
+
+
 def test_stop_without_a_broker_lets_the_agent_stop():
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
     done = subprocess.run([sys.executable, "-I", "-m", "agents.hooks", "stop"], input=json.dumps(stop_event()),
