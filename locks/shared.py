@@ -72,6 +72,8 @@ CHANNEL: Final = "conclave_locks"
 POLL: Final = 0.25
 #: Longest the lease watcher goes without looking at the session.
 LEASE_CHECK: Final = 1.0
+RENEWED: Final = ("this broker ended its session with the store's server, because a lock call on it failed and what "
+                  "it held could not be known; the server dropped its cross-host holds with it")
 LOST: Final = "this broker's session with the store's server ended, and the server dropped its cross-host holds with it"
 
 
@@ -133,8 +135,10 @@ class SharedLocks:
         self.on_lost: Callable[[set[tuple[str, str]], str], Any] | None = None
         #: Sessions lost so far.
         self.lost_sessions = 0
-        #: Set on the lease thread when the session must be ended (a hold it could not give back).
+        #: Set on the lease thread when what the session holds is unknown (a lock call failed): it must be ended.
         self._suspect = False
+        #: The lease watcher's current wait (cancelled to make it look now).
+        self._watching: trio.CancelScope | None = None
         self._limiter = trio.CapacityLimiter(1)
         #: The holds each (holder, resource) keeps, one per grant (a list: a grant may be bound before an
         #: earlier one of the same holder and resource is released).
@@ -160,6 +164,7 @@ class SharedLocks:
                 task_status.started()
                 async for holds in self._receive:
                     await trio.to_thread.run_sync(self._unlock, holds, limiter=self._limiter)
+                    self._poke_if_suspect()
                     self._done += 1
                     self._progress.set()
                     self._progress = trio.Event()
@@ -186,7 +191,7 @@ class SharedLocks:
         """
         while True:
             raw = self._raw
-            with trio.move_on_after(LEASE_CHECK):
+            with trio.move_on_after(LEASE_CHECK) as self._watching:
                 try:
                     await trio.lowlevel.wait_readable(raw.pgconn.socket)
                 except Exception:  # noqa: BLE001 -- closed, reused or unreadable: the check below decides
@@ -215,11 +220,12 @@ class SharedLocks:
         lost = set(self._bound)
         self._bound.clear()
         raw, self._raw = self._raw, None
+        why = RENEWED if self._suspect else LOST
         await trio.to_thread.run_sync(self._end_session, raw, limiter=self._limiter)
         self.lost_sessions += 1
-        log.error("%s (session %d): taking back %d cross-host grant(s) and wait(s)", LOST, self.session, len(lost))
+        log.error("%s (session %d): taking back %d cross-host grant(s) and wait(s)", why, self.session, len(lost))
         if self.on_lost is not None:
-            self.on_lost(lost, f"{LOST}: the lock is lost (another host may hold it now)")
+            self.on_lost(lost, f"{why}: the lock is lost (another host may hold it now)")
         for pause in pauses():
             try:
                 await trio.to_thread.run_sync(self._new_session, limiter=self._limiter)
@@ -261,23 +267,32 @@ class SharedLocks:
 
     async def take(self, resources: Sequence[Resource], *, shared: bool, capacity: dict[str, int]) -> Taken:
         """Try every cross-host resource of one request; all or none (never waits)."""
-        return await trio.to_thread.run_sync(self._try, tuple(resources), shared, dict(capacity), limiter=self._limiter)
+        try:
+            return await trio.to_thread.run_sync(self._try, tuple(resources), shared, dict(capacity), limiter=self._limiter)
+        finally:
+            self._poke_if_suspect()
+
+    def _poke_if_suspect(self) -> None:
+        """The lease thread found the session's state unknown: have the watcher end it now, not at its next look."""
+        if self._suspect and self._watching is not None:
+            self._watching.cancel()
 
     def _try(self, resources: tuple[Resource, ...], shared: bool, capacity: dict[str, int]) -> Taken:
-        raw = self._raw
         import psycopg
 
-        if raw is None:
+        raw = self._raw
+        if raw is None or self._suspect:
             raise ConclaveError(ErrorCode.UNAVAILABLE, f"{LOST}; it is reconnecting: cross-host locks cannot be taken until it is back (try again)")
         holds: list[Hold] = []
         try:
             return self._try_on(raw, resources, shared, capacity, holds)
         except psycopg.Error as exc:
-            # Ended or cancelled under the request.  What it took must not outlive it: give it back (a
-            # session that ended took it along; one that cannot give it back is ended: _suspect).
-            self._unlock(tuple(holds), notify=False)
+            # Ended, or cancelled under the request: a cancelled lock call may have taken its lock all
+            # the same, so what this session holds is unknown.  End it (the server then drops all it
+            # held, and the watcher takes back the grants that stood on it) rather than guess.
+            self._suspect = True
             raise ConclaveError(ErrorCode.UNAVAILABLE, f"taking a cross-host lock failed on the store's server ({str(exc).strip()}); "
-                                "nothing was taken (try again)") from None
+                                "nothing was taken, and this broker renews its lease session (try again)") from None
 
     def _try_on(self, raw: Any, resources: tuple[Resource, ...], shared: bool, capacity: dict[str, int], holds: list[Hold]) -> Taken:
         session = self.session
@@ -383,21 +398,16 @@ class SharedLocks:
         holds = tuple(hold for hold in holds if hold.session == self.session)
         if raw is None or not holds:
             return
-        left = list(holds)
-        for attempt in (1, 2):
-            try:
-                while left:
-                    hold = left[0]
-                    verb = "pg_advisory_unlock_shared" if hold.shared else "pg_advisory_unlock"
-                    raw.execute(f"SELECT {verb}($1)", (hold.key,))
-                    self._units.discard(hold.key)
-                    left.pop(0)
-                if notify:
-                    raw.execute("SELECT pg_notify($1, $2)", (CHANNEL, holds[0].resource))
-                return
-            except psycopg.Error as exc:
-                log.warning("giving back a cross-host hold failed (try %d): %s", attempt, str(exc).strip())
-        if left:
-            # A hold this session cannot give back would stand for ever: end the session, which the
-            # server answers by dropping every hold of it (the watcher takes back the grants on it).
+        try:
+            for hold in holds:
+                verb = "pg_advisory_unlock_shared" if hold.shared else "pg_advisory_unlock"
+                raw.execute(f"SELECT {verb}($1)", (hold.key,))
+                self._units.discard(hold.key)
+            if notify:
+                raw.execute("SELECT pg_notify($1, $2)", (CHANNEL, holds[0].resource))
+        except psycopg.Error as exc:
+            # Not retried: a cancelled unlock may have unlocked all the same, and holds stack, so a
+            # second try could give back another grant's hold.  What the session holds is unknown:
+            # end it (the server drops every hold of it; the watcher takes back the grants on it).
+            log.warning("giving back a cross-host hold failed (%s); the lease session will be renewed", str(exc).strip())
             self._suspect = True
