@@ -32,12 +32,14 @@ shell instead (:func:`command`).
 agent's unread mail; if there is any, it answers ``{"decision": "block",
 "reason": ...}`` with the messages rendered and fenced as ``conclave msg
 inbox`` renders them, and the agent carries on with them in its context.
-Mail it takes is marked read, so each message wakes the agent once.  A
-stop that mail already put off (``stop_hook_active``) is not put off again:
-otherwise any agent sending mail steadily could keep another from ever
-stopping.  Mail that arrived meanwhile stays unread for the agent's next
-turn.  When the broker cannot be asked, the agent stops: a stop hook that
-traps an agent helps nobody.
+Mail it takes is marked read, so each message wakes the agent once.  At
+most :data:`STOP_MAIL_WAKES` stops in a row are put off (the agents say a
+stop follows one put off with ``stop_hook_active``; the count is kept in a
+file of the agent's own, per session): otherwise any agent sending mail
+steadily could keep another from ever stopping.  Past that, mail stays
+unread for the agent's next turn.  When the broker cannot be asked, or the
+count cannot be kept, the agent stops: a stop hook that traps an agent
+helps nobody.
 
 Writes made through a shell (``sed -i``, ``cat >``) are not edit tool calls
 and no hook sees them; the git pre-commit guard refuses to commit them
@@ -46,10 +48,12 @@ without the locks.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
 import sys
+import tempfile
 from typing import Any, Callable, Final, NamedTuple
 
 #: Claude Code's file-editing tools and the input field that names the file.
@@ -64,6 +68,8 @@ PATCH_HEADERS: Final = ("*** Add File: ", "*** Update File: ", "*** Delete File:
 DEADLINE: Final = 20
 #: Most messages one Stop hands the agent.
 STOP_MAIL_LIMIT: Final = 20
+#: Most stops in a row the Stop hook puts off for mail (Claude Code's own cap on blocks in a row is 8 too).
+STOP_MAIL_WAKES: Final = 8
 ENV_REPO: Final = "CONCLAVE_REPO"
 ENV_STATE_DIR: Final = "CONCLAVE_STATE_DIR"
 
@@ -216,18 +222,69 @@ def stop(event: Any, *, ask: Ask) -> str | None:
     """The reason to keep the agent going (its new mail, fenced), or None to let it stop."""
     from broker.errors import ConclaveError
 
-    if isinstance(event, dict) and event.get("stop_hook_active") is True:
-        return None  # already kept going once: let it stop, and leave the mail unread (not taken)
-
+    in_a_row = event.get("stop_hook_active") is True if isinstance(event, dict) else False
+    counter = _wakes_file(event)
+    wakes = _read_wakes(counter) if in_a_row else 0
+    if wakes is None or wakes >= STOP_MAIL_WAKES:
+        return None  # put off enough times in a row (or uncountable): let it stop, and leave the mail unread
+    # Counted before the mail is taken (taking marks it read): a stop that could not be counted is not put off.
+    if not _write_wakes(counter, wakes + 1):
+        return None
     try:
         messages = ask("msg.inbox", {"unread": True, "limit": STOP_MAIL_LIMIT})
     except ConclaveError:
-        return None
+        messages = None
     if not isinstance(messages, list) or not messages:
+        _write_wakes(counter, wakes)
         return None
     from broker.mail.render import render_messages
 
     return MAIL_HEADER + "\n\n" + render_messages(messages, "")
+
+
+def _wakes_file(event: Any) -> str | None:
+    """Where the count of stops put off in a row is kept for this agent session: a file of this uid's own,
+    in the temporary directory (the box's private one, for a boxed agent)."""
+    session = event.get("session_id") if isinstance(event, dict) else None
+    if not isinstance(session, str) or not session:
+        return None
+    digest = hashlib.sha256(f"{os.getuid()}\0{session}".encode()).hexdigest()[:32]
+    return os.path.join(tempfile.gettempdir(), f"conclave-stop-{digest}")
+
+
+def _read_wakes(path: str | None) -> int | None:
+    """The count (0 when there is none yet); None when it cannot be trusted (not a plain file of ours)."""
+    if path is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return 0
+    except OSError:
+        return None
+    try:
+        if os.fstat(fd).st_uid != os.getuid():
+            return None
+        text = os.read(fd, 32).decode("ascii", "replace").strip()
+    finally:
+        os.close(fd)
+    return int(text) if text.isdigit() else None
+
+
+def _write_wakes(path: str | None, wakes: int) -> bool:
+    if path is None:
+        return False
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return False
+    try:
+        if os.fstat(fd).st_uid != os.getuid():
+            return False
+        os.write(fd, str(wakes).encode())
+    finally:
+        os.close(fd)
+    return True
 
 
 # -- answering ---------------------------------------------------------------------------

@@ -312,17 +312,33 @@ def test_stop_with_new_mail_keeps_the_agent_going_with_the_mail_fenced(run):
     assert again.returncode == 0 and again.stdout == ""
 
 
-def test_a_stop_mail_put_off_once_is_not_put_off_again_and_the_new_mail_waits_unread(run):
-    """Otherwise bob, sending mail steadily, could keep alice from ever stopping."""
+def test_mail_puts_off_at_most_eight_stops_in_a_row_and_then_waits_unread(run):
+    """Otherwise bob, sending mail steadily, could keep alice from ever stopping.  The agents mark every
+    stop after a put-off one with stop_hook_active (for the rest of the run, measured with both real
+    binaries), so the hook counts stops put off in a row itself, per session."""
+    from agents.hooks import STOP_MAIL_WAKES
+
     alice, bob = run.puppet("alice"), run.puppet("bob")
     alice.call("msg.inbox", unread=True)  # start from an empty inbox
-    bob.call("msg.send", to="alice", body="first")
-    assert json.loads(hook(alice, stop_event(), "stop").stdout)["decision"] == "block"  # the control: mail puts a stop off
-    bob.call("msg.send", to="alice", body="second, while alice was handling the first")
-    again = hook(alice, {**stop_event(), "stop_hook_active": True}, "stop")
-    assert again.returncode == 0 and again.stdout == ""  # not put off twice in a row
-    unread = alice.call("msg.inbox", unread=True)
-    assert [m["body"] for m in unread] == ["second, while alice was handling the first"]  # not taken: it waits
+    event = {**stop_event(), "session_id": "a-session-of-its-own"}
+    put_off = 0
+    for n in range(STOP_MAIL_WAKES + 1):
+        bob.call("msg.send", to="alice", body=f"message {n}")
+        answer = hook(alice, {**event, "stop_hook_active": n > 0}, "stop")
+        assert answer.returncode == 0, answer.stderr
+        put_off += answer.stdout != ""
+        if n < STOP_MAIL_WAKES:
+            assert json.loads(answer.stdout)["decision"] == "block" and f"message {n}" in answer.stdout  # each wake its new mail
+    assert put_off == STOP_MAIL_WAKES  # the ninth in a row was not put off...
+    assert [m["body"] for m in alice.call("msg.inbox", unread=True)] == [f"message {STOP_MAIL_WAKES}"]  # ...and its mail waits unread
+    # The control: a new stop sequence (a new turn: stop_hook_active false) is put off for new mail again.
+    bob.call("msg.send", to="alice", body="a new turn's mail")
+    fresh = hook(alice, {**event, "stop_hook_active": False}, "stop")
+    assert json.loads(fresh.stdout)["decision"] == "block" and "a new turn's mail" in fresh.stdout
+    # A stop with nothing new is not counted as put off: the next stop with mail is still put off.
+    assert hook(alice, {**event, "stop_hook_active": True}, "stop").stdout == ""
+    bob.call("msg.send", to="alice", body="after a quiet stop")
+    assert json.loads(hook(alice, {**event, "stop_hook_active": True}, "stop").stdout)["decision"] == "block"
 
 
 def test_stop_without_a_broker_lets_the_agent_stop():
