@@ -659,8 +659,18 @@ class PostgresBackend:
         return conn
 
     def unreachable(self, exc: BaseException) -> bool:
-        """Does ``exc`` say the server could not be reached, or the session with it ended (not a refusal of the request)?"""
-        return isinstance(exc, (StoreError, psycopg.OperationalError, psycopg.InterfaceError))
+        """Does ``exc`` say the server could not be reached, or the session with it ended (not a refusal of the request)?
+
+        A cancelled statement, a deadlock or a lock timeout is the server's
+        answer to the request, not its absence: only a connection error (no
+        SQLSTATE, class 08) or the server shutting down (57P01-57P03) counts.
+        """
+        if isinstance(exc, (StoreError, psycopg.InterfaceError)):
+            return True
+        if not isinstance(exc, psycopg.OperationalError):
+            return False
+        state = exc.sqlstate
+        return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
     def open_reader(self) -> PgConnection:
         while True:

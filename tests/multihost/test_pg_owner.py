@@ -371,3 +371,17 @@ def test_a_database_that_is_not_utf8_is_refused_with_how_to_make_one(pg_cluster:
     with pg_cluster.admin() as admin:
         admin.execute("CREATE DATABASE utf8_store TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'")
     assert postgres.init(pg_cluster.url("utf8_store"), composition.schemas()) > 0
+
+
+def test_only_a_lost_connection_or_a_server_shutting_down_reads_as_unreachable() -> None:
+    """What the owner rewords as ``unavailable`` after a lost session: not the server's own answers
+    to a request (a cancel, a deadlock), which keep their words (found by review)."""
+    from store.postgres import StoreError
+
+    backend = PostgresBackend("postgresql://nobody@/nowhere", migrate=False)
+    for gone in (StoreError("cannot connect"), psycopg.OperationalError("server closed the connection unexpectedly"),
+                 psycopg.errors.AdminShutdown("terminating connection due to administrator command"), psycopg.InterfaceError("the connection is closed")):
+        assert backend.unreachable(gone), gone
+    for answered in (psycopg.errors.QueryCanceled("canceling statement"), psycopg.errors.DeadlockDetected("deadlock"),
+                     psycopg.errors.LockNotAvailable("lock timeout"), ValueError("a job's own")):
+        assert not backend.unreachable(answered), answered
