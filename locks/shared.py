@@ -70,6 +70,8 @@ log = logging.getLogger("conclave.locks")
 CHANNEL: Final = "conclave_locks"
 #: Longest a waiter sleeps between tries when no notification comes (a dead broker sends none).
 POLL: Final = 0.25
+#: Seconds a statement on the lease may take before the server gives it up (the session is then renewed).
+STATEMENT_TIMEOUT: Final = 10.0
 #: Longest the lease watcher goes without looking at the session.
 LEASE_CHECK: Final = 1.0
 RENEWED: Final = ("this broker ended its session with the store's server, because a lock call on it failed and what "
@@ -124,9 +126,10 @@ class SharedLocks:
     gives holds back, in order, on the lease connection's thread.
     """
 
-    def __init__(self, url: str, host: str) -> None:
+    def __init__(self, url: str, host: str, *, statement_timeout: float = STATEMENT_TIMEOUT) -> None:
         self.url = url
         self.host = host
+        self.statement_timeout = statement_timeout
         self._raw: Any = None
         #: Which lease session this is (1 for the first; one more after every reconnect).
         self.session = 0
@@ -153,9 +156,9 @@ class SharedLocks:
         self._progress = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        from store.postgres import connect, listen
+        from store.postgres import listen
 
-        self._raw = await trio.to_thread.run_sync(connect, self.url, limiter=self._limiter)
+        self._raw = await trio.to_thread.run_sync(self._connect, limiter=self._limiter)
         self.session = 1
         try:
             async with trio.open_nursery() as nursery:
@@ -248,11 +251,19 @@ class SharedLocks:
 
     def _new_session(self) -> None:
         """(Lease thread, so no take runs half on the old session and half on the new.)"""
+        raw = self._connect()
+        self.session += 1
+        self._raw = raw
+
+    def _connect(self) -> Any:
+        """A lease session whose statements give up after :attr:`statement_timeout` seconds: a stalled
+        server fails the call, which ends the session (what it holds is unknown), rather than stalling
+        every release for ever."""
         from store.postgres import connect
 
         raw = connect(self.url)
-        self.session += 1
-        self._raw = raw
+        raw.execute(f"SET statement_timeout = {int(self.statement_timeout * 1000)}")
+        return raw
 
     def _heard(self, _payload: str) -> None:
         self._changed.set()

@@ -107,3 +107,36 @@ async def test_an_unlock_cancelled_after_it_ran_is_not_tried_again_and_the_grant
         assert lost == [{("bob", "name://x")}]  # bob's grant stood on the ended session: taken back
         assert (await beta.take([x], shared=False, capacity={})).ok  # and nothing of alpha's holds x any more
         nursery.cancel_scope.cancel()
+
+
+async def test_a_stalled_lease_statement_gives_up_and_the_session_is_renewed(pg_cluster: Any) -> None:
+    """A server that stalls a lease statement (here: the table "who holds it" reads is locked) must not
+    stall the broker for ever: the statement gives up after the lease's statement timeout, and the
+    session, whose holdings are then unknown, is renewed."""
+    db = pg_cluster.database()
+    alpha = SharedLocks(pg_cluster.broker_url(db, "alpha"), "alpha", statement_timeout=1.0)
+    beta = SharedLocks(pg_cluster.broker_url(db, "beta"), "beta")
+    b = Resource("name://b", Kind.NAMED)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(alpha.run)
+        await nursery.start(beta.run)
+        assert (await beta.take([b], shared=False, capacity={})).ok
+        with psycopg.connect(pg_cluster.url(db), autocommit=True) as admin:
+            admin.execute("BEGIN")
+            admin.execute("LOCK TABLE conclave_brokers IN ACCESS EXCLUSIVE MODE")  # the stall
+            started = trio.current_time()
+            with trio.fail_after(8):
+                try:
+                    await alpha.take([b], shared=False, capacity={})
+                except ConclaveError as exc:
+                    assert exc.code is ErrorCode.UNAVAILABLE and "statement timeout" in str(exc)
+                else:
+                    raise AssertionError("a stalled statement answered")
+            assert trio.current_time() - started >= 0.9  # it waited for the timeout, no less
+            admin.execute("ROLLBACK")
+        with trio.fail_after(10):
+            while alpha.session < 2:
+                await trio.sleep(0.05)
+        # The control: on its new session alpha is answered again (b is beta's).
+        assert not (await alpha.take([b], shared=False, capacity={})).ok
+        nursery.cancel_scope.cancel()
