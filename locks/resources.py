@@ -33,6 +33,7 @@ import enum
 import os
 import re
 import stat
+import unicodedata
 from typing import Final, final
 
 import attrs
@@ -49,6 +50,9 @@ MAX_SEGMENTS: Final = 64
 MAX_PLAIN: Final = 4096
 SCHEME: Final = re.compile(r"^([a-z][a-z0-9+.-]{0,31})://(.*)$", re.DOTALL)
 NAMED_REST: Final = re.compile(r"^[^\s\x00-\x1f\x7f]{1,256}$")
+#: Unicode categories a lock name may not hold: format characters (zero-width, bidi overrides),
+#: line and paragraph separators, surrogates, private use, unassigned.
+_INVISIBLE: Final = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
 CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -343,6 +347,15 @@ def _names_of(real: str) -> int:
 def _named(raw: str, scheme: str, rest: str) -> Resource:
     if not NAMED_REST.match(rest):
         raise ResourceError(f"{raw!r}: the name after {scheme}:// must be 1-256 characters without spaces")
+    # Two names that look the same must be the same lock: no invisible characters, one normal form.
+    for at, char in enumerate(rest):
+        if unicodedata.category(char) in _INVISIBLE:
+            what = unicodedata.name(char, "an unnamed character")
+            raise ResourceError(f"{scheme}://...: the name holds U+{ord(char):04X} ({what}) at character {at + 1}, which does not show; "
+                                "use visible characters only")
+    if unicodedata.normalize("NFC", rest) != rest:
+        raise ResourceError(f"{scheme}://...: the name is not in Unicode NFC form (a letter and its accent apart); "
+                            f"write it as {scheme}://{unicodedata.normalize('NFC', rest)}")
     if scheme == SLOT_SCHEME:
         return Resource(raw, Kind.SLOT)
     return Resource(raw, Kind.NAMED)

@@ -52,6 +52,7 @@ def repo(tmp_path: Path) -> Path:
         ("src/**/**/x", "src/**/x", Kind.GLOB),
         ("git", "git", Kind.NAMED),
         ("name://release-notes", "name://release-notes", Kind.NAMED),
+        ("name://d\u00e9ploiement", "name://d\u00e9ploiement", Kind.NAMED),  # accents, in NFC, are fine
         ("slot://llm-api", "slot://llm-api", Kind.SLOT),
     ],
 )
@@ -80,6 +81,9 @@ def test_absolute_path_inside_the_repo_becomes_relative(repo: Path, fast: bool) 
         ("src/a**b", "whole path segment"),
         ("src/[z-a]", "backwards"),
         ("name://has space", "without spaces"),
+        ("name://de\u200bploy", "U\\+200B .ZERO WIDTH SPACE. at character 3"),  # looks like name://deploy
+        ("name://\u202edeploy", "RIGHT-TO-LEFT OVERRIDE"),
+        ("name://de\u0301ploiement", "NFC form"),  # looks like name://déploiement
         ("a\x01b", "control character"),
     ],
 )
