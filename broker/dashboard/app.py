@@ -117,6 +117,7 @@ class DashboardApp(App[None]):
         self.tailer = LogTailer(self.paths.logs)
         self.output = OutputBuffer(keep)
         self._tail_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conclave-dashboard-tail")
+        self._tail_closed = False
         self._wake = asyncio.Event()
         # What the broker said last (None: never asked, or no broker).
         self.broker = "connecting"
@@ -207,6 +208,7 @@ class DashboardApp(App[None]):
 
     async def on_unmount(self) -> None:
         self.link.close()
+        self._tail_closed = True
         self._tail_thread.shutdown(wait=False, cancel_futures=True)
 
     # -- reading the broker ----------------------------------------------------------------
@@ -271,6 +273,10 @@ class DashboardApp(App[None]):
     async def _tail_loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
+            # Checked with no await before the submit: the unmount that shuts the thread down runs on this
+            # loop too, so it cannot come in between (a submit after it raises; a test run saw that race).
+            if self._tail_closed:
+                return
             new, names = await loop.run_in_executor(self._tail_thread, self._tail_poll)
             if self._shutting_down():
                 return

@@ -42,6 +42,7 @@ class BrokerLink:
         self.timeout = timeout
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conclave-dashboard-link")
         self._client: Any = None  # touched only on the link thread
+        self._closed = False
 
     async def call(self, op: str, args: dict[str, Any] | None = None) -> Any:
         """The op's result, without blocking the caller's event loop.
@@ -51,6 +52,8 @@ class BrokerLink:
             Refused: the broker would not accept this process.
             ConclaveError: the broker refused this request (its code and message).
         """
+        if self._closed:  # the app is closing: a loop that woke after close() reads nothing more
+            raise NoBroker("the dashboard is closing")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._thread, self._call, op, dict(args or {}))
 
@@ -99,7 +102,8 @@ class BrokerLink:
                 client.close()
 
     def close(self) -> None:
-        """Close the connection on its own thread, then stop the thread."""
+        """Close the connection on its own thread, then stop the thread (a later :meth:`call` raises :class:`NoBroker`)."""
+        self._closed = True
         with contextlib.suppress(RuntimeError):
             self._thread.submit(self._drop)
         self._thread.shutdown(wait=True, cancel_futures=True)

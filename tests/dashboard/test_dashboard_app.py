@@ -350,3 +350,27 @@ def test_biography_tells_editions_and_every_step_to_the_tier_from_the_brokers_ow
     # Control: a claim nothing happened to says so.
     fresh = alice.call("memory.remember", kind="pattern", text="The lexer tests use golden files.")["id"]
     assert "written unverified; nothing has changed it" in "\n".join(biography(team.op("memory.show", id=fresh)))
+
+
+def test_the_output_tail_ends_quietly_when_the_app_unmounts_between_two_polls(team: Run) -> None:
+    """The unmount shuts the tail's thread and the broker link's thread down; the loops, asleep or between
+    two reads, must not hand those threads more work when they go on (the tail did, under load:
+    'cannot schedule new futures after shutdown' failed a suite run).  The unmount is made to land
+    while both loops run, every time."""
+    import asyncio
+
+    from textual.worker import WorkerState
+
+    app = app_for(team, tail=0.3)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        tail = next(w for w in app.workers if w.name == "tail")
+        await until(pilot, lambda: output_lines(app) is not None and app.lognames, "the tail's first poll")
+        assert tail.state is WorkerState.RUNNING  # the control: the tail runs, polling every 0.3 s (and the broker poll)
+        await app.on_unmount()  # what the unmount does, while the loop sleeps
+        await asyncio.sleep(0.8)  # the loop wakes at least twice
+        poll = next(w for w in app.workers if w.name == "poll")
+        for loop in (tail, poll):
+            assert loop.state is not WorkerState.ERROR and not isinstance(loop.error, RuntimeError), (loop.name, loop.state, loop.error)
+
+    drive(app, scenario)
