@@ -259,10 +259,16 @@ class SharedLocks:
         """A lease session whose statements give up after :attr:`statement_timeout` seconds: a stalled
         server fails the call, which ends the session (what it holds is unknown), rather than stalling
         every release for ever."""
-        from store.postgres import connect
+        import psycopg
+
+        from store.postgres import StoreError, connect
 
         raw = connect(self.url)
-        raw.execute(f"SET statement_timeout = {int(self.statement_timeout * 1000)}")
+        try:
+            raw.execute(f"SET statement_timeout = {int(self.statement_timeout * 1000)}")
+        except psycopg.Error as exc:  # the new session died at once: as if it could not be made (tried again)
+            raw.close()
+            raise StoreError(f"the new lock lease session failed at once: {str(exc).strip()}") from None
         return raw
 
     def _heard(self, _payload: str) -> None:

@@ -75,8 +75,9 @@ def broken(conn: Any) -> bool:
 
 
 def aborted(conn: Any) -> bool:
-    """Can the connection's transaction not go on as it was (the server refused a statement in it, or
-    the connection is gone)?  Never on SQLite, whose errors are raised by the statement that failed."""
+    """Can the connection's transaction not go on as it was (the server refused a statement in it, a send
+    failed with other statements in it, or the connection is gone)?  Never on SQLite, whose errors are
+    raised by the statement that failed."""
     check = getattr(conn, "aborted", None)
     return bool(check is not None and check())
 

@@ -234,11 +234,13 @@ class StoreOwner:
 
         ``replayable``: ``fn`` reads and writes only through ``conn`` (no other
         state, no effects outside the database), so it may run twice.  On a
-        server, a batch of nothing but replayable jobs runs whole: no savepoint
-        between jobs, every write held back and sent with the next read or the
-        COMMIT -- a round trip or two for the batch instead of one per job.  If
-        anything in it fails, the batch is rolled back and run again job by job,
-        so each failure is its own job's (``StoreStatistics.replayed_batches``).
+        server, a batch of nothing but replayable jobs runs whole: every write
+        held back and sent with the next read or the COMMIT, a job's savepoint
+        made only if the job talks to the server -- a few round trips for the
+        batch instead of one per job.  A job that raises on its own still rolls
+        back alone; if the server refuses a statement, or a send fails, it may
+        have been any job's, so the batch is rolled back and run again job by
+        job, and each failure is its own job's (``StoreStatistics.replayed_batches``).
         """
         job = _Job(fn, replayable)
         await self._send.send(job)
