@@ -145,11 +145,14 @@ class Renderer:
         code = _BOLD if who == BROKER_PREFIX else f"\x1b[{colour_of(who.rpartition(':')[0])}m"
         return f"{code}{padded} {mark}{_RESET} "
 
-    def output(self, principal: str, text: str) -> str:
-        """One line a principal printed, shown literally."""
+    def output(self, principal: str, text: str, *, cut: bool = False) -> str:
+        """One line a principal printed, shown literally; ``cut``: the line went on (the log has the rest)."""
         if len(text) > MAX_SHOWN:
-            text = text[:MAX_SHOWN] + f"... ({len(text) - MAX_SHOWN} more characters in the log)"
-        return self._prefix(principal, "|") + visible(text) + "\n"
+            more = "more than " if cut else ""
+            text = visible(text[:MAX_SHOWN]) + f"... ({more}{len(text) - MAX_SHOWN} more characters in the log)"
+        else:
+            text = visible(text) + ("... (the line goes on in the log)" if cut else "")
+        return self._prefix(principal, "|") + text + "\n"
 
     def notice(self, notice: Notice) -> str:
         text = visible(notice.text)
