@@ -16,8 +16,9 @@ print a lot, and what passes its cap is counted and reported.
   counted as lost, reported once, and retried with the next output: the
   log recovers by itself when space returns, with a marker saying how much
   was lost.  Nothing here raises into the broker.
-* :class:`LineSplitter` -- bytes into lines for the run view, never holding
-  more than :data:`VIEW_LINE` bytes of one line (the log keeps all of it).
+* :class:`Capture` -- one principal's pipes: each chunk to its log, each line
+  (``broker.runlog.LineSplitter``: never more than 64 KiB of one) to the run
+  view, and a structured stream through its decoder first.
 
 The supervisor owns one :class:`OutputLog` per principal and runs
 :func:`pump` on each of its pipes.
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Final, Protocol, final
 
@@ -35,6 +35,7 @@ import attrs
 import trio
 
 from broker.limits import DEFAULT_LOG_CAP, MIN_LOG_CAP
+from broker.runlog import VIEW_LINE, LineSplitter, segment_path
 
 if TYPE_CHECKING:
     from broker.limits import Usage
@@ -45,28 +46,6 @@ MIB: Final = 1 << 20
 SEGMENTS: Final = 4
 #: Bytes read from a pipe at a time.
 READ_SIZE: Final = 1 << 16
-#: A line longer than this reaches the run view cut, marked (the log keeps all of it).
-VIEW_LINE: Final = 1 << 16
-SEGMENT_PATTERN: Final = re.compile(r"^(?P<base>.+\.log)(?:\.(?P<index>[1-9][0-9]*))?$")
-
-
-def segment_path(logs: Path, name: str, index: int) -> Path:
-    """Segment ``index`` of the log named ``name`` (``alice-1a2b.log``, ``alice-1a2b.log.1``, ...)."""
-    return logs / (name if index == 0 else f"{name}.{index}")
-
-
-def segments(logs: Path, name: str) -> list[Path]:
-    """The segments of a log that exist, oldest first."""
-    try:
-        entries = os.listdir(logs)
-    except OSError:
-        return []
-    found = []
-    for entry in entries:
-        m = SEGMENT_PATTERN.match(entry)
-        if m and m.group("base") == name:
-            found.append((int(m.group("index") or 0), logs / entry))
-    return [path for _, path in sorted(found)]
 
 
 @final
@@ -178,11 +157,11 @@ class OutputLog:
     def _marker(self) -> bytes:
         """The line that says, in the log itself, what is missing just before it."""
         parts = []
-        dropped_bytes, dropped_lines = self._dropped_unmarked
-        if dropped_bytes:
+        if self._dropped_unmarked[0]:
+            # Older markers may have gone with the segments after them: this one says it all.
             parts.append(
-                f"[conclave: {dropped_bytes} bytes ({dropped_lines} lines) of this agent's output were dropped here to keep "
-                f"its log within log_cap = {_size(self.cap)}; the first and the latest output are kept]"
+                f"[conclave: {self.dropped_bytes} bytes ({self.dropped_lines} lines) of this agent's output were dropped before "
+                f"this line to keep its log within log_cap = {_size(self.cap)}; the first and the latest output are kept]"
             )
         lost_bytes, lost_lines = self._lost_since
         if self._failing is not None and lost_bytes:
@@ -193,8 +172,7 @@ class OutputLog:
         return lead + "\n".join(parts).encode() + b"\n"
 
     def _rotate(self) -> list[LogReport]:
-        self.close()
-        self._at_line_start = True
+        self.close()  # a line cut by the rotation goes on in the next segment (readers follow it)
         reports = []
         # Keep the first segment and the newest; drop the oldest in between until a new one fits.
         while len(self._kept) > 1 and sum(s[1] for s in self._kept) + self.segment_size > self.cap:
@@ -259,46 +237,6 @@ def _size(n: int) -> str:
     if n % MIB == 0:
         return f"{n // MIB} MiB"
     return f"{n // 1024} KiB" if n % 1024 == 0 else f"{n} bytes"
-
-
-@final
-class LineSplitter:
-    """Bytes into lines, never holding more than ``limit`` bytes of one line.
-
-    A longer line comes out cut at ``limit``, with ``cut=True``; the rest of
-    it, up to its newline, is skipped (the log has it).
-    """
-
-    def __init__(self, limit: int = VIEW_LINE) -> None:
-        self.limit = limit
-        self._partial = b""
-        self._skipping = False
-
-    def feed(self, data: bytes) -> list[tuple[bytes, bool]]:
-        out: list[tuple[bytes, bool]] = []
-        start = 0
-        while True:
-            end = data.find(b"\n", start)
-            if end < 0:
-                break
-            if self._skipping:
-                self._skipping = False
-            else:
-                out.append((self._partial + data[start:end], False))
-            self._partial = b""
-            start = end + 1
-        if not self._skipping:
-            self._partial += data[start:]
-            if len(self._partial) > self.limit:
-                out.append((self._partial[: self.limit], True))
-                self._partial = b""
-                self._skipping = True
-        return out
-
-    def flush(self) -> list[tuple[bytes, bool]]:
-        """The unfinished last line (at the end of the output)."""
-        rest, self._partial, self._skipping = self._partial, b"", False
-        return [(rest, False)] if rest else []
 
 
 async def pump(stream: trio.abc.ReceiveStream, take: Callable[[bytes], Awaitable[None]]) -> None:

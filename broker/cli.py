@@ -292,9 +292,23 @@ def logs(
             die(f"no run has been recorded in {paths.logs} yet (conclave run --team TEAM.toml starts one; -f waits for it)", EXIT_NO_BROKER)
         if not json_out:
             say(f"waiting for a run to start on {paths.state}; Ctrl-C stops")
-        while not found:
-            time.sleep(0.2)
-            found = journals(paths.logs)
+        try:
+            while not found:
+                time.sleep(0.2)
+                found = journals(paths.logs)
+        except KeyboardInterrupt:
+            raise typer.Exit(0) from None
+    if run_number is None and follow and _run_over(paths, max(found)):
+        # Started before a run: follow the run that starts next, not the one that has ended.
+        latest = max(found)
+        if not json_out:
+            say(f"run {latest} has ended (conclave logs --run {latest} shows it); waiting for the next run to start on {paths.state}; Ctrl-C stops")
+        try:
+            while max(found) <= latest:
+                time.sleep(0.2)
+                found = journals(paths.logs)
+        except KeyboardInterrupt:
+            raise typer.Exit(0) from None
     if run_number is None:
         run_number = max(found)
     elif run_number not in found:
@@ -320,6 +334,15 @@ def logs(
         reader.close()
 
 
+def _run_over(paths: Any, run: int) -> bool:
+    """Has run ``run`` ended: its journal says so, or no broker holds the store any more (it was killed)?"""
+    from broker.paths import lock_holder
+    from broker.runlog import journal_path, read_journal
+
+    notices, _ = read_journal(journal_path(paths.logs, run))
+    return any(n.kind == "end" for n in notices) or lock_holder(paths.database) is None
+
+
 def _agent_named(wanted: str, name: str) -> bool:
     base = wanted.partition(":")[0]
     return name == base or name.startswith(base + "/")
@@ -331,7 +354,7 @@ def _log_entry(entry: tuple[str, Any]) -> dict[str, Any]:
     who, what = entry
     if who == "notice":
         return {"type": "notice", **attrs.asdict(what)}
-    return {"type": "output", "principal": who, "text": what}
+    return {"type": "output", "principal": who, "text": what.text, **({"cut": True} if what.cut else {})}
 
 
 def _show_log_entries(entries: list[tuple[str, Any]], renderer: Any, json_out: bool) -> None:
@@ -340,7 +363,7 @@ def _show_log_entries(entries: list[tuple[str, Any]], renderer: Any, json_out: b
     if json_out:
         out = "".join(json.dumps(_log_entry(e), separators=(",", ":")) + "\n" for e in entries)
     else:
-        out = "".join(renderer.notice(what) if who == "notice" else renderer.output(who, what) for who, what in entries)
+        out = "".join(renderer.notice(what) if who == "notice" else renderer.output(who, what.text, cut=what.cut) for who, what in entries)
     if out:
         sys.stdout.write(out)
         sys.stdout.flush()

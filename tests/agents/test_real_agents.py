@@ -429,7 +429,7 @@ def test_a_team_files_own_codex_sandbox_replaces_the_presets(binaries, tmp_path)
     from agents.presets import CODEX_OPTIONS, codex_options
 
     extra = ["-s", "workspace-write", "--strict-config"]
-    assert codex_options(extra) == ["--dangerously-bypass-hook-trust"]
+    assert codex_options(extra) == ["--dangerously-bypass-hook-trust", "--json"]
     (tmp_path / "home").mkdir()
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "CODEX_HOME": str(tmp_path / "home"), "STANDIN_API_KEY": "sk-standin"}
     with ResponsesStandin([{"text": "ok"}]) as api:

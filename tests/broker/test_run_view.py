@@ -354,3 +354,55 @@ command = ["sh", "-c", "for i in $(seq 1 30); do echo line $i; sleep 0.02; done;
         # The agent ran to its end: its mail is there.
         inbox = cli(state, repo, "msg", "inbox", "--json")
         assert [m["body"] for m in json.loads(inbox.stdout)] == ["done"], inbox.stderr
+
+
+def test_logs_shows_every_line_after_a_five_megabyte_one(tmp_path):
+    """Issue 23: a 5 MB line hid the lines after it from `conclave logs` and `logs --json`.
+    The long line is cut and marked, never swallowed, and every line after it is shown;
+    the log file keeps all of it."""
+    import sys
+
+    from agents.harness import toml_value
+
+    script = "import sys\nsys.stdout.write('before\\n' + 'x' * 5_000_000 + '\\n')\nfor i in range(3): print('after', i)"
+    repo, team_file, state = setup(tmp_path, f'[[agent]]\nname = "long"\ncommand = {toml_value([sys.executable, "-c", script])}\n')
+    ran = subprocess.run(run_argv(repo, team_file, state), capture_output=True, text=True, env=env(), timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    for shown in (ran.stdout, cli(state, repo, "logs").stdout):  # the run view, and `conclave logs` afterwards
+        texts = [ln.split("| ", 1)[1] for ln in shown.splitlines() if re.match(rf"^long:{SESSION} +\| ", ln)]
+        assert texts[0] == "before" and texts[2:] == ["after 0", "after 1", "after 2"], texts[:1] + [t[:80] for t in texts[1:]]
+        assert texts[1].startswith("xxxx") and texts[1].endswith("more characters in the log)") and len(texts[1]) < 10_000
+    as_json = json.loads(cli(state, repo, "logs", "--json").stdout)
+    outputs = [e for e in as_json if e["type"] == "output"]
+    assert [e["text"] for e in outputs if not e.get("cut")] == ["before", "after 0", "after 1", "after 2"]
+    (cut,) = [e for e in outputs if e.get("cut")]
+    assert set(cut["text"]) == {"x"} and len(cut["text"]) == 1 << 16
+    log = next((state / "logs").glob("long-*.log")).read_bytes()
+    assert log == b"before\n" + b"x" * 5_000_000 + b"\nafter 0\nafter 1\nafter 2\n"  # the log keeps every byte
+
+
+def test_logs_follow_started_between_runs_follows_the_next_run(tmp_path):
+    """Issue 23: `conclave logs -f` started after one run ended printed that run and exited.
+    Started before the next run, it waits for it and follows it to its end."""
+    first = Run(tmp_path, [{"name": "early", "command": ["sh", "-c", "echo from run one"]}])
+    first.start(wait_for=[])
+    assert first.process is not None and first.process.wait(timeout=60) == 0
+    first.close()
+    follower = subprocess.Popen(
+        conclave_argv("logs", "-f", "--state-dir", str(first.state), "--repo", str(first.repo)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env()
+    )
+    second = Run(tmp_path, [{"name": "late", "command": ["sh", "-c", "echo from run two; sleep 1; echo still run two"]}], reuse=True)
+    try:
+        time.sleep(1.0)
+        assert follower.poll() is None, "logs -f must wait for the next run, not end with the last one"
+        second.start(wait_for=[])
+        out, err = follower.communicate(timeout=60)
+    finally:
+        second.close()
+        if follower.poll() is None:
+            follower.kill()
+    assert follower.returncode == 0, err
+    assert out.startswith("run 1 has ended (conclave logs --run 1 shows it); waiting for the next run")
+    assert "from run one" not in out
+    one, two = line(out, "late", "|", "from run two"), line(out, "late", "|", "still run two")
+    assert one.start() < two.start() < line(out, "conclave", ">", "run 2 ended: every agent has exited").start()
