@@ -80,8 +80,9 @@ class OutputLog:
         self.dropped_lines = 0
         self.lost_bytes = 0
         self.lost_lines = 0
-        #: [index, bytes, lines] of every segment on disk, oldest first; the last is being written.
-        self._kept: list[list[int]] = [[0, 0, 0]]
+        #: [index, bytes, lines, marker bytes, marker lines] of every segment on disk, oldest first;
+        #: the last is being written.  Markers are the broker's own lines, never counted as output.
+        self._kept: list[list[int]] = [[0, 0, 0, 0, 0]]
         self._fd: int | None = None
         self._failing: str | None = None
         self._lost_since = (0, 0)  # bytes, lines lost in the current refusal
@@ -105,6 +106,8 @@ class OutputLog:
             self._writing_data = False
             if marker:
                 self._write_all(marker)
+                self._kept[-1][3] += len(marker)
+                self._kept[-1][4] += marker.count(b"\n")
                 self._dropped_unmarked = (0, 0)
             self._writing_data = True
             self._write_all(data)
@@ -176,13 +179,14 @@ class OutputLog:
         reports = []
         # Keep the first segment and the newest; drop the oldest in between until a new one fits.
         while len(self._kept) > 1 and sum(s[1] for s in self._kept) + self.segment_size > self.cap:
-            index, size, lines = self._kept.pop(1)
+            index, size, lines, marker_size, marker_lines = self._kept.pop(1)
             try:
                 os.unlink(segment_path(self.logs, self.name, index))
             except FileNotFoundError:
                 pass
             except OSError:
                 continue  # cannot be removed: it stays, and is not counted as dropped
+            size, lines = size - marker_size, lines - marker_lines
             self.dropped_bytes += size
             self.dropped_lines += lines
             bytes_, lines_ = self._dropped_unmarked
@@ -193,7 +197,7 @@ class OutputLog:
                 f"({self.dropped_bytes} bytes in all); the first and the latest output are kept",
                 {"log": self.name, "bytes": size, "lines": lines, "total_bytes": self.dropped_bytes, "total_lines": self.dropped_lines, "cap": self.cap},
             ))  # fmt: skip
-        self._kept.append([self._kept[-1][0] + 1, 0, 0])
+        self._kept.append([self._kept[-1][0] + 1, 0, 0, 0, 0])
         return reports
 
     def _refused(self, exc: OSError, data: bytes) -> list[LogReport]:
