@@ -274,9 +274,8 @@ class Capture:
     :meth:`start` runs one pump per pipe in the supervisor's nursery; they
     are shielded from the broker's shutdown so that what an agent printed
     last is still written.  :meth:`finish` (once the process and everything
-    it left behind are gone) waits :data:`DRAIN` seconds at most for the
-    pipes to end, then closes them.  ``last_output`` is the trio time of
-    the last byte (the idle timer reads it).
+    it left behind are gone) drains the pipes and closes them.
+    ``on_output`` hears the trio time of each chunk (the idle timers).
     """
 
     def __init__(
@@ -288,6 +287,7 @@ class Capture:
         decoder: OutputDecoder | None,
         report: Callable[[LogReport], Awaitable[None]],
         on_usage: Callable[[Usage], Awaitable[None]],
+        on_output: Callable[[float], None] = lambda now: None,
     ) -> None:
         self.principal = principal
         self.log = log
@@ -295,7 +295,7 @@ class Capture:
         self.decoder = decoder
         self.report = report
         self.on_usage = on_usage
-        self.last_output = trio.current_time()
+        self.on_output = on_output
         self.usage: Usage | None = None
         self._streams: list[trio.abc.ReceiveStream] = []
         #: Since when each pump has waited on its pipe (None while it is busy with what it read).
@@ -371,7 +371,7 @@ class Capture:
                 self._done.set()
 
     async def _take(self, chunk: bytes, splitter: LineSplitter, structured: bool) -> None:
-        self.last_output = trio.current_time()
+        self.on_output(trio.current_time())
         if structured:
             await self._lines(splitter.feed(chunk), structured)
             return

@@ -383,7 +383,10 @@ class Supervisor:
                 self.view.note("limit", f"over budget ({reason}): stopping it", principal=key, failed=True)
 
         log = OutputLog(log_path.parent, log_path.name, cap=spec.log_cap or DEFAULT_LOG_CAP)
-        return Capture(key, log, view=self.view, decoder=decoder, report=report, on_usage=on_usage)
+        return Capture(
+            key, log, view=self.view, decoder=decoder, report=report, on_usage=on_usage,
+            on_output=lambda now: self.core.activity.touch(principal.domain, now),
+        )  # fmt: skip
 
     async def _watch_time(self, principal: Principal, limits: Limits) -> None:
         """Stop ``principal`` when its ``timeout`` runs out, or when its family has been idle for ``idle_timeout``."""
