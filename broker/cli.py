@@ -181,13 +181,17 @@ def _preflight(team: Any, json_out: bool, *, online: bool = True) -> Any:
         if not json_out:
             sys.stderr.write(f"conclave: preflight: warning: {warning.line()}\n")
     if report.problems:
-        lines = "\n".join(f"preflight: {f.line()}" for f in report.problems)
         count = len(report.problems)
-        die(
-            f"{count} problem(s) before any agent started; nothing was run:\n{lines}", EXIT_USAGE, error="preflight",
-            fix="fix each line above, then run again (`conclave team check --online` checks without starting anything)",
-            details={"problems": [f.as_dict() for f in report.problems], "warnings": [f.as_dict() for f in report.warnings]},
-        )  # fmt: skip
+        head = f"preflight found {count} problem(s); no agent was started"
+        fix = "fix each, then run again (`conclave team check --online` checks without starting anything)"
+        if json_out:
+            die(head, EXIT_USAGE, error="preflight", fix=fix,
+                details={"problems": [f.as_dict() for f in report.problems], "warnings": [f.as_dict() for f in report.warnings]})  # fmt: skip
+        from broker.literal import visible
+
+        lines = "".join(f"preflight: {visible(f.line())}\n" for f in report.problems)
+        sys.stderr.write(f"conclave: {head}; {fix}:\n{lines}")
+        raise typer.Exit(EXIT_USAGE)
     return report
 
 

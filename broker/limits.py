@@ -180,10 +180,11 @@ class Meter:
     def crossed(self, agent: str, limits: Limits) -> tuple[str, str] | None:
         """``(scope, reason)`` for the first budget crossed (``scope``: "agent" or "run"), or None."""
         for scope, used, budget in (("agent", self.agent(agent), limits), ("run", self.run(), self.run_limits)):
+            whose = f"for {agent}" if scope == "agent" else "for the run"
             if budget.max_tokens is not None and used.tokens > budget.max_tokens:
-                return scope, f"max_tokens = {budget.max_tokens:,} {'for ' + agent if scope == 'agent' else 'for the run'} crossed: {used.tokens:,} tokens used"
+                return scope, f"over budget: max_tokens = {budget.max_tokens:,} {whose} crossed, {used.tokens:,} tokens used"
             if budget.max_cost_usd is not None and used.cost_usd is not None and used.cost_usd > budget.max_cost_usd:
-                return scope, f"max_cost_usd = {budget.max_cost_usd:g} {'for ' + agent if scope == 'agent' else 'for the run'} crossed: ${used.cost_usd:.4f} spent"
+                return scope, f"over budget: max_cost_usd = {budget.max_cost_usd:g} {whose} crossed, ${used.cost_usd:.4f} spent"
         return None
 
 

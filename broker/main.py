@@ -132,7 +132,7 @@ async def run_broker(
                         run_scope.cancel()
 
                     core.extensions["stop"] = stop
-                    supervisor.on_run_budget = lambda why: stop("budget", f"the run is over budget ({why})")
+                    supervisor.on_run_budget = lambda why: stop("budget", f"the run is {why}")
                     nursery.start_soon(_watch_signals, stop)
                     if limits.timeout is not None or limits.idle_timeout is not None:
                         nursery.start_soon(_watch_run_time, core, limits, stop)

@@ -214,7 +214,9 @@ class RunView:
         principal = f"{outcome.agent}:{outcome.session}"
         if outcome.failed:
             self.failed += 1
-        self._note("exit", outcome.describe(), principal=principal, failed=outcome.failed)
+        usage = getattr(outcome, "usage", None)
+        used = f"; used {usage['tokens']:,} tokens" + (f", ${usage['cost_usd']:.4f}" if usage.get("cost_usd") is not None else "") if usage else ""
+        self._note("exit", outcome.describe() + used, principal=principal, failed=outcome.failed)
 
     def note(self, kind: str, text: str, *, principal: str | None = None, failed: bool = False) -> None:
         """Anything else the operator must hear of (an agent's usage, its output past the cap, a full disk)."""

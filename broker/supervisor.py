@@ -21,6 +21,7 @@ period) before it returns.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -50,7 +51,11 @@ if TYPE_CHECKING:
     from broker.core import BrokerCore
     from broker.output import RunView
 
+log = logging.getLogger("conclave.broker")
+
 DEFAULT_GRACE: Final = 5.0
+#: Seconds between two ``agent.usage`` events of one principal while its usage grows.
+USAGE_EVERY: Final = 10.0
 RESTART_BACKOFF: Final = 0.5
 #: Exit code recorded when the command could not be started at all.
 SPAWN_FAILED: Final = 127
@@ -153,6 +158,8 @@ class Supervisor:
         self._stopped_for: dict[str, tuple[str, str]] = {}
         #: Called when the run's own budget is crossed (run_broker: stop the run).
         self.on_run_budget: Callable[[str], None] | None = None
+        #: When each principal's usage was last recorded as an event, and what it was.
+        self._usage_recorded: dict[str, tuple[float, Usage | None]] = {}
 
     @property
     def known_pids(self) -> frozenset[int]:
@@ -342,6 +349,7 @@ class Supervisor:
                     leftovers = len(in_group | await trio.to_thread.run_sync(self._contain, box))
                     self._cgroups.discard(box.cgroup)  # type: ignore[arg-type]  # killed: no one else's sweep need spare it now
                 output = await capture.finish()  # its last lines come before its exit
+                await self._record_usage(principal)
                 code = process.returncode
                 stopped = self._stopped_for.pop(principal.key, None)
                 usage = self.meter.by_principal.get(principal.key)
@@ -371,8 +379,11 @@ class Supervisor:
             await self.core.record(f"agent.output_{r.kind}", actor=events.BROKER_ACTOR, subject=key, payload=r.payload)
 
         async def on_usage(usage: Usage) -> None:
-            self.core.activity.touch(principal.domain, trio.current_time())
+            now = trio.current_time()
+            self.core.activity.touch(principal.domain, now)
             self.meter.report(key, principal.agent, usage)
+            if now - self._usage_recorded.get(key, (-USAGE_EVERY, None))[0] >= USAGE_EVERY:
+                await self._record_usage(principal)
             crossed = self.meter.crossed(principal.agent, spec.limits)
             if crossed is None:
                 return
@@ -380,13 +391,25 @@ class Supervisor:
             if scope == "run" and self.on_run_budget is not None:
                 self.on_run_budget(reason)
             elif self.stop_agent(key, "budget", reason) and self.view is not None:
-                self.view.note("limit", f"over budget ({reason}): stopping it", principal=key, failed=True)
+                self.view.note("limit", f"{reason}; stopping it", principal=key, failed=True)
 
         log = OutputLog(log_path.parent, log_path.name, cap=spec.log_cap or DEFAULT_LOG_CAP)
         return Capture(
             key, log, view=self.view, decoder=decoder, report=report, on_usage=on_usage,
             on_output=lambda now: self.core.activity.touch(principal.domain, now),
         )  # fmt: skip
+
+    async def _record_usage(self, principal: Principal) -> None:
+        """``agent.usage``: what the principal's binary has reported so far (at most every
+        :data:`USAGE_EVERY` seconds while it runs, and once more at its end if it changed)."""
+        usage = self.meter.by_principal.get(principal.key)
+        if usage is None or self._usage_recorded.get(principal.key, (0.0, None))[1] == usage:
+            return
+        self._usage_recorded[principal.key] = (trio.current_time(), usage)
+        try:
+            await self.core.record("agent.usage", actor=events.BROKER_ACTOR, subject=principal.key, payload=usage.as_dict())
+        except Exception:  # noqa: BLE001 -- usage is also in agent.exit; a store that refuses must not stop the agent's output
+            log.exception("could not record usage for %s", principal.key)
 
     async def _watch_time(self, principal: Principal, limits: Limits) -> None:
         """Stop ``principal`` when its ``timeout`` runs out, or when its family has been idle for ``idle_timeout``."""
