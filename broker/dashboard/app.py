@@ -193,7 +193,7 @@ class DashboardApp(App[None]):
         return not getattr(self, "_running", True)
 
     def on_mount(self) -> None:
-        self.main.query_one("#agents", DataTable).add_columns("agent", "state", "status", "holds", "waits for", "unread")
+        self.main.query_one("#agents", DataTable).add_columns("agent", "state", "status", "holds", "waits for", "unread", "usage")
         self.main.query_one("#holdings", DataTable).add_columns("resource", "mode", "holder", "held for", "token", "expires")
         self.main.query_one("#waiting", DataTable).add_columns("#", "waiter", "resources", "mode", "waiting for")
         self.main.query_one("#threads", DataTable).add_columns("thread", "between", "msgs", "last")
@@ -365,7 +365,7 @@ class DashboardApp(App[None]):
         cells = [
             # No running line count here: a table row costs milliseconds to redraw, and 32 busy
             # agents would redraw every row every second (the output title counts instead).
-            (r.key, _cells(r.key, r.state, r.status, "; ".join(r.holds), "; ".join(r.waits), r.unread or ""))
+            (r.key, _cells(r.key, r.state, r.status, "; ".join(r.holds), "; ".join(r.waits), r.unread or "", r.usage))
             for r in rows
         ]
         if not self._changed("agents", [(k, [c.plain for c in cs]) for k, cs in cells]):

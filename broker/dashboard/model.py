@@ -78,6 +78,16 @@ class AgentRow:
     lines: int
     last_line: str
     has_log: bool
+    #: What its binary reported using ("12,345 tok, $0.0123"), or "" when it reports nothing.
+    usage: str = ""
+
+
+def usage_text(usage: Mapping[str, Any] | None) -> str:
+    """``12,345 tok, $0.0123`` from an agent's reported usage (``conclave agents --json``)."""
+    if not usage:
+        return ""
+    cost = usage.get("cost_usd")
+    return f"{usage.get('tokens', 0):,} tok" + (f", ${cost:.4f}" if cost is not None else "")
 
 
 def agent_rows(
@@ -125,6 +135,7 @@ def agent_rows(
                 lines=counts.get(key, 0),
                 last_line=last_lines.get(key) or "",
                 has_log=key in logs,
+                usage=usage_text(a.get("usage")),
             )
         )
     for key, name in logs.items():

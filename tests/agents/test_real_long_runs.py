@@ -217,6 +217,12 @@ def test_usage_and_cost_are_read_from_claude_codes_stream(long_run):
     recorded = [e for e in events(long_run["state"], "agent.usage") if e["subject"].startswith("ann:")]
     assert recorded and recorded[-1]["tokens"] == usage["tokens"] and recorded[-1]["cost_usd"] == usage["cost_usd"]
     assert f"{usage['tokens']:,} tokens, ${usage['cost_usd']:.4f}" in summary_line(long_run["view"], "ann")
+    # `conclave agents --json` (here with no broker: the operator opens the store) says the same.
+    listed = subprocess.run(conclave_argv("agents", "--json", "--state-dir", str(long_run["state"]), "--repo", str(long_run["state"].parent / "repo")),
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    (row,) = [r for r in json.loads(listed.stdout) if r["agent"] == "ann"]
+    assert row["usage"] == usage
     # The model asked for is the one the team file named, passed with Claude Code's own flag.
     assert {r["body"]["model"] for r in long_run["apis"]["ann"].main} == {"claude-standin-1"}
 

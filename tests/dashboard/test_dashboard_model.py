@@ -72,3 +72,15 @@ def test_claims_by_tier_with_search() -> None:
     assert [c["id"] for c in claim_rows(claims, tier="retired", search="")] == [3]
     assert [c["id"] for c in claim_rows(claims, tier="live", search="lexer bob")] == []
     assert [c["id"] for c in claim_rows(claims, tier="live", search="LEXER carol")] == [4]
+
+
+def test_agent_rows_show_what_each_binary_reported_using() -> None:
+    """Issue 23: usage in the dashboard.  Claude Code reports tokens and cost, Codex tokens only;
+    a plain command reports nothing and shows nothing."""
+    agents = [
+        {"principal": "ann:a1", "agent": "ann", "live": True, "usage": {"tokens": 44950, "cost_usd": 0.180123}},
+        {"principal": "cole:c1", "agent": "cole", "live": False, "exit_code": 0, "usage": {"tokens": 19086, "cost_usd": None}},
+        {"principal": "sh:s1", "agent": "sh", "live": False, "exit_code": 0},
+    ]
+    rows = {r.key: r.usage for r in agent_rows(agents, None, None, {}, {}, {}, NOW)}
+    assert rows == {"ann:a1": "44,950 tok, $0.1801", "cole:c1": "19,086 tok", "sh:s1": ""}
