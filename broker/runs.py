@@ -47,6 +47,16 @@ def read_runs(conn: apsw.Connection) -> list[Run]:
     return runs
 
 
+def starts(conn: apsw.Connection) -> list[str]:
+    """When each run started, oldest first (run ``N`` is at index ``N - 1``)."""
+    return [at for (at,) in conn.execute("SELECT at FROM events WHERE kind = 'broker.start' ORDER BY seq")]
+
+
+def run_at(started: list[str], at: str) -> int | None:
+    """The number of the run going at time ``at`` (None: before the first)."""
+    return bisect.bisect_right(started, at) or None
+
+
 def run_of(runs: list[Run], started_at: str) -> int | None:
     """The number of the run a principal started at ``started_at`` belongs to."""
     i = bisect.bisect_right([r.started_at for r in runs], started_at)
