@@ -51,7 +51,7 @@ LOCK_LOOK: Final = 1.0
 #: Agents' lines the writer may fall behind before a terminal sheds them (or, to a file, the agents wait).
 CAPACITY: Final = 5000
 #: Lines handed to the writer thread at once.
-BATCH: Final = 1000
+BATCH: Final = CAPACITY
 
 
 class Outcome(Protocol):
@@ -123,7 +123,8 @@ class Terminal:
                 return
         self._lines.append((True, line))
         self._outputs += 1
-        self._has_lines.unpark_all()
+        if self._has_lines:  # the writer waits for lines (waking nobody costs more than the line)
+            self._has_lines.unpark_all()
 
     def close(self) -> None:
         """No more lines: :meth:`run` returns once the pending ones are written."""
