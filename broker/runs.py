@@ -23,7 +23,7 @@ from typing import Any, final
 import apsw
 import attrs
 
-from broker.runlog import journal_path, log_name
+from broker.runlog import journal_path, log_name, segments
 from store import events
 
 
@@ -74,7 +74,9 @@ def plan_prune(conn: apsw.Connection, logs: Path, *, keep: int, live: bool) -> d
     if doomed:
         for agent, session, started in conn.execute("SELECT agent, session, started_at FROM principals"):
             if run_of(runs, started) in doomed:
-                names.append(log_name(agent, session))
+                name = log_name(agent, session)
+                # Every segment of the log (past its cap it went on in <name>.1, ...: broker.capture).
+                names += [p.name for p in segments(logs, name)] or [name]
         names += [journal_path(logs, n).name for n in doomed]
     files, size = [], 0
     for name in names:
