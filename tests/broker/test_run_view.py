@@ -110,7 +110,7 @@ def test_the_run_shows_its_events_in_words(story):
     line(stream, "flaky", ">", "exit 3 (attempt 2 of 2, gave up)")
     line(stream, "ghost", ">", "exit 127: command not found")
     line(stream, "waiter", ">", "waiting ")
-    assert re.search(r"waiting \d+ s for data\.txt \(exclusive\), #1 in line", stream)
+    assert re.search(rf"waiting \d+ s for data\.txt \(exclusive\), #1 in line; held by holder:{SESSION}  \[conclave lock list\]", stream)
     line(stream, "waiter", ">", "mail to the operator, message 1 (thread t1): waiter done")
     line(stream, "conclave", ">", "run 1 ended: every agent has exited; 2 failed")
     # The journal records the same events, for `conclave logs` and for the record.
