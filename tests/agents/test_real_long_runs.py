@@ -25,7 +25,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -37,17 +36,10 @@ from broker.entry import conclave_argv
 from store.database import connect
 from tests.agents import realbin
 from tests.agents.standins import AnthropicStandin, ResponsesStandin
+from tests.eventlog import events_of
 from tests.agents.standins.responses import codex_overrides
 
 SESSION = r"[0-9a-f]{12}"
-
-
-@pytest.fixture(scope="module")
-def binaries() -> realbin.Binaries:
-    try:
-        return realbin.ensure()
-    except realbin.AgentBinariesError as exc:
-        pytest.fail(f"the real-agent tests need Claude Code and Codex CLI: {exc}", pytrace=False)
 
 
 def base_env(binaries: realbin.Binaries) -> dict[str, str]:
@@ -187,17 +179,8 @@ def long_run(binaries, tmp_path_factory):
             api.close()
 
 
-def events(state: Path, kind: str) -> list[dict[str, Any]]:
-    conn = connect(state / "conclave.db", readonly=True)
-    try:
-        rows = conn.execute("SELECT subject, payload FROM events WHERE kind = ? ORDER BY seq", (kind,)).fetchall()
-    finally:
-        conn.close()
-    return [{"subject": s, **json.loads(p)} for s, p in rows]
-
-
 def exit_of(long_run: dict[str, Any], name: str) -> dict[str, Any]:
-    (found,) = [e for e in events(long_run["state"], "agent.exit") if e["subject"].split(":")[0] == name]
+    (found,) = [e for e in events_of(long_run["state"], "agent.exit") if e["subject"].split(":")[0] == name]
     return found
 
 
@@ -214,7 +197,7 @@ def test_usage_and_cost_are_read_from_claude_codes_stream(long_run):
     assert usage["tokens"] == anthropic_usage(long_run["apis"]["ann"].main), usage
     assert usage["output_tokens"] == 10 * len(long_run["apis"]["ann"].main)
     assert usage["cost_usd"] is not None and usage["cost_usd"] > 0
-    recorded = [e for e in events(long_run["state"], "agent.usage") if e["subject"].startswith("ann:")]
+    recorded = [e for e in events_of(long_run["state"], "agent.usage") if e["subject"].startswith("ann:")]
     assert recorded and recorded[-1]["tokens"] == usage["tokens"] and recorded[-1]["cost_usd"] == usage["cost_usd"]
     assert f"{usage['tokens']:,} tokens, ${usage['cost_usd']:.4f}" in summary_line(long_run["view"], "ann")
     # `conclave agents --json` (here with no broker: the operator opens the store) says the same.

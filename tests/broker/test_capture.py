@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from agents.harness import Run
 from broker.runlog import segments
-from store.database import connect
+from tests.eventlog import events_of
 
 CAP = 256 * 1024
 FLOOD_LINES = 60_000  # about 4.4 MB: 17 times the cap
@@ -27,15 +26,6 @@ for i in range({FLOOD_LINES}):
     sys.stdout.write(f"flood line {{i:06d}} " + "x" * 60 + "\\n")
 sys.stdout.write("flood done\\n")
 """
-
-
-def agent_events(state: Path, kind: str) -> list[dict]:
-    conn = connect(state / "conclave.db", readonly=True)
-    try:
-        rows = conn.execute("SELECT subject, payload FROM events WHERE kind = ? ORDER BY seq", (kind,)).fetchall()
-    finally:
-        conn.close()
-    return [{"subject": s, **json.loads(p)} for s, p in rows]
 
 
 def test_a_flood_past_the_cap_is_counted_reported_and_the_broker_is_fine(tmp_path):
@@ -67,10 +57,10 @@ def test_a_flood_past_the_cap_is_counted_reported_and_the_broker_is_fine(tmp_pat
     text = b"".join(p.read_bytes() for p in on_disk).decode()
     assert text.startswith("flood line 000000 ") and text.endswith("flood done\n")  # the first and the latest output
     assert "of this agent's output were dropped before this line to keep its log within log_cap = 256 KiB" in text
-    dropped = agent_events(run.state, "agent.output_dropped")
+    dropped = events_of(run.state, "agent.output_dropped")
     assert dropped and {e["subject"].split(":")[0] for e in dropped} == {"flood"}
     assert dropped[-1]["cap"] == CAP
-    (exit_flood,) = [e for e in agent_events(run.state, "agent.exit") if e["subject"].startswith("flood:")]
+    (exit_flood,) = [e for e in events_of(run.state, "agent.exit") if e["subject"].startswith("flood:")]
     kept_lines = text.count("\n")
     out = exit_flood["output"]
     assert out["dropped_bytes"] == dropped[-1]["total_bytes"] > 0 and out["lost_bytes"] == 0

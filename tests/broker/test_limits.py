@@ -32,6 +32,16 @@ def exits(state: Path) -> dict[str, dict]:
     return {s.split(":")[0]: json.loads(p) for s, p in rows}
 
 
+#: Imports first and says so (so a slow start is not the silence tested), then waits 3 s inside one broker call.
+WAITER = """
+from broker.client import BlockingClient
+print("ready", flush=True)
+with BlockingClient.for_agent() as client:
+    client.call("msg.inbox", {"wait": 3})
+print("waited", flush=True)
+"""
+
+
 @pytest.fixture(scope="module")
 def timed(tmp_path_factory):
     """One run: a sleeper past its timeout, a quick agent within the same timeout, an idle agent,
@@ -43,7 +53,7 @@ def timed(tmp_path_factory):
         {"name": "quick", "command": ["sh", "-c", "sleep 0.2; echo done"], "timeout": "5s"},
         {"name": "dozer", "command": ["sh", "-c", "echo once; exec sleep 60"], "idle_timeout": 1.5, "timeout": "30s"},
         {"name": "busy", "command": ["sh", "-c", chatty], "idle_timeout": 1.5, "timeout": "30s"},
-        {"name": "waiter", "command": ["sh", "-c", "conclave msg inbox --wait 3 > /dev/null; echo waited"], "idle_timeout": 1.5, "timeout": "30s"},
+        {"name": "waiter", "command": [sys.executable, "-c", WAITER], "idle_timeout": 1.5, "timeout": "30s"},
         {"name": "defaulted", "command": ["sleep", "60"]},
     ]
     root = tmp_path_factory.mktemp("timed")
@@ -160,3 +170,26 @@ def test_defaults_budgets_reach_only_agents_that_report_usage(tmp_path):
     by = {a.name: a.limits for a in team.agents}
     assert (by["claude"].max_tokens, by["claude"].timeout) == (50_000, 3600.0)
     assert (by["plain"].max_tokens, by["plain"].timeout) == (None, 3600.0)
+
+
+def test_budgets_add_up_restarts_per_agent_and_every_agent_per_run() -> None:
+    """The meter behind max_tokens and max_cost_usd: an agent's restarts add up against its own
+    budget, every agent against the run's; a cumulative report never lowers a figure; a cost
+    budget waits for a cost (Codex reports none)."""
+    from broker.limits import Limits, Meter, Usage
+
+    meter = Meter(Limits(max_tokens=10_000, max_cost_usd=1.0))
+    own = Limits(max_tokens=6_000)
+    meter.report("alice:s1", "alice", Usage(3_000, 0, 500, 0.10))
+    assert meter.crossed("alice", own) is None
+    meter.report("alice:s1", "alice", Usage(1_000, 0, 100, 0.01))  # a lower cumulative figure changes nothing
+    assert meter.by_principal["alice:s1"] == Usage(3_000, 0, 500, 0.10)
+    meter.report("alice:s2", "alice", Usage(2_600, 0, 0, 0.05))  # its restart
+    assert meter.crossed("alice", own) == ("agent", "over budget: max_tokens = 6,000 for alice crossed, 6,100 tokens used")
+    meter.report("cody:c1", "cody", Usage(3_900, 0, 100))  # Codex: tokens, no cost
+    assert meter.crossed("cody", Limits()) == ("run", "over budget: max_tokens = 10,000 for the run crossed, 10,100 tokens used")
+    costly = Meter(Limits(max_cost_usd=1.0))
+    costly.report("cody:c1", "cody", Usage(10**7, 0, 0))
+    assert costly.crossed("cody", Limits()) is None  # no cost reported: a dollar budget cannot be crossed by it
+    costly.report("ann:a1", "ann", Usage(10, 0, 10, 1.25))
+    assert costly.crossed("ann", Limits()) == ("run", "over budget: max_cost_usd = 1 for the run crossed, $1.2500 spent")

@@ -289,19 +289,28 @@ def test_a_file_gets_every_line_of_a_burst_in_order(tmp_path):
     line(text, "conclave", ">", "run 1 ended: every agent has exited")
 
 
-def test_logs_follow_waits_for_a_run_and_ends_with_it(tmp_path):
-    run = Run(tmp_path, [{"name": "talker", "command": ["sh", "-c", "echo one; sleep 1.5; echo two"]}])
+def follow_from_before(run: Run, *, pause: float, why: str) -> tuple[int, str, str]:
+    """Start `conclave logs -f` on ``run``'s state directory, wait ``pause`` seconds (it must still be
+    waiting: ``why``), start the run; what the follower printed once the run is over."""
     follower = subprocess.Popen(
         conclave_argv("logs", "-f", "--state-dir", str(run.state), "--repo", str(run.repo)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env()
     )
     try:
-        time.sleep(0.5)
-        assert follower.poll() is None, "logs -f must wait for a run to start"
+        time.sleep(pause)
+        assert follower.poll() is None, why
         run.start(wait_for=[])
         out, err = follower.communicate(timeout=60)
     finally:
         run.close()
-    assert follower.returncode == 0, err
+        if follower.poll() is None:
+            follower.kill()
+    return follower.returncode, out, err
+
+
+def test_logs_follow_waits_for_a_run_and_ends_with_it(tmp_path):
+    run = Run(tmp_path, [{"name": "talker", "command": ["sh", "-c", "echo one; sleep 1.5; echo two"]}])
+    code, out, err = follow_from_before(run, pause=0.5, why="logs -f must wait for a run to start")
+    assert code == 0, err
     assert out.startswith("waiting for a run to start")
     one, two, ended = line(out, "talker", "|", "one"), line(out, "talker", "|", "two"), line(out, "talker", ">", "exit 0")
     assert one.start() < two.start() < ended.start()
@@ -388,20 +397,9 @@ def test_logs_follow_started_between_runs_follows_the_next_run(tmp_path):
     first.start(wait_for=[])
     assert first.process is not None and first.process.wait(timeout=60) == 0
     first.close()
-    follower = subprocess.Popen(
-        conclave_argv("logs", "-f", "--state-dir", str(first.state), "--repo", str(first.repo)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env()
-    )
     second = Run(tmp_path, [{"name": "late", "command": ["sh", "-c", "echo from run two; sleep 1; echo still run two"]}], reuse=True)
-    try:
-        time.sleep(1.0)
-        assert follower.poll() is None, "logs -f must wait for the next run, not end with the last one"
-        second.start(wait_for=[])
-        out, err = follower.communicate(timeout=60)
-    finally:
-        second.close()
-        if follower.poll() is None:
-            follower.kill()
-    assert follower.returncode == 0, err
+    code, out, err = follow_from_before(second, pause=1.0, why="logs -f must wait for the next run, not end with the last one")
+    assert code == 0, err
     assert out.startswith("run 1 has ended (conclave logs --run 1 shows it); waiting for the next run")
     assert "from run one" not in out
     one, two = line(out, "late", "|", "from run two"), line(out, "late", "|", "still run two")

@@ -33,7 +33,7 @@ import pytest
 
 from agents.harness import Run
 from broker.runlog import segments
-from store.database import connect
+from tests.eventlog import events_of
 
 REWRITE = textwrap.dedent(
     r"""
@@ -59,15 +59,6 @@ REWRITE = textwrap.dedent(
     sys.stderr.write(json.dumps(tried) + "\n")
     """
 )
-
-
-def events_of(state: Path, kind: str) -> list[dict]:
-    conn = connect(state / "conclave.db", readonly=True)
-    try:
-        rows = conn.execute("SELECT subject, payload FROM events WHERE kind = ? ORDER BY seq", (kind,)).fetchall()
-    finally:
-        conn.close()
-    return [{"subject": s, **json.loads(p)} for s, p in rows]
 
 
 def test_an_agent_cannot_rewrite_its_own_log(tmp_path):
