@@ -46,8 +46,10 @@ MIB: Final = 1 << 20
 SEGMENTS: Final = 4
 #: Bytes read from a pipe at a time.
 READ_SIZE: Final = 1 << 16
-#: Seconds a pump lets a pipe fill after emptying it (a line is shown at most this much later).
+#: Seconds a pump lets a pipe fill after a chunk smaller than GATHER_BELOW bytes (a line is shown
+#: at most this much later).
 GATHER: Final = 0.05
+GATHER_BELOW: Final = 4096
 
 
 @final
@@ -248,9 +250,9 @@ def _size(n: int) -> str:
 async def pump(stream: trio.abc.ReceiveStream, take: Callable[[bytes], Awaitable[None]]) -> None:
     """Read ``stream`` to its end (or until it is closed under us), handing each chunk to ``take``.
 
-    A chunk that emptied the pipe is followed by :data:`GATHER` seconds' pause, so an agent that
-    prints line by line is read in a few chunks a second rather than a wake-up per line (what
-    each wake-up costs the broker is its whole cost here); a full pipe is read straight on.
+    A small chunk (an agent printing line by line) is followed by :data:`GATHER` seconds' pause,
+    so such an agent is read in a few chunks a second rather than a wake-up per line (what each
+    wake-up costs the broker is its whole cost there); bulk output is read straight on.
     """
     try:
         while True:
@@ -258,7 +260,7 @@ async def pump(stream: trio.abc.ReceiveStream, take: Callable[[bytes], Awaitable
             if not chunk:
                 return
             await take(chunk)
-            if len(chunk) < READ_SIZE:
+            if len(chunk) < GATHER_BELOW:
                 await trio.sleep(GATHER)
     except (trio.ClosedResourceError, trio.BrokenResourceError):
         return
