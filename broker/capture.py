@@ -1,9 +1,9 @@
 """An agent's output: read by the broker through pipes, written by the broker into capped logs.
 
 An agent never holds a descriptor into ``<state>/logs``.  Its stdout and
-stderr are pipes whose reading ends only the broker holds; the broker splits
-what arrives into lines, writes them to the principal's log and hands them to
-the run view.  So an agent cannot truncate its log, seek back and write a
+stderr are pipes whose reading ends only the broker holds; the broker writes
+what arrives to the principal's log and hands it, line by line, to the run
+view.  So an agent cannot truncate its log, seek back and write a
 false history, or fill the file system through it: the worst it can do is
 print a lot, and what passes its cap is counted and reported.
 
@@ -20,8 +20,8 @@ print a lot, and what passes its cap is counted and reported.
   (``broker.runlog.LineSplitter``: never more than 64 KiB of one) to the run
   view, and a structured stream through its decoder first.
 
-The supervisor owns one :class:`OutputLog` per principal and runs
-:func:`pump` on each of its pipes.
+The supervisor makes one :class:`Capture` (with its :class:`OutputLog`) per
+principal; the capture runs :func:`pump` on each of its pipes.
 """
 
 from __future__ import annotations
@@ -104,10 +104,10 @@ class OutputLog:
         if current[1] > 0 and current[1] + len(data) > self.segment_size:
             reports += self._rotate()
         marker = self._marker()
+        self._writing_data, self._partial_written = False, 0
         try:
             if self._fd is None:
                 self._fd = os.open(segment_path(self.logs, self.name, self._kept[-1][0]), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-            self._writing_data = False
             if marker:
                 self._write_all(marker)
                 self._kept[-1][3] += len(marker)

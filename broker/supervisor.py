@@ -361,7 +361,7 @@ class Supervisor:
                 spec = live.spec
                 revoked = principal.key in self._revoked
                 restart = spec.restart == "on-failure" and code != 0 and principal.parent is None and attempt < spec.max_restarts and not revoked
-                restart = restart and stopped is None and not cancelled  # a limit that ran out would run out again
+                restart = restart and stopped is None  # a limit that ran out would run out again
                 self._report(_outcome(
                     live, process.pid, code, log_path, box.level, leftovers, attempt=attempt, cancelled=cancelled, revoked=revoked, restart=restart,
                     stopped=stopped, usage=usage, output=output,
