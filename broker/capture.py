@@ -339,6 +339,9 @@ class Capture:
         seconds with nothing in it is closed under its pump; past
         :data:`GIVE_UP` seconds in all the pumps are stopped.
         """
+        if not self._streams:  # never started (the program could not be run): nothing to drain
+            self.log.close()
+            return self.log.figures()
         with trio.CancelScope(shield=True):
             with trio.move_on_after(GIVE_UP):
                 while not self._done.is_set():
