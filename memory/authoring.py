@@ -25,7 +25,7 @@ import apsw
 
 from broker.errors import ConclaveError, ErrorCode
 from memory import claims, exposures, standing
-from store import events
+from store import dialect, events
 from memory.claims import ClaimRow
 from memory.policy import TrustPolicy, Verdict
 
@@ -33,13 +33,21 @@ if TYPE_CHECKING:
     from broker.identity import Principal
 
 
-def remember(conn: apsw.Connection, policy: TrustPolicy, author: Principal, *, kind: str, scope: str, text: str, evidence: str | None) -> dict[str, Any]:
+def remember(
+    conn: apsw.Connection, policy: TrustPolicy, author: Principal, *, kind: str, scope: str, text: str, evidence: str | None,
+    again: ClaimRow | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """A new claim, unverified -- unless the same agent (any session, any run) already holds a
-    live claim of the same kind and scope with the same text (compared after :func:`same_text`):
-    then that claim comes back (``"repeated": true``), a ``memory.repeat`` event records the
-    repetition, and nothing is stored twice.  Another agent's twin is never merged: the reply
-    names live twins so the agent can corroborate one by id instead."""
-    own = _own_live_claim(conn, author, kind=kind, scope=scope, text=text)
+    live claim of the same kind and scope with the same text (:func:`own_live_claim`): then that
+    claim comes back (``"repeated": true``), a ``memory.repeat`` event records the repetition,
+    and nothing is stored twice.  Another agent's twin is never merged: the reply names live
+    twins so the agent can corroborate one by id instead.
+
+    On SQLite the job looks for the agent's own claim itself (a read on the writer, in
+    microseconds).  On a server that read would cost every ``remember`` a round trip on the
+    writer connection, which holds the write lock for every broker: the op looks first, on a
+    reader, and passes what it found as ``again``."""
+    own = again if dialect.is_postgresql(conn) else own_live_claim(conn, author, kind=kind, scope=scope, text=text)
     if own is not None:
         payload: dict[str, Any] = {"kind": kind, "scope": scope, "text_sha256": claims.digest(text)}
         if evidence is not None:
@@ -63,7 +71,7 @@ def same_text(text: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split()).rstrip(" .!;:,")
 
 
-def _own_live_claim(conn: apsw.Connection, author: Principal, *, kind: str, scope: str, text: str) -> ClaimRow | None:
+def own_live_claim(conn: apsw.Connection, author: Principal, *, kind: str, scope: str, text: str) -> ClaimRow | None:
     """The author's agent's own live claim with this text, kind and scope, if it has one (the oldest)."""
     agent = author.key.rpartition(":")[0]
     wanted = same_text(text)

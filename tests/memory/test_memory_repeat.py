@@ -49,16 +49,26 @@ def test_the_same_agent_across_three_runs_holds_one_claim(tmp_path: Path) -> Non
     assert repeats == [(sessions[1], str(ids[0])), (sessions[2], str(ids[0]))]
 
 
-def test_a_repeat_is_judged_on_both_backends_and_a_retired_claim_is_not_brought_back(job) -> None:  # type: ignore[no-untyped-def]
-    first = job(authoring.remember, POLICY, principal("alice"), kind="discovery", scope="repo", text=TEXT, evidence=None)
-    again = job(authoring.remember, POLICY, principal("alice"), kind="discovery", scope="repo", text=TEXT.upper(), evidence="seen again")
+def remember_as_the_op_does(job, store, who: str, text: str, scope: str = "repo", evidence: str | None = None):  # type: ignore[no-untyped-def]
+    """``memory.remember`` as the op runs it: on a server it looks for the agent's own claim first
+    (on a reader, in the broker), on SQLite the job does."""
+    from store import dialect
+
+    author = principal(who)
+    again = job(authoring.own_live_claim, author, kind="discovery", scope=scope, text=text) if dialect.is_postgresql(store) else None
+    return job(authoring.remember, POLICY, author, kind="discovery", scope=scope, text=text, evidence=evidence, again=again)
+
+
+def test_a_repeat_is_judged_on_both_backends_and_a_retired_claim_is_not_brought_back(job, store) -> None:  # type: ignore[no-untyped-def]
+    first = remember_as_the_op_does(job, store, "alice", TEXT)
+    again = remember_as_the_op_does(job, store, "alice", TEXT.upper(), evidence="seen again")
     assert again["id"] == first["id"] and again["repeated"] and again["text"] == TEXT
-    general = job(authoring.remember, POLICY, principal("alice"), kind="discovery", scope="general", text=TEXT, evidence=None)
+    general = remember_as_the_op_does(job, store, "alice", TEXT, scope="general")
     assert general["id"] != first["id"]  # another scope is another claim
     from broker.identity import Principal, Role
     from memory import curation
 
     operator = Principal(agent="operator", session="uid0", role=Role.OPERATOR, domain="operator")
     job(curation.retire_by_operator, POLICY, operator, first["id"], reason="outdated")
-    after = job(authoring.remember, POLICY, principal("alice"), kind="discovery", scope="repo", text=TEXT, evidence=None)
+    after = remember_as_the_op_does(job, store, "alice", TEXT)
     assert after["id"] not in (first["id"], general["id"]) and "repeated" not in after
