@@ -194,12 +194,9 @@ def listing(
     sql = "SELECT id FROM claims" + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY id DESC LIMIT ?"
     ids = [r[0] for r in conn.execute(sql, (*params, min(limit, MAX_LIST)))]
     rows = claims.load_many(conn, ids)
-    out = []
-    for i in ids:
-        c = rows[i]
-        counted = conn.execute("SELECT count(*) FROM corroborations WHERE claim = ? AND counted = 1", (i,)).fetchone()[0]
-        out.append({**claims.brief(c), "counted_corroborations": counted})
-    return out
+    witnesses = standing.tallies(conn, ids)
+    # `counted_corroborations` predates the tally and stays for scripts that read it.
+    return [{**claims.brief(rows[i]), "witnesses": witnesses[i], "counted_corroborations": witnesses[i]["counted"]} for i in ids]
 
 
 #: Claims in one page of ``memory.export``, and about how many bytes of JSON.
