@@ -442,14 +442,15 @@ class DashboardApp(App[None]):
         # No running line count here: a table row costs milliseconds to redraw, and 32 busy
         # agents would redraw every row every second (the output title counts instead).
         shown = [(r.key, _texts(r.key, r.state, r.status, "\n".join(r.holds), "\n".join(r.waits), r.unread or "")) for r in rows]
-        if not self._show("agents", shown):
-            return
+        self._show("agents", shown)
         # The cursor starts once the broker has said who is live (or that none runs): on a live agent of
         # the current run, else the newest session -- never on whichever log file sorted first.
         if self.selected_agent is None and self.broker != "connecting":
             first = model.first_agent(rows)
-            if first is not None:
-                table = self.main.query_one("#agents", FittedTable)
+            table = self.main.query_one("#agents", FittedTable)
+            # The tab's widgets may not be mounted yet (a broker that refuses at once answers first):
+            # the rows wait in the table, and the cursor is placed at a later refresh.
+            if first is not None and table.has_row(first):
                 table.move_cursor(row=table.get_row_index(first), animate=False)
                 self._select_agent(first)
 

@@ -66,6 +66,10 @@ class FittedTable(DataTable[Any]):
             return None
         return int(self.parent.size.height * self.share) - self.header_height  # type: ignore[attr-defined]
 
+    def has_row(self, key: str) -> bool:
+        """Is a row with this key in the table now (not merely waiting for the table to be mounted)?"""
+        return any(k.value == key for k in self.rows)
+
     def column_widths(self) -> list[int]:
         """The widths in use now (without padding), for tests."""
         return list(self._widths or ())

@@ -70,3 +70,28 @@ def test_a_cell_keeps_its_whole_text_and_says_how_tall_it_is() -> None:
     assert str(cell) == AGENT_ROW[3] and cell.cell_len == len("src/tokenizer/positions.py (exclusive)")
     assert cell.height(80) == 2 and cell.height(20) == 6
     assert Cell("x" * 100, lines=2).height(10) == 2
+
+
+def test_rows_given_before_the_table_is_mounted_wait_for_it() -> None:
+    """A broker that refuses at once (or is absent) answers before the Agents tab is mounted: the rows
+    wait in the table and the cursor is placed later (placing it at once raised and ended the dashboard)."""
+    import asyncio
+
+    from textual.app import App
+
+    from broker.dashboard.tables import FittedTable
+
+    rows = [("alice:a1", ["alice:a1", "live", "", "", "", ""]), ("bob:b1", ["bob:b1", "live", "", "", "", "1"])]
+
+    async def main() -> None:
+        app = App[None]()
+        async with app.run_test(size=(80, 24)) as pilot:
+            table = FittedTable(COLUMNS["agents"], id="agents")
+            table.show(rows)
+            assert not table.has_row("alice:a1") and table.row_count == 0
+            await app.screen.mount(table)
+            await pilot.pause()
+            assert table.has_row("alice:a1") and [str(c) for c in table.get_row_at(1)][-1] == "1"
+            assert min(table.column_widths()) >= 2
+
+    asyncio.run(main())
