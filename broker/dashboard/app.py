@@ -6,8 +6,8 @@ Four tabs (keys ``1``-``4``):
   held and waited for, unread mail, lines of output; below, the selected
   agent's output, live.
 * **Locks** -- everything held, and the wait line with each waiter's time.
-* **Mail** -- threads, the operator's inbox, the selected thread; ``r``
-  replies.
+* **Mail** -- threads, the operator's inbox, the thread on screen under a
+  header naming it and whom ``r`` replies to.
 * **Claims** -- by tier, with a tier filter and a search box; the selected
   claim's biography and its trust graph.
 
@@ -39,11 +39,10 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual import events
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Label, Select, Static, TabbedContent, TabPane
 
