@@ -429,12 +429,12 @@ def test_the_output_tail_ends_quietly_when_the_app_unmounts_between_two_polls(te
     app = app_for(team, tail=0.3)
 
     async def scenario(pilot: Pilot[None]) -> None:
-        tail = next(w for w in app.workers if w.name == "tail")
+        # Both loops, held from the start: a loop that ended leaves the app's worker list.
+        tail, poll = (next(w for w in app.workers if w.name == name) for name in ("tail", "poll"))
         await until(pilot, lambda: output_lines(app) is not None and app.lognames, "the tail's first poll")
         assert tail.state is WorkerState.RUNNING  # the control: the tail runs, polling every 0.3 s (and the broker poll)
         await app.on_unmount()  # what the unmount does, while the loop sleeps
         await asyncio.sleep(0.8)  # the loop wakes at least twice
-        poll = next(w for w in app.workers if w.name == "poll")
         for loop in (tail, poll):
             assert loop.state is not WorkerState.ERROR and not isinstance(loop.error, RuntimeError), (loop.name, loop.state, loop.error)
 
