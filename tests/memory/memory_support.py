@@ -9,7 +9,7 @@ from typing import Any, Callable
 import apsw
 
 from broker.identity import Principal, Role
-from memory import authoring
+from memory import authoring, claims, exposures
 from store import database, events
 from memory.policy import TrustPolicy
 
@@ -50,6 +50,11 @@ def remember(job: Callable[..., Any], who: str, text: str, kind: str = "discover
 
 
 def trust(job: Callable[..., Any], claim: int, *domains: str) -> None:
-    """Corroborate from each of ``domains`` (two independent ones make it trusted)."""
+    """Corroborate from each of ``domains`` (two independent ones make it trusted).
+
+    Each witness reads the claim first (an informed witness counts; one that
+    vouches by id for text it was never shown is ``unread`` and does not)."""
     for domain in domains or ("bob", "carol"):
-        job(authoring.corroborate, POLICY, principal(domain), claim, evidence=None)
+        witness = principal(domain)
+        job(lambda conn: exposures.record(conn, witness, [claims.require(conn, claim)], "show", events.now()))
+        job(authoring.corroborate, POLICY, witness, claim, evidence=None)
