@@ -86,6 +86,7 @@ class Meaning:
         self._models: dict[str, embedder.Embedder] = {}
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._wake = trio.Event()
+        self._idle = trio.Event()
         self._exemplars: semantic.Exemplars | None = None
 
     @property
@@ -165,6 +166,17 @@ class Meaning:
 
     def note_new_claim(self) -> None:
         self._wake.set()
+        if self._idle.is_set():
+            self._idle = trio.Event()
+
+    async def settle(self, timeout: float) -> bool:
+        """Wait until every claim written so far is embedded and absorbed (False: not within ``timeout``)."""
+        if not self.enabled:
+            return True
+        with trio.move_on_after(timeout):
+            await self._idle.wait()
+            return True
+        return False
 
     # -- in the background ------------------------------------------------------------------
 
@@ -191,9 +203,12 @@ class Meaning:
         await store.call(lambda conn: self.index.catch_up(conn) if self.index is not None else None)
         high, backoff = 0, 1.0
         while True:
+            self._wake = trio.Event()  # a claim remembered from here on wakes the next look
             batch = await store.read(lambda conn: vectors.unembedded(conn, model, after=high, limit=BATCH, author_prefix=prefix))
             if not batch:
-                self._wake = trio.Event()
+                if self._wake.is_set():
+                    continue
+                self._idle.set()
                 with trio.move_on_after(IDLE_LOOK) as idle:
                     await self._wake.wait()
                 if idle.cancelled_caught:

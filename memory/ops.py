@@ -284,6 +284,21 @@ async def show(call: Call, args: ClaimArgs) -> dict[str, Any]:
     return await call.core.store.call(job, replayable=True)
 
 
+@attrs.frozen
+class SettleArgs:
+    timeout: float = 30.0
+
+
+@OPS.op("memory.settle", SettleArgs, access=Access.OPERATOR)
+async def settle(call: Call, args: SettleArgs) -> dict[str, Any]:
+    """Wait until every claim remembered so far is embedded (and screened, and linked); meaning off: at once."""
+    if not 0 < args.timeout <= 600:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"memory.settle: timeout must be from 0 to 600 seconds, not {args.timeout}")
+    meaning = service(call).meaning
+    settled = await meaning.settle(args.timeout)
+    return {"settled": settled, **meaning.describe()}
+
+
 @OPS.op("memory.stats", NoArgs)
 async def stats(call: Call, _args: NoArgs) -> dict[str, Any]:
     """Counts by tier and kind, witnesses, exposures, the policy in force."""
