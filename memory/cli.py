@@ -26,8 +26,19 @@ EvidenceOpt = Annotated[Optional[str], typer.Option("--evidence", help="What sup
 
 def _witness_line(w: dict[str, Any]) -> str:
     mark = "counted" if w["counted"] else f"not counted: {w['reason_not_counted']}"
-    how = "" if "blind" not in w else (" blind" if w["blind"] else " informed")
-    return f"{w['principal']} (domain {w['domain']}){how}, {mark}"
+    how = "" if "blind" not in w else " " + (w.get("witness") or ("blind" if w["blind"] else "informed"))
+    extra = ""
+    if w.get("restatement"):
+        extra = f" -- rediscovered it in claim {w['restatement']}"
+    elif w.get("similarity") is not None:
+        extra = f" -- its evidence against the claim: similarity {w['similarity']:.2f}"
+    return f"{w['principal']} (domain {w['domain']}){how}, {mark}{extra}"
+
+
+def _link_line(claim: int, link: dict[str, Any]) -> str:
+    if link["claim"] == claim:
+        return f"restates claim {link['restates']} ({link['kind']}, similarity {link['similarity']:.2f}): retired, one claim not two"
+    return f"restated by claim {link['claim']} ({link['kind']}, similarity {link['similarity']:.2f})"
 
 
 def _print_claim(c: dict[str, Any]) -> None:
@@ -44,6 +55,8 @@ def _print_claim(c: dict[str, Any]) -> None:
         say(f"  disputed by {_witness_line(d)}: {d['reason']}")
     for p in c.get("promotions", []):
         say(f"  promoted by {p['by']} at {p['at']}" + (f": {p['reason']}" if p["reason"] else ""))
+    for link in c.get("links", []):
+        say(f"  {_link_line(c['id'], link)}")
     if c.get("superseded_by"):
         say(f"  superseded by claim {c['superseded_by']}")
     if c.get("retired"):
@@ -260,7 +273,8 @@ def trail(
         def verdict(r: dict[str, Any]) -> str:
             if r["counted"] is None:
                 return r["note"] or ""
-            return ("counted" if r["counted"] else f"not counted ({r['note']})") + ("" if r["blind"] is None else (", blind" if r["blind"] else ", informed"))
+            how = r.get("witness") or (None if r["blind"] is None else ("blind" if r["blind"] else "informed"))
+            return ("counted" if r["counted"] else f"not counted ({r['note']})") + (f", {how}" if how else "")
 
         title = f"trail of claim {claim}" if claim is not None else f"trail of {agent}"
         table(title, ["at (UTC)", "principal", "action", "claim", "tier", "verdict", "text"], [

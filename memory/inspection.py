@@ -36,8 +36,19 @@ def show(conn: apsw.Connection, policy: TrustPolicy, claim_id: int) -> dict[str,
             for e in editions
         ],
         "exposures": conn.execute("SELECT count(*) FROM exposures WHERE lineage = ?", (claim.lineage,)).fetchone()[0],
+        "links": links(conn, claim.id),
         "history": [{"seq": e.seq, "at": e.at, "kind": e.kind, "actor": e.actor, "claim": int(e.subject), "detail": e.payload} for e in history],
     }
+
+
+def links(conn: apsw.Connection, claim_id: int) -> list[dict[str, Any]]:
+    """The restatement links of a claim, both ways: what it restates, and which later claims restated it."""
+    return [
+        {"claim": c, "restates": r, "kind": k, "similarity": s, "at": at}
+        for c, r, k, s, at in conn.execute(
+            "SELECT claim, restates, kind, similarity, at FROM claim_links WHERE claim = ? OR restates = ? ORDER BY id", (claim_id, claim_id)
+        )
+    ]
 
 
 def _agent_clause(column: str) -> str:
@@ -71,12 +82,13 @@ def trail(conn: apsw.Connection, of_agent: str) -> list[dict[str, Any]]:
         rows.append(
             {"at": at, "principal": principal, "action": "revised" if supersedes else "authored", "claim": cid, "tier": tier, "text": text, "counted": None, "blind": None, "note": f"edition {edition}" + (f" of claim {supersedes}" if supersedes else "")}
         )
-    for cid, at, principal, blind, counted, why, tier, text in conn.execute(
-        f"SELECT c.claim, c.at, c.principal, c.blind, c.counted, c.reason_not_counted, k.tier, k.text "
+    for cid, at, principal, blind, counted, why, tier, text, witness, restatement in conn.execute(
+        f"SELECT c.claim, c.at, c.principal, c.blind, c.counted, c.reason_not_counted, k.tier, k.text, c.witness, c.restatement "
         f"FROM corroborations c JOIN claims k ON k.id = c.claim WHERE {_agent_clause('c.principal')}",
         params,
     ):
-        rows.append({"at": at, "principal": principal, "action": "corroborated", "claim": cid, "tier": tier, "text": text, "counted": bool(counted), "blind": bool(blind), "note": why})
+        how = f"rediscovered in claim {restatement}" if restatement else standing.witness_kind(witness, blind)
+        rows.append({"at": at, "principal": principal, "action": "rediscovered" if restatement else "corroborated", "claim": cid, "tier": tier, "text": text, "counted": bool(counted), "blind": bool(blind), "note": why, "witness": how})
     for cid, at, principal, counted, why, reason, tier, text in conn.execute(
         f"SELECT d.claim, d.at, d.principal, d.counted, d.reason_not_counted, d.reason, k.tier, k.text "
         f"FROM disputes d JOIN claims k ON k.id = d.claim WHERE {_agent_clause('d.principal')}",
@@ -102,17 +114,26 @@ def claim_trail(conn: apsw.Connection, claim_id: int) -> list[dict[str, Any]]:
     tiers = {e.id: e.tier.value for e in family}
     rows: list[dict[str, Any]] = []
 
-    def row(at: str, principal: str, action: str, cid: int, *, counted: bool | None = None, blind: bool | None = None, note: str | None = None, text: str = "") -> None:
-        rows.append({"at": at, "principal": principal, "action": action, "claim": cid, "tier": tiers[cid], "text": text, "counted": counted, "blind": blind, "note": note})
+    def row(
+        at: str, principal: str, action: str, cid: int, *, counted: bool | None = None, blind: bool | None = None, note: str | None = None, text: str = "",
+        witness: str | None = None,
+    ) -> None:
+        rows.append({"at": at, "principal": principal, "action": action, "claim": cid, "tier": tiers[cid], "text": text, "counted": counted, "blind": blind, "note": note, "witness": witness})
 
     for e in family:
         row(e.created_at, e.author, "revised" if e.supersedes else "authored", e.id, note=f"edition {e.edition}" + (f" of claim {e.supersedes}" if e.supersedes else ""), text=e.text)
     for cid, at, principal, via in conn.execute(f"SELECT claim, at, principal, via FROM exposures WHERE claim IN ({marks})", ids):
         row(at, principal, "shown", cid, note=f"via {via}")
-    for cid, at, principal, blind, counted, why, evidence in conn.execute(
-        f"SELECT claim, at, principal, blind, counted, reason_not_counted, evidence FROM corroborations WHERE claim IN ({marks})", ids
+    for cid, at, principal, blind, counted, why, evidence, witness, restatement in conn.execute(
+        f"SELECT claim, at, principal, blind, counted, reason_not_counted, evidence, witness, restatement FROM corroborations WHERE claim IN ({marks})", ids
     ):
-        row(at, principal, "corroborated", cid, counted=bool(counted), blind=bool(blind), note=why, text=evidence or "")
+        kind = standing.witness_kind(witness, blind)
+        how = f"rediscovered in claim {restatement}" if restatement else kind
+        row(at, principal, "rediscovered" if restatement else "corroborated", cid, counted=bool(counted), blind=bool(blind), note=why, text=evidence or "", witness=how)
+    for cid, at, other, kind, similarity in conn.execute(
+        f"SELECT restates, at, claim, kind, similarity FROM claim_links WHERE restates IN ({marks})", ids
+    ):
+        row(at, "broker", "restated", cid, note=f"by claim {other}: {kind}, similarity {similarity:.2f}")
     for cid, at, principal, counted, why, reason in conn.execute(
         f"SELECT claim, at, principal, counted, reason_not_counted, reason FROM disputes WHERE claim IN ({marks})", ids
     ):
@@ -229,6 +250,9 @@ def stats(conn: apsw.Connection, policy: TrustPolicy, database: str | None) -> d
     by_kind = dict(conn.execute("SELECT kind, count(*) FROM claims WHERE tier IN ('unverified', 'trusted', 'disputed') GROUP BY kind"))
     counted, total = conn.execute("SELECT coalesce(sum(counted), 0), count(*) FROM corroborations").fetchone()
     blind = conn.execute("SELECT coalesce(sum(blind), 0) FROM corroborations").fetchone()[0]
+    unread = conn.execute("SELECT count(*) FROM corroborations WHERE witness = 'unread'").fetchone()[0]
+    rediscoveries = conn.execute("SELECT count(*) FROM claim_links WHERE kind = 'rediscovery'").fetchone()[0]
+    restatements = conn.execute("SELECT count(*) FROM claim_links WHERE kind = 'restatement'").fetchone()[0]
     disputes = conn.execute("SELECT count(*) FROM disputes").fetchone()[0]
     last_groom = conn.execute("SELECT at, summary FROM groom_runs ORDER BY id DESC LIMIT 1").fetchone()
     size = 0
@@ -238,7 +262,8 @@ def stats(conn: apsw.Connection, policy: TrustPolicy, database: str | None) -> d
         "claims": sum(by_tier.values()),
         "by_tier": {t.value: by_tier.get(t.value, 0) for t in Tier},
         "live_by_kind": {k: by_kind.get(k, 0) for k in claims.KINDS},
-        "corroborations": {"total": total, "counted": counted, "blind": blind},
+        "corroborations": {"total": total, "counted": counted, "blind": blind, "unread": unread},
+        "links": {"rediscoveries": rediscoveries, "restatements": restatements},
         "disputes": disputes,
         "exposures": exposures.count(conn),
         "events": conn.execute("SELECT count(*) FROM events WHERE kind LIKE 'memory.%'").fetchone()[0],

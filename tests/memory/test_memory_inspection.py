@@ -83,7 +83,7 @@ def test_list_and_stats(story: tuple[Run, dict[str, int]]) -> None:
     assert [c["id"] for c in run.op("memory.list", of_agent="alice", include_retired=True, kind="failure")] == [ids["other"]]
     stats = run.op("memory.stats")
     assert stats["by_tier"] == {"unverified": 1, "trusted": 0, "disputed": 0, "superseded": 1, "retired": 1}
-    assert stats["corroborations"] == {"total": 2, "counted": 2, "blind": 1} and stats["policy"]["quorum"] == 2
+    assert stats["corroborations"] == {"total": 2, "counted": 2, "blind": 1, "unread": 0} and stats["policy"]["quorum"] == 2
 
 
 def test_retire_and_unretire_keep_the_row_and_recompute_the_standing(start_run) -> None:  # type: ignore[no-untyped-def]
