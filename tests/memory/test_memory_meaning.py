@@ -122,3 +122,25 @@ def test_an_independent_rediscovery_is_a_blind_corroboration_and_an_informed_one
     links = [e.payload for e in memory_events(run.state, kind="memory.retire")]
     assert [(p["link"], p["restates"]) for p in links] == [("rediscovery", claim), ("restatement", claim)]
     assert events  # the module is used for its types above
+
+
+def test_verify_names_a_vector_or_a_witness_kind_changed_behind_the_brokers_back(start_run) -> None:  # type: ignore[no-untyped-def]
+    """The attacks (T3, keyless): swap a claim's vector for another's -- to pull it into searches it does not
+    answer -- and turn an unread vouch into a blind one, which the policy would count.  verify names both."""
+    import apsw
+
+    run = start_run(AGENTS)
+    claim = run.puppet("alice").call("memory.remember", kind="discovery", text="The cache warms in ninety seconds after a deploy.")["id"]
+    other = run.puppet("alice").call("memory.remember", kind="discovery", text="Release notes come from the changelog.")["id"]
+    run.puppet("bob").call("memory.corroborate", id=claim)
+    assert run.op("memory.settle")["settled"]
+    assert run.op("memory.verify")["ok"] is True  # control: before the edit
+    conn = apsw.Connection(str(run.state / "conclave.db"))
+    try:
+        conn.execute("UPDATE claim_vectors SET vector = (SELECT vector FROM claim_vectors WHERE claim = ?) WHERE claim = ?", (other, claim))
+        conn.execute("UPDATE corroborations SET witness = 'blind', blind = 1 WHERE claim = ?", (claim,))
+    finally:
+        conn.close()
+    problems = [p["problem"] for p in run.op("memory.verify")["problems"]]
+    assert any(f"claim {claim}'s vector" in p and "no longer matches" in p for p in problems), problems
+    assert any("says blind (blind), but event" in p and "recorded unread" in p for p in problems), problems
