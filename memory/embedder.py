@@ -258,3 +258,48 @@ def make(config: EmbedderConfig) -> Embedder | None:
     if config.kind == "http":
         return HttpEmbedder(config)
     return LocalEmbedder(config.threads)
+
+
+def doctor(database: Any) -> dict[str, Any]:
+    """``conclave doctor``: the embedder the last broker here recorded (else the default), and whether it answers.
+
+    Reads the state database read-only if there is one; embeds one sentence
+    with the local model, or sends one to the HTTP endpoint (a request to the
+    address the team file names, nowhere else).
+    """
+    import time
+    from pathlib import Path
+
+    config, source = EmbedderConfig(), "the default (no broker has recorded settings here)"
+    path = Path(database)
+    if path.exists():
+        from memory import settings
+        from store import database as store_database
+
+        try:
+            conn = store_database.connect(path, readonly=True)
+            try:
+                found = settings.recorded(conn)
+            finally:
+                conn.close()
+        except Exception as exc:  # a store this conclave cannot read: say so, report the default
+            source = f"the default (the state database could not be read: {exc})"
+            found = None
+        if found is not None:
+            config, source = found.embedder, "recorded by the last broker on this state directory"
+    out: dict[str, Any] = {"embedder": config.describe(), "source": source, "config": config.as_dict()}
+    if not config.enabled:
+        out.update(working=None, summary=f"embedder {config.describe()} -- {source}")
+        return out
+    try:
+        model = make(config)
+        assert model is not None
+        start = time.perf_counter()
+        model.embed(["conclave doctor checks the embedder"], "query")
+        out.update(working=True, model=model.model, first_query_ms=round((time.perf_counter() - start) * 1000, 1))
+        status = f"works ({out['first_query_ms']} ms for a first query)"
+    except EmbedderUnavailable as exc:
+        out.update(working=False, error=str(exc))
+        status = f"does not work here: {exc}"
+    out["summary"] = f"embedder {config.describe()} -- {source}; {status}"
+    return out
