@@ -20,7 +20,7 @@ import trio
 from broker.errors import ConclaveError, ErrorCode
 from broker.core import Call, Feature
 from broker.optable import Access, OpTable
-from memory import authoring, claims, curation, embedder, exposures, inspection, prefilter, retrieval, revocation, schema, settings, standing, vectors
+from memory import authoring, claims, curation, doctor, exposures, inspection, prefilter, retrieval, revocation, schema, settings, standing, vectors
 from store import events
 from store.events import BROKER_ACTOR
 from store.integrity import ExpectedHead
@@ -479,4 +479,4 @@ def check_team(team: Team, where: str) -> None:
     settings.MemorySettings.from_tables(team.policy, team.memory, where)
 
 
-FEATURE = Feature("memory", OPS, schema=schema.SCHEMA, start=start, check_team=check_team, doctor=embedder.doctor)
+FEATURE = Feature("memory", OPS, schema=schema.SCHEMA, start=start, check_team=check_team, doctor=doctor.report)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Final, TypeVar, final
 import apsw
 import trio
 
-from memory import groom, semantic, verify
+from memory import groom, meaning_verify, semantic, verify
 from memory.retrieval import Probe
 from store import integrity
 from store.events import BROKER_ACTOR
@@ -143,7 +143,11 @@ class MemoryService:
         if refusing is not None:
             problems.append(verify.Problem(f"the broker refuses to append events: {refusing}"))
         problems += [verify.Problem(f.problem) for f in anchor_problems]
-        chain, record_problems = await self.read(lambda conn: verify.check_records(conn, self.policy, key=key, committed=committed, expect=expect))
+        def records(conn: apsw.Connection) -> tuple[Any, list[verify.Problem]]:
+            chain, found = verify.check_records(conn, self.policy, key=key, committed=committed, expect=expect)
+            return chain, found + meaning_verify.check(conn)
+
+        chain, record_problems = await self.read(records)
         anchored = reading.record.head if reading.record is not None else None
         facts = {
             "key_file": str(store.chain.key),

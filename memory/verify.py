@@ -121,9 +121,7 @@ def check_records(
             expected = Tier.RETIRED if retired_at else Tier.SUPERSEDED if superseded_by else Tier.UNVERIFIED
         if expected.value != tier:
             problems.append(Problem(f"claim {claim_id} is stored as {tier}, but its witnesses and events make it {expected.value}", claim=claim_id))
-    from memory import meaning_verify
-
-    return chain, problems + meaning_verify.check(conn)
+    return chain, problems
 
 
 def check_indexes(conn: apsw.Connection) -> list[Problem]:
