@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from agents.harness import Run
+from memory import semantic
 from store import events
 
 from tests.memory.memory_support import memory_events
@@ -68,7 +69,7 @@ def test_a_vouch_by_id_from_a_witness_never_shown_the_claim_is_unread_and_does_n
     dave_claim = run.puppet("alice").call("memory.remember", kind="discovery", text="Deploys take about ten minutes because the image is rebuilt from scratch.")["id"]
     blind = run.puppet("bob").call("memory.corroborate", id=dave_claim, evidence="I timed it: a deploy rebuilds the whole image, which is why it needs roughly ten minutes.")
     assert (blind["witness"], blind["counted"], blind["blind"]) == ("blind", True, True)
-    assert blind["similarity"] >= 0.86
+    assert blind["similarity"] >= semantic.EVIDENCE_MEANING
     # And a witness who read it first is informed, and counts as before.
     run.puppet("carol").call("memory.show", id=dave_claim)
     informed = run.puppet("carol").call("memory.corroborate", id=dave_claim)
