@@ -98,7 +98,7 @@ def refuse(conn: apsw.Connection, claim: ClaimRow, verdict: Refusal) -> None:
         payload={"rule": verdict.rule, "field": "text", "layer": "meaning", "claim": claim.id, "exemplar": verdict.exemplar, "similarity": verdict.similarity},
     )  # fmt: skip
     curation.retire(
-        conn, claim, actor=BROKER_ACTOR, reason=f"refused by the prefilter: {verdict.detail()}",
+        conn, claim, actor=events.qualify(conn, BROKER_ACTOR), reason=f"refused by the prefilter: {verdict.detail()}",
         detail={"rule": "prefilter", "class": verdict.rule, "exemplar": verdict.exemplar, "similarity": verdict.similarity},
     )  # fmt: skip
 
@@ -121,7 +121,7 @@ def link(conn: apsw.Connection, policy: TrustPolicy, index: vectors.VectorIndex,
         if kind == "rediscovery":
             _rediscovered(conn, policy, claim, other, similarity, at)
         curation.retire(
-            conn, claim, actor=BROKER_ACTOR,
+            conn, claim, actor=events.qualify(conn, BROKER_ACTOR),
             reason=f"restates claim {other.id} ({'an independent rediscovery, recorded as its blind corroboration' if kind == 'rediscovery' else 'its author had been shown it: linked, not counted'})",
             detail={"rule": "restatement", "restates": other.id, "link": kind, "similarity": similarity},
         )  # fmt: skip
