@@ -67,6 +67,10 @@ def _lower_priority() -> None:
         pass
 
 
+class _Retry(Exception):
+    """The embedder could not answer this batch (its error is in ``Meaning.error``): back off and look again."""
+
+
 @final
 class Meaning:
     """The embedder, its two worker threads, the vector index and the background loop of one broker."""
@@ -199,38 +203,54 @@ class Meaning:
         model = self.model
         host = self.core.host
         prefix = f"{host}/" if host is not None else None
-        store = self.core.store
-        await store.call(lambda conn: self.index.catch_up(conn) if self.index is not None else None)
+        index = self.index
+        assert index is not None
+        try:
+            await self.core.store.call(index.catch_up)  # load the vectors now, not in the first search
+        except Exception as exc:  # the first search catches up instead
+            log.warning("memory: the vector index will load at the first search: %s", exc)
         high, backoff = 0, 1.0
         while True:
-            self._wake = trio.Event()  # a claim remembered from here on wakes the next look
-            batch = await store.read(lambda conn: vectors.unembedded(conn, model, after=high, limit=BATCH, author_prefix=prefix))
-            if not batch:
-                if self._wake.is_set():
-                    continue
-                self._idle.set()
-                with trio.move_on_after(IDLE_LOOK) as idle:
-                    await self._wake.wait()
-                if idle.cancelled_caught:
-                    high = 0  # an idle look goes over everything once more
-                continue
-            found = await self._embed("batch", [text for _, text in batch], "passage")
-            exemplars = await self.exemplars() if found is not None else None
-            if found is None or exemplars is None:
+            try:
+                high = await self._one_look(policy, model, prefix, high)
+                backoff = 1.0
+            except _Retry:
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
-                continue
-            backoff = 1.0
-            blobs = {claim_id: vectors.encode(v) for (claim_id, _), v in zip(batch, found)}
-            verdicts = {claim_id: exemplars.judge(v) for (claim_id, _), v in zip(batch, found)}
-            assert self.index is not None
-            index = self.index
-            outcome = await store.call(lambda conn: absorb.absorb(conn, policy(), index, model, blobs, verdicts))
-            self.embedded += outcome.embedded
-            self.refused += outcome.refused
-            self.linked += outcome.linked
-            self.batches += 1
-            high = max(claim_id for claim_id, _ in batch)
+            except Exception as exc:  # the store unreachable (a server restarting), a failed batch: never the broker's end
+                if self.error != str(exc):
+                    log.warning("memory: the background embedder will try again: %s", exc)
+                self.error = f"the background embedder will try again: {exc}"
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    async def _one_look(self, policy: Callable[[], TrustPolicy], model: str, prefix: str | None, high: int) -> int:
+        """Embed and absorb one batch; returns the new high-water mark (raises :class:`_Retry` to back off)."""
+        store = self.core.store
+        self._wake = trio.Event()  # a claim remembered from here on wakes the next look
+        batch = await store.read(lambda conn: vectors.unembedded(conn, model, after=high, limit=BATCH, author_prefix=prefix))
+        if not batch:
+            if self._wake.is_set():
+                return high
+            self._idle.set()
+            with trio.move_on_after(IDLE_LOOK) as idle:
+                await self._wake.wait()
+            return 0 if idle.cancelled_caught else high  # an idle look goes over everything once more
+        found = await self._embed("batch", [text for _, text in batch], "passage")
+        exemplars = await self.exemplars() if found is not None else None
+        if found is None or exemplars is None:
+            raise _Retry
+        blobs = {claim_id: vectors.encode(v) for (claim_id, _), v in zip(batch, found)}
+        verdicts = {claim_id: exemplars.judge(v) for (claim_id, _), v in zip(batch, found)}
+        assert self.index is not None
+        index = self.index
+        outcome = await store.call(lambda conn: absorb.absorb(conn, policy(), index, model, blobs, verdicts))
+        self.error = None
+        self.embedded += outcome.embedded
+        self.refused += outcome.refused
+        self.linked += outcome.linked
+        self.batches += 1
+        return max(claim_id for claim_id, _ in batch)
 
     def close(self) -> None:
         self._query_pool.shutdown(wait=False, cancel_futures=True)

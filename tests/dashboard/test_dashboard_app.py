@@ -175,7 +175,7 @@ def test_claims_pane_searches_and_shows_biography_witnesses_and_trust_graph(team
     alice, bob, carol, dave = (team.puppet(n) for n in PUPPETS)
     cid = alice.call("memory.remember", kind="discovery", text="The tokenizer tests need the zstd fixtures unpacked.")["id"]
     carol.call("memory.recall", query="tokenizer zstd fixtures")  # carol has seen it: informed
-    bob.call("memory.corroborate", id=cid, evidence="reproduced")
+    bob.call("memory.corroborate", id=cid, evidence="Reproduced: the tokenizer tests only pass once the zstd fixtures are unpacked.")  # blind: never shown it
     carol.call("memory.corroborate", id=cid)
     dave.call("memory.dispute", id=cid, reason="only on a cold cache")
 
@@ -188,7 +188,7 @@ def test_claims_pane_searches_and_shows_biography_witnesses_and_trust_graph(team
         await until(pilot, lambda: [r[0] for r in rows(app, "#claims")] == [str(cid)], "the search to leave only this claim")
         await select_row(pilot, "#claims", str(cid))
         bio = await until(pilot, lambda: "witnesses (2)" in shown(app, "#bio") and shown(app, "#bio"), "the biography")
-        assert "(domain bob) blind, counted" in bio and "evidence: reproduced" in bio
+        assert "(domain bob) blind, counted" in bio and "evidence: Reproduced: the tokenizer tests" in bio
         assert "(domain carol) informed, counted" in bio
         assert "disputes (1):" in bio and "(domain dave), counted: only on a cold cache" in bio
         assert "-> trusted" in bio and "-> disputed" in bio  # how it reached its tier, step by step
