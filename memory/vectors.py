@@ -47,6 +47,9 @@ TIER_EVENTS: Final = ("memory.tier", "memory.retire", "memory.unretire", "memory
 EXACT_UP_TO: Final = 2048
 #: Candidates the sign bits pass to the exact re-rank (at least; more for large limits).
 RERANK: Final = 384
+#: Rows read per query when the index first loads.
+LOAD_CHUNK: Final = 10_000
+_ROWS: Final = "SELECT v.seq, v.claim, v.vector, c.tier FROM claim_vectors v JOIN claims c ON c.id = v.claim WHERE v.model = ? AND v.seq > ? ORDER BY v.seq"
 #: Vectors written by other brokers may commit out of sequence order: each look
 #: re-reads this many sequence numbers before the last one seen.
 SEQ_WINDOW: Final = 256
@@ -157,18 +160,21 @@ class VectorIndex:
     def catch_up(self, conn: apsw.Connection) -> None:
         """Read the vectors and tier changes written since the last look."""
         if self._event_seq is None:
-            # First look: the whole table; tier events only from here on.
+            # First look: the whole table, in chunks into arrays sized once (a million rows as
+            # Python tuples at once would cost more than the index); tier events from here on.
             self._event_seq = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
-            rows = list(conn.execute("SELECT v.seq, v.claim, v.vector, c.tier FROM claim_vectors v JOIN claims c ON c.id = v.claim WHERE v.model = ? ORDER BY v.seq", (self.model,)))
-            self._add(rows)
-            return
+            total = conn.execute("SELECT count(*) FROM claim_vectors WHERE model = ?", (self.model,)).fetchone()[0]
+            while True:
+                rows = list(conn.execute(_ROWS + " LIMIT ?", (self.model, self._seq, LOAD_CHUNK)))
+                if not rows:
+                    return
+                if self._dim == 0:
+                    self._dim = len(bytes(rows[0][2])) - 4
+                    self._words = (self._dim + 63) // 64
+                    self._grow(total)
+                self._add(rows)
         since = self._seq - SEQ_WINDOW if dialect.is_postgresql(conn) else self._seq
-        rows = list(
-            conn.execute(
-                "SELECT v.seq, v.claim, v.vector, c.tier FROM claim_vectors v JOIN claims c ON c.id = v.claim WHERE v.model = ? AND v.seq > ? ORDER BY v.seq",
-                (self.model, since),
-            )
-        )
+        rows = list(conn.execute(_ROWS, (self.model, since)))
         self._add([r for r in rows if r[1] not in self._row])
         marks = ",".join("?" * len(TIER_EVENTS))
         changed = list(conn.execute(f"SELECT seq, subject FROM events WHERE seq > ? AND kind IN ({marks})", (self._event_seq, *TIER_EVENTS)))
