@@ -137,19 +137,19 @@ class VectorIndex:
     """
 
     def __init__(self, model: str) -> None:
-        import numpy as np
-
+        # numpy is imported only once there is a vector: an operator command that opens
+        # the store without a broker, or a broker with no claims, never pays for it.
         self.model = model
         self.size = 0
         self._cap = 0
         self._dim = 0
         self._words = 0
-        self._ids = np.zeros(0, dtype=np.int64)
-        self._q8 = np.zeros((0, 0), dtype=np.int8)
-        self._scale = np.zeros(0, dtype=np.float32)
-        self._bits = np.zeros((0, 0), dtype=np.uint64)  # (words, cap): one column of words per row
-        self._live = np.zeros(0, dtype=bool)
-        self._trusted = np.zeros(0, dtype=bool)
+        self._ids: Any = None
+        self._q8: Any = None
+        self._scale: Any = None
+        self._bits: Any = None  # (words, cap): one column of words per row
+        self._live: Any = None
+        self._trusted: Any = None
         self._center: np.ndarray | None = None
         self._row: dict[int, int] = {}
         self._seq = 0
@@ -228,18 +228,18 @@ class VectorIndex:
             return
         cap = max(need, int(self._cap * 1.25) + 1024)
 
-        def grown(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-            out = np.zeros(shape, dtype=a.dtype)
-            if a.size:
+        def grown(a: np.ndarray | None, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+            out = np.zeros(shape, dtype=dtype)
+            if a is not None and a.size:
                 out[tuple(slice(0, n) for n in a.shape)] = a
             return out
 
-        self._ids = grown(self._ids, (cap,))
-        self._scale = grown(self._scale, (cap,))
-        self._live = grown(self._live, (cap,))
-        self._trusted = grown(self._trusted, (cap,))
-        self._q8 = grown(self._q8, (cap, self._dim))
-        self._bits = grown(self._bits, (self._words, cap))
+        self._ids = grown(self._ids, (cap,), np.int64)
+        self._scale = grown(self._scale, (cap,), np.float32)
+        self._live = grown(self._live, (cap,), bool)
+        self._trusted = grown(self._trusted, (cap,), bool)
+        self._q8 = grown(self._q8, (cap, self._dim), np.int8)
+        self._bits = grown(self._bits, (self._words, cap), np.uint64)
         self._cap = cap
 
     def _vectors(self, rows: np.ndarray) -> np.ndarray:
@@ -302,5 +302,5 @@ class VectorIndex:
         return np.flatnonzero(distance <= reach)
 
     def statistics(self) -> dict[str, Any]:
-        bytes_held = sum(a.nbytes for a in (self._ids, self._q8, self._scale, self._bits, self._live, self._trusted))
+        bytes_held = sum(a.nbytes for a in (self._ids, self._q8, self._scale, self._bits, self._live, self._trusted) if a is not None)
         return {"model": self.model, "vectors": self.size, "bytes": bytes_held, "bits": self._center is not None}
