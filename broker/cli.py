@@ -608,18 +608,22 @@ def _static_ops() -> list[dict[str, Any]]:
 
 
 @app.command()
-def doctor(json_out: JsonOpt = False) -> None:
-    """What this machine offers an agent's sandbox (Landlock ABI, user namespaces, cgroups) and what that means per threat."""
+def doctor(json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt = None) -> None:
+    """What this machine offers an agent's sandbox (Landlock ABI, user namespaces, cgroups) and what that means per threat;
+    which embedder the memory uses, and whether it works here."""
     import attrs
 
+    from broker import composition
     from broker.sandbox import machine as sandbox_machine
 
     found = sandbox_machine.probe()
+    database = Target(json_out, repo, state_dir).paths().database
     report = {
         **{k: (str(v) if isinstance(v, Path) else v) for k, v in attrs.asdict(found).items()},
         "strongest": found.strongest,
         "levels": {level: found.offers(level) or "available" for level in sandbox_machine.LEVELS},
         "threats": found.threats(),
+        "features": {f.name: f.doctor(database) for f in composition.features() if f.doctor is not None},
     }
 
     def human(r: dict[str, Any]) -> None:
@@ -630,6 +634,8 @@ def doctor(json_out: JsonOpt = False) -> None:
         line = f"default sandbox: {r['strongest']}" + ("" if r["strongest"] != "off" else " (agents are not contained)")
         console().print(cell(line), style="bold red" if r["strongest"] == "off" else "bold")
         table("what each level means here", ["threat", "holds"], list(r["threats"].items()))
+        for name, part in r["features"].items():
+            say(f"{name}: {part['summary']}")
 
     emit(Target(json_out), report, human)
 
