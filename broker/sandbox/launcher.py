@@ -1,28 +1,52 @@
-"""The sandbox launcher: sets up an agent's box on itself, then becomes the agent.
+"""The sandbox launcher: builds an agent's box, runs the agent in it, and ends what it leaves.
 
     python -I -S launcher.py [OPTIONS] -- COMMAND [ARGS...]
 
 The supervisor spawns this instead of the agent's command (with the agent's
-environment, directory and output, in a new session); it builds the box and
-``exec``\\ s COMMAND, so the agent keeps the pid the broker registered.
-Nothing of this runs in the broker's own (threaded) process.  Any step that
-fails ends the launch with exit code 126 and a line on stderr (the agent's
-log): an agent never runs with less than it was promised.
+environment, directory and output, in a new session).  The launcher -- ``L``,
+the pid the broker registers -- never becomes the agent: it stays, as the
+agent's keeper (``keeper.py``), a child subreaper that waits for it::
+
+    L   forwards SIGTERM/SIGINT/SIGHUP/SIGQUIT; SIGUSR1 ends the agent now
+    └─ A   the agent: its own process group, its box applied on itself, then exec COMMAND
+
+and with ``--pidns``::
+
+    L
+    └─ C   pid 1 of a new PID namespace: mounts its own /proc, reaps, forwards
+       └─ A   (pid 2 there)
+
+``L`` ends with ``A``'s exact status (the same exit code, or death by the
+same signal).  Nothing the agent starts outlives it: with a PID namespace,
+``C`` exits when ``A`` does and the kernel kills everything left in the
+namespace; without one, everything ``A`` orphans is re-parented to ``L``,
+which kills it all (and the agent's cgroup, where one is delegated).  When
+the broker dies -- end of file on ``--watch``, a pipe only the broker holds
+open for writing -- ``L`` does the same at once.  The broker sees every
+process of the agent as ``L``'s descendant (``SO_PEERCRED`` pids and
+``/proc/<pid>/stat`` are translated to its own namespace), so tickets keep
+working.  Nothing of this runs in the broker's own (threaded) process.  Any
+setup step that fails ends the launch with exit code 126 and a line on
+stderr (the agent's log): an agent never runs with less than it was promised.
 
 OPTIONS (repeatable where it makes sense):
   --ns                a user + mount namespace with a private /tmp, /dev/shm
                       and /run/user/<uid>
+  --pidns             (--ns) and a PID namespace, C its init
   --hide PATH         (--ns) make PATH empty: ~/.ssh, a container socket, ...
   --pin PATH          (--ns) bind PATH over itself: a mount point cannot be renamed (.git)
   --read-only PATH    (--ns) bind PATH over itself read-only (.git/hooks)
   --keep SOCKET       (--ns) a socket a private or hidden directory must keep
-  --landlock          restrict with Landlock (after any mounts):
+  --landlock          A restricts itself with Landlock (after every mount):
   --ro PATH  --rw PATH  --dev PATH  --deny PATH  --connect PATH
-  --drop-caps         empty the capability sets (an agent of a root broker)
-  --subreaper         the agent adopts its own orphans (PR_SET_CHILD_SUBREAPER
-                      survives exec): nothing it starts can leave its tree
-                      while it lives, and the broker sweeps the rest at its exit
-  --cgroup DIR        join cgroup v2 DIR first (the broker kills it at exit)
+  --drop-caps         A empties its capability sets (an agent of a root broker)
+  --cgroup DIR        the agent (C, else A) joins cgroup v2 DIR; L kills it at the end
+  --max-processes N   (--ns) RLIMIT_NPROC N inside the agent's user namespace: its
+                      share of the uid's processes (counted per user namespace since
+                      Linux 5.14; uid 0 is exempt)
+  --watch FD          the broker's lifeline: end of file means the broker is gone
+  --report FD         JSON lines to the broker: {"share": {...}} when the agent
+                      reaches its share, {"leftovers": N} once it has ended
 
 Standard library only and few imports: this runs on every agent spawn
 (docs/BENCHMARKS.md has the cost).
@@ -31,17 +55,21 @@ Standard library only and few imports: this runs on every agent spawn
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import keeper
+
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 REFUSED = 126
-LISTS = ("ro", "rw", "dev", "deny", "connect", "hide", "pin", "read_only", "keep", "cgroup")
-FLAGS = ("ns", "landlock", "drop_caps", "subreaper")
+LISTS = ("ro", "rw", "dev", "deny", "connect", "hide", "pin", "read_only", "keep", "cgroup", "watch", "report", "max_processes")
+FLAGS = ("ns", "pidns", "landlock", "drop_caps")
 
 
 def fail(message: str) -> None:
@@ -101,37 +129,236 @@ def drop_capabilities() -> None:
         fail("cannot clear the capability sets")
 
 
-def main(argv: list[str]) -> None:
-    lists, flags, command = parse(argv)
+def _number(values: list[str], what: str) -> int | None:
+    if not values:
+        return None
     try:
-        for directory in lists["cgroup"]:
-            join_cgroup(directory)
-    except OSError as exc:
-        fail(f"cannot join cgroup {lists['cgroup']}: {exc}")
-    if "ns" in flags:
-        import namespaces
+        return int(values[-1])
+    except ValueError:
+        fail(f"{what} needs a whole number, not {values[-1]!r}")
+        raise  # unreachable: fail() exits
+
+
+def _prctl(option: int, value: int) -> bool:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
+
+
+class Report:
+    """What the launcher tells the broker (``--report``): one JSON object per line, never blocking it."""
+
+    def __init__(self, fd: int | None) -> None:
+        self.fd = fd
+
+    def send(self, **message: object) -> None:
+        if self.fd is None:
+            return
+        import json
 
         try:
-            cwd = os.getcwd()
-            namespaces.enter()
-            # Opened in the new namespace (a bind source must be a mount of it), before anything covers them.
-            kept = namespaces.open_kept(lists["keep"])
-            uid = os.getuid()
-            for path, mode in (("/tmp", "1777"), ("/dev/shm", "1777"), (f"/run/user/{uid}", "0700")):
-                namespaces.private_tmpfs(path, mode, kept)
-            namespaces.private_ptys()
-            for path in lists["hide"]:
-                namespaces.hide(path, kept)
-            for path in lists["pin"]:
-                namespaces.pin(path)
-            for path in lists["read_only"]:
-                namespaces.read_only(path)
-            # Look the working directory up again: the one inherited may sit under a mount
-            # made since (a work tree in /tmp, bound back over the private tmpfs), where a
-            # relative path would miss the read-only views.
-            os.chdir(cwd)
-        except OSError as exc:
-            fail(f"namespaces: {exc}")
+            os.write(self.fd, json.dumps(message).encode() + b"\n")
+        except OSError:
+            pass  # the broker is gone: no one to tell
+
+
+def main(argv: list[str]) -> None:
+    lists, flags, command = parse(argv)
+    lifeline, out = _number(lists["watch"], "--watch"), _number(lists["report"], "--report")
+    share = _number(lists["max_processes"], "--max-processes")
+    for fd in (lifeline, out):
+        if fd is not None:
+            try:
+                os.set_inheritable(fd, False)  # L's alone: the agent never holds them
+            except OSError as exc:
+                fail(f"descriptor {fd} from the broker: {exc}")
+    report = Report(out)
+    if not _prctl(PR_SET_CHILD_SUBREAPER, 1):
+        fail("cannot become a child subreaper")
+    pidns = "pidns" in flags and "ns" in flags
+    if "ns" in flags:
+        enter_namespaces(lists, pid=pidns)
+    elif share is not None:
+        fail("--max-processes needs --ns: outside a user namespace RLIMIT_NPROC counts every process of the uid")
+    if pidns:
+        status, leftovers = run_with_init(lists, flags, command, lifeline=lifeline, report=report, share=share)
+    else:
+        me, kept = os.getpid(), keeper.Keeper()
+        if kept.fork() == 0:
+            agent(lists, flags, command, keeper_pid=me, share=share, join=lists["cgroup"])
+        status = kept.wait(lifeline=lifeline)
+        leftovers = keeper.end_descendants()
+    leftovers += sum(kill_cgroup(d) for d in lists["cgroup"])
+    report.send(leftovers=leftovers)
+    keeper.become(status)
+
+
+def enter_namespaces(lists: dict[str, list[str]], *, pid: bool) -> None:
+    """L's part of the box: the namespaces and every mount but /proc (C's)."""
+    import namespaces
+
+    try:
+        cwd = os.getcwd()
+        namespaces.enter(pid=pid)
+        # Opened in the new namespace (a bind source must be a mount of it), before anything covers them.
+        kept = namespaces.open_kept(lists["keep"])
+        uid = os.getuid()
+        for path, mode in (("/tmp", "1777"), ("/dev/shm", "1777"), (f"/run/user/{uid}", "0700")):
+            namespaces.private_tmpfs(path, mode, kept)
+        namespaces.private_ptys()
+        for path in lists["hide"]:
+            namespaces.hide(path, kept)
+        for path in lists["pin"]:
+            namespaces.pin(path)
+        for path in lists["read_only"]:
+            namespaces.read_only(path)
+        # Look the working directory up again: the one inherited may sit under a mount
+        # made since (a work tree in /tmp, bound back over the private tmpfs), where a
+        # relative path would miss the read-only views.
+        os.chdir(cwd)
+    except OSError as exc:
+        fail(f"namespaces: {exc}")
+
+
+def run_with_init(
+    lists: dict[str, list[str]], flags: set[str], command: list[str], *, lifeline: int | None, report: Report, share: int | None
+) -> tuple[int, int]:
+    """L's side of a PID namespace: fork C, pass signals to it, relay what it reports; once it has
+    exited (and the kernel has emptied the namespace), A's wait status and C's count of leftovers."""
+    import json
+
+    status_r, status_w = os.pipe2(os.O_CLOEXEC)
+    found: dict[str, int] = {}
+    child = 0
+
+    def send(sig: int) -> None:
+        keeper._kill(child, sig)
+
+    kept = keeper.Keeper(forward=send, end_now=lambda: keeper._kill(child, signal.SIGKILL))
+    child = kept.fork()
+    if child == 0:
+        os.close(status_r)
+        for fd in (lifeline, report.fd):
+            if fd is not None:
+                os.close(fd)
+        init(lists, flags, command, status_w=status_w, share=share)
+    os.close(status_w)
+
+    def heard(line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return
+        if "share" in message:
+            report.send(share=message["share"])
+        if "status" in message:
+            found.update(status=int(message["status"]), leftovers=int(message.get("leftovers", 0)))
+
+    status = kept.wait(lifeline=lifeline, messages=status_r, on_message=heard)
+    # C reports A's status just before it exits; killed first (SIGUSR1, the lifeline), it says nothing.
+    return found.get("status", status), found.get("leftovers", 0)
+
+
+def init(lists: dict[str, list[str]], flags: set[str], command: list[str], *, status_w: int, share: int | None) -> None:
+    """C: pid 1 of the agent's PID namespace.  Never returns."""
+    import json
+    import select
+
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # L killed: the namespace goes with us
+    probe = select.poll()
+    probe.register(status_w, select.POLLOUT)
+    if any(events & select.POLLERR for _, events in probe.poll(0)):
+        os._exit(REFUSED)  # L died before the line above: no one would keep this namespace
+    import namespaces
+
+    try:
+        namespaces.private_proc()
+    except OSError as exc:
+        fail(f"namespaces: {exc}")
+    setup_limits(lists["cgroup"], share)
+    kept = keeper.Keeper()
+    if kept.fork() == 0:
+        os.close(status_w)
+        agent(lists, flags, command, keeper_pid=None, share=None, join=[])
+    watch = ShareWatch(share, status_w) if share else None
+    status = kept.wait(every=1.0 if watch else None, on_tick=watch)
+    left = [pid for pid, state in _namespace_processes() if pid != 1 and state != "Z"]
+    try:
+        os.write(status_w, json.dumps({"status": status, "leftovers": len(left)}).encode() + b"\n")
+    except OSError:
+        pass
+    os._exit(0)  # and the kernel kills what is left in the namespace
+
+
+def _namespace_processes() -> list[tuple[int, str]]:
+    """(pid, state) of every process in this /proc (C's: its own namespace)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    raw = f.read()
+            except OSError:
+                continue
+            found.append((int(name), raw[raw.rindex(b")") + 2 :].split()[0].decode()))
+    return found
+
+
+class ShareWatch:
+    """(In C.)  Tell L, once per episode, when the namespace's tasks come near the agent's share."""
+
+    def __init__(self, limit: int, out: int) -> None:
+        self.limit, self.out, self.reported = limit, out, False
+
+    def __call__(self) -> None:
+        import json
+
+        tasks = 1  # L: in the agent's user namespace (so counted), not in its PID namespace (so unseen)
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/stat", "rb") as f:
+                        raw = f.read()
+                    tasks += int(raw[raw.rindex(b")") + 2 :].split()[17])
+                except (OSError, ValueError, IndexError):
+                    continue
+        if tasks >= self.limit - max(1, self.limit // 20) and not self.reported:
+            self.reported = True
+            try:
+                os.write(self.out, json.dumps({"share": {"tasks": tasks, "limit": self.limit}}).encode() + b"\n")
+            except OSError:
+                pass
+        elif tasks < self.limit // 2:
+            self.reported = False
+
+
+def setup_limits(cgroups: list[str], share: int | None) -> None:
+    """Join the agent's cgroup and take its share of processes, before it forks anything."""
+    try:
+        for directory in cgroups:
+            join_cgroup(directory)
+    except OSError as exc:
+        fail(f"cannot join cgroup {cgroups}: {exc}")
+    if share is not None:
+        import resource
+
+        try:
+            resource.setrlimit(resource.RLIMIT_NPROC, (share, share))
+        except (OSError, ValueError) as exc:
+            fail(f"cannot set RLIMIT_NPROC to {share}: {exc}")
+
+
+def agent(lists: dict[str, list[str]], flags: set[str], command: list[str], *, keeper_pid: int | None, share: int | None, join: list[str]) -> None:
+    """A: lead a process group of its own, take its limits, box itself, become COMMAND.  Never returns."""
+    try:
+        os.setpgid(0, 0)
+    except OSError as exc:
+        fail(f"cannot start a process group: {exc}")
+    if keeper_pid is not None:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # L killed (only by SIGKILL): the agent goes with it
+        if os.getppid() != keeper_pid:
+            os._exit(REFUSED)
+    setup_limits(join, share)
     if "landlock" in flags:
         import landlock
 
@@ -142,16 +369,37 @@ def main(argv: list[str]) -> None:
             fail(f"Landlock: {exc}")
     if "drop_caps" in flags:
         drop_capabilities()
-    if "subreaper" in flags:
-        import ctypes
-
-        if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-            fail("cannot become a child subreaper")
     try:
         os.execvp(command[0], command)
     except OSError as exc:
         sys.stderr.write(f"conclave-sandbox: cannot run {command[0]!r}: {exc.strerror or exc}\n")
+        sys.stderr.flush()
         os._exit(127 if isinstance(exc, FileNotFoundError) else REFUSED)
+
+
+def kill_cgroup(directory: str) -> int:
+    """Kill every process in the agent's cgroup (L is not in it) and wait until it is empty; how many."""
+    import time
+
+    try:
+        with open(os.path.join(directory, "cgroup.procs")) as f:
+            members = len(f.read().split())
+        if not members:
+            return 0
+        with open(os.path.join(directory, "cgroup.kill"), "w") as f:
+            f.write("1")
+    except OSError:
+        return 0
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        try:
+            with open(os.path.join(directory, "cgroup.events")) as f:
+                if "populated 0" in f.read():
+                    break
+        except OSError:
+            break
+        time.sleep(0.001)
+    return members
 
 
 if __name__ == "__main__":

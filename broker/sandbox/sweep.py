@@ -112,6 +112,45 @@ def sweep(broker: int, live: Iterable[int], spare: Callable[[int], bool] = lambd
     return killed
 
 
+def subtree(root: int, table: dict[int, tuple[int, int, str]]) -> list[int]:
+    """``root`` (if it is in ``table``) and everything below it, parents before children."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, stack = [], [root] if root in table else []
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children.get(pid, ()))
+    return found
+
+
+def end_tree(root: int, *, stop_root: Callable[[], bool], kill_root: Callable[[], bool]) -> int:
+    """Freeze ``root`` and everything below it, then kill them all; how many were alive.
+
+    A stopped process cannot fork, and a stopped parent cannot reap, so once a pass finds
+    nothing new the set is closed and no pid in it can have been reused.  ``root`` is
+    signalled through the caller's callables (a pidfd pinned to the process it checked).
+    """
+    if not stop_root():
+        return 0
+    frozen: dict[int, str] = {}
+    for _ in range(MAX_PASSES):
+        table = process_table()
+        new = [pid for pid in subtree(root, table) if pid not in frozen and pid != root]
+        settling = [pid for pid in frozen if table.get(pid, (0, 0, "Z"))[2] not in ("T", "t", "Z", "X")]
+        if not new and not settling:
+            break
+        for pid in new:
+            _signal(pid, signal.SIGSTOP)
+            frozen[pid] = table[pid][2]
+        time.sleep(0.001)
+    for pid in frozen:
+        _signal(pid, signal.SIGKILL)
+    kill_root()
+    return 1 + sum(1 for state in frozen.values() if state != "Z")
+
+
 def _signal(pid: int, sig: signal.Signals) -> bool:
     try:
         os.kill(pid, sig)
