@@ -33,7 +33,7 @@ from broker.paths import BrokerAlreadyRunning, StatePaths
 from broker.sandbox import sweep
 from broker.sandbox.leftovers import Ledger
 from broker.sandbox.machine import Machine
-from broker.server import bind, serve
+from broker.server import bind, raise_descriptor_limit, serve
 from broker.supervisor import AgentOutcome, Supervisor
 from broker.team import Team
 from store import events
@@ -106,6 +106,7 @@ async def run_broker(
             # Without it an agent's orphan would be adopted by init and pass for the operator.
             raise BrokerAlreadyRunning("could not become a child subreaper (prctl PR_SET_CHILD_SUBREAPER); refusing to run")
         socket_path = paths_mod.choose_socket_path(paths)
+        nofile, _ = raise_descriptor_limit()
         stopped_by: list[str] = []
         ledger = Ledger(paths.state / "processes", cgroup_base=machine.cgroup)
         left = await trio.to_thread.run_sync(ledger.begin)
@@ -124,7 +125,7 @@ async def run_broker(
                     view.note("leftovers", left.line())
                     if terminal is None:
                         _say_on_stderr(f"conclave: {left.line()}")
-                supervisor = Supervisor(core, socket_path=socket_path, machine=machine, grace=grace, view=view, ledger=ledger)
+                supervisor = Supervisor(core, socket_path=socket_path, machine=machine, grace=grace, view=view, ledger=ledger, agent_nofile=nofile)
                 core.supervisor = supervisor
                 try:
                     async with trio.open_nursery() as nursery:

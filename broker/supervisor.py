@@ -141,6 +141,7 @@ class Supervisor:
         grace: float = DEFAULT_GRACE,
         view: RunView | None = None,
         ledger: Ledger | None = None,
+        agent_nofile: int | None = None,
     ) -> None:
         self.core = core
         self.view = view
@@ -148,6 +149,8 @@ class Supervisor:
         self.machine = machine
         self.grace = grace
         self.ledger = ledger
+        #: The soft descriptor limit agents get (the broker raised its own for its connections).
+        self.agent_nofile = agent_nofile
         self.outcomes: list[AgentOutcome] = []
         # The lifeline: launchers get the read end; the write end never leaves this process
         # (close-on-exec), so end of file on it means the broker is gone, however it died.
@@ -286,6 +289,8 @@ class Supervisor:
             share = self._shares.share(spec.max_processes)
             report_r, report_w = os.pipe2(os.O_CLOEXEC)
             options = ["--watch", str(self._lifeline), "--report", str(report_w)]
+            if self.agent_nofile is not None:
+                options += ["--nofile", str(self.agent_nofile)]
             if box.level == "strict" and os.geteuid() != 0:  # uid 0 is exempt from RLIMIT_NPROC: no promise to make
                 options += ["--max-processes", str(share)]
             if box.cgroup is not None:

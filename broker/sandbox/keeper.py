@@ -177,13 +177,22 @@ class Keeper:
                 self.end_now()
 
 
-def end_descendants(seconds: float = SWEEP_SECONDS) -> int:
+def end_descendants(*, group: int | None = None, seconds: float = SWEEP_SECONDS) -> int:
     """Kill every process left beneath this one, which must be a child subreaper: whatever the
-    agent started is this process's child, or the child of one, until it is reaped.  A child's
-    pid cannot be reused before its parent reaps it, so killing by pid is exact.  Kills its
-    children, reaps, and repeats until it has none (``ECHILD``); a process that forks and
-    exits in a loop (a "walker") is caught in a pass or the next.  Returns how many it killed."""
+    agent started is this process's child, or the child of one, until it is reaped.
+
+    First the agent's process ``group`` at once (a signal to a group reaches a child forked
+    meanwhile too: the kernel restarts a fork that races it), then, for what left the group
+    (``setsid``), a pass over this process's children -- a child's pid cannot be reused before
+    its parent reaps it, so killing by pid is exact -- reaping and repeating until it has none
+    (``ECHILD``); a process that forks and exits in a loop is caught in a pass or the next.
+    Returns how many it killed."""
     killed: set[int] = set()
+    if group is not None and group > 0:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         for pid in _children():

@@ -44,6 +44,7 @@ OPTIONS (repeatable where it makes sense):
   --max-processes N   (--ns) RLIMIT_NPROC N inside the agent's user namespace: its
                       share of the uid's processes (counted per user namespace since
                       Linux 5.14; uid 0 is exempt)
+  --nofile N          A's soft RLIMIT_NOFILE (the broker raised its own; agents get the usual one)
   --watch FD          the broker's lifeline: end of file means the broker is gone
   --report FD         JSON lines to the broker: {"share": {...}} when the agent
                       reaches its share, {"leftovers": N} once it has ended
@@ -68,7 +69,7 @@ PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 REFUSED = 126
-LISTS = ("ro", "rw", "dev", "deny", "connect", "hide", "pin", "read_only", "keep", "cgroup", "watch", "report", "max_processes")
+LISTS = ("ro", "rw", "dev", "deny", "connect", "hide", "pin", "read_only", "keep", "cgroup", "watch", "report", "max_processes", "nofile")
 FLAGS = ("ns", "pidns", "landlock", "drop_caps")
 
 
@@ -187,7 +188,7 @@ def main(argv: list[str]) -> None:
         if kept.fork() == 0:
             agent(lists, flags, command, keeper_pid=me, share=share, join=lists["cgroup"])
         status = kept.wait(lifeline=lifeline)
-        leftovers = keeper.end_descendants()
+        leftovers = keeper.end_descendants(group=kept.child)
     leftovers += sum(kill_cgroup(d) for d in lists["cgroup"])
     report.send(leftovers=leftovers)
     keeper.become(status)
@@ -359,6 +360,14 @@ def agent(lists: dict[str, list[str]], flags: set[str], command: list[str], *, k
         if os.getppid() != keeper_pid:
             os._exit(REFUSED)
     setup_limits(join, share)
+    if lists["nofile"]:
+        import resource
+
+        try:
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(int(lists["nofile"][-1]), hard), hard))
+        except (OSError, ValueError) as exc:
+            fail(f"cannot set RLIMIT_NOFILE: {exc}")
     if "landlock" in flags:
         import landlock
 
