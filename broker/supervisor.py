@@ -27,6 +27,7 @@ so that a broker killed outright leaves a record the next one acts on.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -56,6 +57,8 @@ from store import events
 if TYPE_CHECKING:
     from broker.core import BrokerCore
     from broker.output import RunView
+
+log = logging.getLogger("conclave.supervisor")
 
 DEFAULT_GRACE: Final = 5.0
 RESTART_BACKOFF: Final = 0.5
@@ -351,31 +354,40 @@ class Supervisor:
         return principal
 
     async def _hear(self, reports: LauncherReports, principal: Principal, box: sandbox.Box) -> None:
-        """Read what the agent's launcher reports until it exits; say when the agent reaches its share."""
+        """Read what the agent's launcher reports until it exits; say when the agent reaches its share.
+
+        Shielded: it ends when the launcher does (end of file), which shutdown itself brings about,
+        so the count of leftovers the launcher sends last is never lost to a cancellation."""
         refused = 0
-        async with trio.lowlevel.FdStream(reports.fd) as stream:
-            pending = b""
-            while True:
-                with trio.move_on_after(1.0 if box.cgroup is not None else float("inf")):
-                    chunk = await stream.receive_some(4096)
-                    if not chunk:
-                        break
-                    pending += chunk
-                    *lines, pending = pending.split(b"\n")
-                    for line in lines:
-                        reached = reports.heard(line)
-                        if reached is not None:
-                            await self._share_reached(principal, box, reached)
-                if box.cgroup is not None and shares.cgroup_refusals(box.cgroup) > refused:
-                    refused = shares.cgroup_refusals(box.cgroup)
-                    await self._share_reached(principal, box, {"refused": refused, "limit": _read_int(box.cgroup / "pids.max")})
-        reports.closed.set()
+        try:
+            with trio.CancelScope(shield=True):
+                async with trio.lowlevel.FdStream(reports.fd) as stream:
+                    pending = b""
+                    while True:
+                        with trio.move_on_after(1.0 if box.cgroup is not None else float("inf")):
+                            chunk = await stream.receive_some(4096)
+                            if not chunk:
+                                break
+                            pending += chunk
+                            *lines, pending = pending.split(b"\n")
+                            for line in lines:
+                                reached = reports.heard(line)
+                                if reached is not None:
+                                    await self._share_reached(principal, box, reached)
+                        if box.cgroup is not None and shares.cgroup_refusals(box.cgroup) > refused:
+                            refused = shares.cgroup_refusals(box.cgroup)
+                            await self._share_reached(principal, box, {"refused": refused, "limit": _read_int(box.cgroup / "pids.max")})
+        finally:
+            reports.closed.set()
 
     async def _share_reached(self, principal: Principal, box: sandbox.Box, detail: dict[str, object]) -> None:
         limit = detail.get("limit")
-        await self.core.record("agent.share_reached", actor=events.BROKER_ACTOR, subject=principal.key, payload={"sandbox": box.level, **detail})
         if self.view is not None:
             self.view.share_reached(principal.key, limit if isinstance(limit, int) else None)
+        try:
+            await self.core.record("agent.share_reached", actor=events.BROKER_ACTOR, subject=principal.key, payload={"sandbox": box.level, **detail})
+        except Exception:  # the store refusing an event must not end the watch on an agent
+            log.exception("could not record that %s reached its share", principal.key)
 
     async def _watch(
         self, live: LiveAgent, process: trio.Process, attempt: int, log_path: str, box: sandbox.Box, reports: LauncherReports

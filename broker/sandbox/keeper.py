@@ -20,17 +20,22 @@ keeper
   everything the agent orphans is re-parented to it.
 
 Signals are read from a wakeup pipe in a :func:`select.poll` loop, so a
-signal can never arrive between a check and a wait.  Standard library only:
-the launcher runs under ``python -I -S``.
+signal can never arrive between a check and a wait.  Standard library only,
+and cheap to import (``_signal``, not ``signal``, which pulls in ``enum``;
+no ``typing``, no ``json``): the launcher runs on every spawn, under
+``python -I -S``.
 """
 
 from __future__ import annotations
 
+import _signal as signal
 import os
 import select
-import signal
 import time
-from typing import Callable
+
+TYPE_CHECKING = False  # (type checkers read it as True; importing typing would cost every spawn)
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 #: What the broker sends to stop an agent; passed on to the agent's process group.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)

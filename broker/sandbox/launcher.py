@@ -55,8 +55,8 @@ Standard library only and few imports: this runs on every agent spawn
 
 from __future__ import annotations
 
+import _signal as signal  # not `signal`: it imports enum, a cost on every spawn
 import os
-import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -152,13 +152,12 @@ class Report:
     def __init__(self, fd: int | None) -> None:
         self.fd = fd
 
-    def send(self, **message: object) -> None:
+    def send(self, line: str) -> None:
+        """One JSON object (already written out: ``json`` costs an import on every spawn)."""
         if self.fd is None:
             return
-        import json
-
         try:
-            os.write(self.fd, json.dumps(message).encode() + b"\n")
+            os.write(self.fd, line.encode() + b"\n")
         except OSError:
             pass  # the broker is gone: no one to tell
 
@@ -190,7 +189,7 @@ def main(argv: list[str]) -> None:
         status = kept.wait(lifeline=lifeline)
         leftovers = keeper.end_descendants(group=kept.child)
     leftovers += sum(kill_cgroup(d) for d in lists["cgroup"])
-    report.send(leftovers=leftovers)
+    report.send('{"leftovers": %d}' % leftovers)
     keeper.become(status)
 
 
@@ -225,9 +224,9 @@ def run_with_init(
     lists: dict[str, list[str]], flags: set[str], command: list[str], *, lifeline: int | None, report: Report, share: int | None
 ) -> tuple[int, int]:
     """L's side of a PID namespace: fork C, pass signals to it, relay what it reports; once it has
-    exited (and the kernel has emptied the namespace), A's wait status and C's count of leftovers."""
-    import json
+    exited (and the kernel has emptied the namespace), A's wait status and C's count of leftovers.
 
+    C speaks in lines of words: ``share TASKS LIMIT`` and, last, ``status WAIT_STATUS LEFTOVERS``."""
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     found: dict[str, int] = {}
     child = 0
@@ -246,14 +245,14 @@ def run_with_init(
     os.close(status_w)
 
     def heard(line: bytes) -> None:
+        words = line.split()
         try:
-            message = json.loads(line)
-        except ValueError:
-            return
-        if "share" in message:
-            report.send(share=message["share"])
-        if "status" in message:
-            found.update(status=int(message["status"]), leftovers=int(message.get("leftovers", 0)))
+            if words[0] == b"share" and len(words) == 3:
+                report.send('{"share": {"tasks": %d, "limit": %d}}' % (int(words[1]), int(words[2])))
+            elif words[0] == b"status" and len(words) == 3:
+                found.update(status=int(words[1]), leftovers=int(words[2]))
+        except (IndexError, ValueError):
+            pass
 
     status = kept.wait(lifeline=lifeline, messages=status_r, on_message=heard)
     # C reports A's status just before it exits; killed first (SIGUSR1, the lifeline), it says nothing.
@@ -262,7 +261,6 @@ def run_with_init(
 
 def init(lists: dict[str, list[str]], flags: set[str], command: list[str], *, status_w: int, share: int | None) -> None:
     """C: pid 1 of the agent's PID namespace.  Never returns."""
-    import json
     import select
 
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # L killed: the namespace goes with us
@@ -285,7 +283,7 @@ def init(lists: dict[str, list[str]], flags: set[str], command: list[str], *, st
     status = kept.wait(every=1.0 if watch else None, on_tick=watch)
     left = [pid for pid, state in _namespace_processes() if pid != 1 and state != "Z"]
     try:
-        os.write(status_w, json.dumps({"status": status, "leftovers": len(left)}).encode() + b"\n")
+        os.write(status_w, b"status %d %d\n" % (status, len(left)))
     except OSError:
         pass
     os._exit(0)  # and the kernel kills what is left in the namespace
@@ -312,8 +310,6 @@ class ShareWatch:
         self.limit, self.out, self.reported = limit, out, False
 
     def __call__(self) -> None:
-        import json
-
         tasks = 1  # L: in the agent's user namespace (so counted), not in its PID namespace (so unseen)
         for name in os.listdir("/proc"):
             if name.isdigit():
@@ -326,7 +322,7 @@ class ShareWatch:
         if tasks >= self.limit - max(1, self.limit // 20) and not self.reported:
             self.reported = True
             try:
-                os.write(self.out, json.dumps({"share": {"tasks": tasks, "limit": self.limit}}).encode() + b"\n")
+                os.write(self.out, b"share %d %d\n" % (tasks, self.limit))
             except OSError:
                 pass
         elif tasks < self.limit // 2:

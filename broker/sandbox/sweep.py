@@ -1,18 +1,21 @@
-"""Nothing an agent starts may outlive it: freeze and sweep what it left behind.
+"""The broker's last line against leftovers: freeze and sweep what its agents' launchers missed.
 
-The broker is a child subreaper, and every sandboxed agent adopts its own
-orphans (the launcher's ``--subreaper``), so while an agent lives everything
-it started stays in its tree, however it double-forks or ``setsid``\\ s.
-When the agent exits, what is left becomes the broker's children.  The
-broker's own helpers (``git`` for the commit guard) run in the broker's
-process group, which no agent descendant can join (another session), so
-every other child of the broker that is not a live agent is an orphan.
+Each agent's launcher ends what its agent leaves (``keeper.py``: a PID
+namespace, the agent's cgroup, or its own sweep as the agent's child
+subreaper).  What can still reach the broker is what an unboxed agent undid
+that with (it killed its launcher, say): the broker is a child subreaper
+too, so such orphans become its children.  The broker's own helpers
+(``git`` for the commit guard) run in the broker's process group, which no
+agent descendant can join (another session), so every other child of the
+broker that is not a live launcher is an orphan.
 
 :func:`sweep` stops (SIGSTOP) every orphan and all its descendants first,
 so nothing can fork its way out during the kill, then SIGKILLs them, and
 repeats until a pass finds none.  Where the broker has a delegated cgroup
 v2 (``broker.sandbox.machine``), ``cgroup.kill`` catches even a process
-that escaped the tree, and the sweep runs after it anyway.
+that escaped the tree, and the sweep runs after it anyway.  :func:`end_tree`
+does the same for one pinned process and everything below it (the next
+broker, ending what a killed one left: ``leftovers.py``).
 """
 
 from __future__ import annotations

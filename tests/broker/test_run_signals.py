@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -114,16 +115,17 @@ def test_a_closed_terminal_stops_the_run_and_the_summary_is_kept_in_the_journal(
     master, slave = os.openpty()
     errors = tmp_path / "stderr"
     seen: list[bytes] = []
+    closing = threading.Event()
 
-    def drain() -> None:  # a terminal someone reads, until it is closed
-        while True:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:
-                return
-            if not chunk:
-                return
-            seen.append(chunk)
+    def drain() -> None:
+        """A terminal someone reads, until it is closed.  Never blocked in read() when the test closes
+        it: a read in progress holds the terminal open, and the hang-up would wait for the next byte."""
+        while not closing.is_set():
+            if select.select([master], [], [], 0.05)[0]:
+                try:
+                    seen.append(os.read(master, 4096))
+                except OSError:
+                    return
 
     argv, repo, state = prepare(tmp_path)
     with errors.open("w") as err:
@@ -135,6 +137,8 @@ def test_a_closed_terminal_stops_the_run_and_the_summary_is_kept_in_the_journal(
     try:
         wait_for_agents(state, repo)
         assert b"sandbox" in b"".join(seen)  # control: the terminal showed the run
+        closing.set()
+        reader.join()
         os.close(master)  # the terminal closes
         process.wait(timeout=60)
     finally:
