@@ -218,7 +218,10 @@ class BlockingClient:
                 ErrorCode.TOO_LARGE,
                 f"{op}: the request is {len(line):,} bytes; a request may be at most {MAX_LINE:,} (1 MiB) -- send less at once",
             )
-        self._sock.sendall(line)
+        try:
+            self._sock.sendall(line)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused and hung up before we spoke (over a connection cap): its reply says why
         return _check_reply(self._read())
 
     def _read(self) -> dict[str, Any]:
@@ -281,8 +284,13 @@ class TrioClient:
         return await cls.connect(socket_path, ticket=ticket, verify_broker=True)
 
     async def call(self, op: str, args: dict[str, Any] | None = None) -> Any:
+        import trio
+
         rid = next(self._ids)
-        await self._stream.send_all(json.dumps({"id": rid, "op": op, "args": args or {}}, separators=(",", ":")).encode() + b"\n")
+        try:
+            await self._stream.send_all(json.dumps({"id": rid, "op": op, "args": args or {}}, separators=(",", ":")).encode() + b"\n")
+        except trio.BrokenResourceError:
+            pass  # refused and hung up before we spoke (over a connection cap): its reply says why
         return _check_reply(await self._read())
 
     async def _read(self) -> dict[str, Any]:

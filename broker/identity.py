@@ -13,7 +13,9 @@ operator key (``operator.key`` in the state directory, which no boxed agent
 can read), from a process of the broker's uid that is not in a live agent's
 tree and does not descend from the broker (the broker is a child subreaper,
 so what agents leave behind is re-parented to it).  The key is the proof;
-the lineage check stands behind it for agents that run unboxed.
+the lineage check stands behind it.  It refuses an agent's *own*
+processes, and is no defence against an unboxed one (``sandbox = "off"``),
+which can act through the person's processes instead (docs/THREAT_MODEL.md).
 """
 
 from __future__ import annotations
