@@ -14,7 +14,10 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -57,3 +60,18 @@ def user_python(base: Path) -> tuple[Path, Path]:
         source = base / "source"
         shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__"), symlinks=True)
     return source_venv(base, source, python=system, packages=packages), source
+
+
+@contextmanager
+def scratch(prefix: str) -> Iterator[tuple[Path, Path]]:
+    """(base, home): a directory the uid can read, removed afterwards, and a home in it the uid owns."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    base.chmod(0o755)
+    try:
+        home = base / "home"
+        home.mkdir()
+        if os.geteuid() == 0:
+            os.chown(home, UID, GID)
+        yield base, home
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

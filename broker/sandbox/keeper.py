@@ -223,7 +223,12 @@ def _children() -> list[int]:
         with open(f"/proc/{me}/task/{me}/children", "rb") as f:
             return [int(p) for p in f.read().split()]
     except OSError:
-        pass
+        return [pid for pid, fields in processes() if int(fields[1]) == me]
+
+
+def processes() -> list[tuple[int, list[bytes]]]:
+    """Every process in this ``/proc``: (pid, the fields of its ``stat`` after the command name --
+    ``[0]`` the state, ``[1]`` the parent, ``[17]`` the number of threads)."""
     found = []
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -232,8 +237,7 @@ def _children() -> list[int]:
                     raw = f.read()
             except OSError:
                 continue
-            if int(raw[raw.rindex(b")") + 2 :].split()[1]) == me:
-                found.append(int(name))
+            found.append((int(name), raw[raw.rindex(b")") + 2 :].split()))
     return found
 
 

@@ -241,26 +241,12 @@ def init(lists: dict[str, list[str]], flags: set[str], command: list[str], *, st
         agent(lists, flags, command, keeper_pid=None, share=None, join=[])
     watch = ShareWatch(share, status_w) if share else None
     status = kept.wait(every=1.0 if watch else None, on_tick=watch)
-    left = [pid for pid, state in _namespace_processes() if pid != 1 and state != "Z"]
+    left = [pid for pid, fields in keeper.processes() if pid != 1 and fields[0] != b"Z"]
     try:
         os.write(status_w, b"status %d %d\n" % (status, len(left)))
     except OSError:
         pass
     os._exit(0)  # and the kernel kills what is left in the namespace
-
-
-def _namespace_processes() -> list[tuple[int, str]]:
-    """(pid, state) of every process in this /proc (C's: its own namespace)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    raw = f.read()
-            except OSError:
-                continue
-            found.append((int(name), raw[raw.rindex(b")") + 2 :].split()[0].decode()))
-    return found
 
 
 class ShareWatch:
@@ -270,15 +256,9 @@ class ShareWatch:
         self.limit, self.out, self.reported = limit, out, False
 
     def __call__(self) -> None:
-        tasks = 1  # L: in the agent's user namespace (so counted), not in its PID namespace (so unseen)
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                try:
-                    with open(f"/proc/{name}/stat", "rb") as f:
-                        raw = f.read()
-                    tasks += int(raw[raw.rindex(b")") + 2 :].split()[17])
-                except (OSError, ValueError, IndexError):
-                    continue
+        # L: in the agent's user namespace (so counted), not in its PID namespace (so unseen); then
+        # every task here (C's /proc is its own namespace's), threads included: RLIMIT_NPROC counts them.
+        tasks = 1 + sum(int(fields[17]) for _, fields in keeper.processes() if len(fields) > 17)
         if tasks >= self.limit - max(1, self.limit // 20) and not self.reported:
             self.reported = True
             try:

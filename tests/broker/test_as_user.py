@@ -13,33 +13,23 @@ ordinary user already, it runs them as that user.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from tests.ordinary_user import UID, as_user, user_python
+from tests.ordinary_user import UID, as_user, scratch, user_python
 
 SUITES = ["tests/containment", "tests/broker/test_identity.py"]
 
 
 @pytest.fixture(scope="module")
 def venv() -> Iterator[tuple[Path, Path]]:
-    """(base, source): a venv under base readable by the uid, and the tree it imports."""
-    base = Path(tempfile.mkdtemp(prefix="conclave-as-user-"))
-    base.chmod(0o755)
-    try:
+    """(base, source): a venv under base readable by the uid (and its home, base/home), and the tree it imports."""
+    with scratch("conclave-as-user-") as (base, _):
         _, source = user_python(base)
-        home = base / "home"
-        home.mkdir()
-        if os.geteuid() == 0:
-            os.chown(home, UID, UID)
         yield base, source
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_privilege_dependent_tests_pass_as_an_ordinary_uid(venv: tuple[Path, Path]) -> None:

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -28,7 +26,7 @@ import pytest
 
 from broker.sandbox import machine as sandbox_machine
 from broker.sandbox.share import uid_tasks
-from tests.ordinary_user import GID, UID, as_user, user_python, user_uid
+from tests.ordinary_user import as_user, scratch, user_python, user_uid
 
 MACHINE = sandbox_machine.probe()
 
@@ -83,17 +81,8 @@ CALM = textwrap.dedent(
 @pytest.fixture(scope="module")
 def user_env() -> Iterator[tuple[Path, Path]]:
     """(a directory the uid owns, the python it runs conclave with)."""
-    base = Path(tempfile.mkdtemp(prefix="conclave-share-"))
-    base.chmod(0o755)
-    try:
-        python = user_python(base / "py")[0] if os.geteuid() == 0 else Path(sys.executable)
-        home = base / "home"
-        home.mkdir()
-        if os.geteuid() == 0:
-            os.chown(home, UID, GID)
-        yield home, python
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    with scratch("conclave-share-") as (base, home):
+        yield home, user_python(base / "py")[0] if os.geteuid() == 0 else Path(sys.executable)
 
 
 def test_a_fork_bomb_is_held_to_its_share_and_everyone_else_keeps_working(user_env: tuple[Path, Path]) -> None:
