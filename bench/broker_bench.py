@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from broker.client import BlockingClient  # noqa: E402
 from agents.harness import Run  # noqa: E402
+from bench.spawn_bench import box_overhead, pct  # noqa: E402
 
 ROUND_TRIPS = 5000
 
@@ -127,57 +128,6 @@ def spawn_and_authenticate(tmp: Path, n: int, sandbox: str) -> dict[str, float]:
     return {"seconds": last - t0, "peak_rss_mb": rss / 1024, "op_samples": ops}
 
 
-def box_overhead(tmp: Path, rounds: int = 100) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """What the box adds to one spawn: the launcher and its setup, then `true`, against `true` alone.
-
-    Interleaved, one spawn of each in turn, from a fresh thread each time (as trio spawns).
-    Returns the wall-clock samples and the CPU time each spawn's processes used (user + system,
-    from RUSAGE_CHILDREN): on a loaded machine the wall clock mostly measures the queue for a core,
-    the CPU time what the box itself costs.
-    """
-    import resource
-    import threading
-
-    from broker.sandbox import box, machine
-
-    found = machine.probe()
-    repo = tmp / "box-repo"
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    (tmp / "box-agent").mkdir()
-    argv = {"plain": ["/bin/true"]}
-    boxes = []
-    for level in ("off", "landlock", "strict"):
-        if found.offers(level) is None:
-            built = box.build(level, ["/bin/true"], machine=found, repo=repo, state=tmp / "box-state", agent_dir=tmp / "box-agent",
-                              socket_path=tmp / "box.sock", session=f"bench-{level}")
-            argv[level] = list(built.argv)
-            boxes.append(built)
-    samples: dict[str, list[float]] = {k: [] for k in argv}
-    cpu: dict[str, list[float]] = {k: [] for k in argv}
-
-    def spawn(command: list[str], out: list[float]) -> None:
-        t0 = time.perf_counter()
-        subprocess.run(command, cwd=repo, check=True)
-        out.append(time.perf_counter() - t0)
-
-    def used() -> float:
-        r = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return r.ru_utime + r.ru_stime
-
-    for _ in range(rounds):
-        for name, command in argv.items():
-            got: list[float] = []
-            before = used()
-            worker = threading.Thread(target=spawn, args=(command, got))
-            worker.start()
-            worker.join()
-            cpu[name].append(used() - before)
-            samples[name] += got
-    for built in boxes:
-        built.release()
-    return samples, cpu
-
-
 def _status_kb(pid: int, field: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -211,11 +161,6 @@ def cli_whoami_wall(tmp: Path) -> list[float]:
         return json.loads(result.stdout)[3:]
     finally:
         run.close()
-
-
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def main() -> None:
