@@ -50,7 +50,9 @@ def _root(
 
 @app.command()
 def run(
-    team: Annotated[Path, typer.Option("--team", help="The team file (TOML) naming the agents to run.")],
+    team: Annotated[
+        Optional[Path], typer.Option("--team", help="The team file (TOML) naming the agents to run [default: team.toml in the repository].")
+    ] = None,
     repo: RepoOpt = None,
     state_dir: StateOpt = None,
     grace: Annotated[float, typer.Option("--grace", help="Seconds between SIGTERM and SIGKILL at shutdown.")] = 5.0,
@@ -81,12 +83,18 @@ def run(
     from broker.paths import StateError
     from broker.sandbox import box as sandbox_box
     from broker.sandbox import machine as sandbox_machine
+    from broker.scaffold import TEAM_FILE
     from broker.team import TeamError, load
 
     target = Target(json_out, repo, state_dir)
     paths = target.paths()
     if paths.repo == Path("/"):
         die("refusing to run on / ; pass --repo DIR (a git repository)", EXIT_USAGE)
+    if team is None:
+        team = paths.repo / TEAM_FILE
+        if not team.exists():
+            _require_git(paths.repo, repo)
+            die(f"no team file: conclave run reads {team} unless --team names one; `conclave init` writes a starter", EXIT_USAGE)
     try:
         team_spec = load(team, repo=paths.repo, rules=composition.team_rules())
     except TeamError as exc:
@@ -378,7 +386,7 @@ def init(
     def human(r: dict[str, Any]) -> None:
         for p in r["written"]:
             say(f"wrote {p}")
-        say("next: read team.toml, then `conclave team check team.toml` and `conclave run --team team.toml`")
+        say("next: read team.toml, then `conclave team check team.toml` and `conclave run`")
 
     emit(target, {"written": [str(p) for p in written], "team": str(written[0])}, human)
 
@@ -515,18 +523,22 @@ def _static_ops() -> list[dict[str, Any]]:
 
 
 @app.command()
-def doctor(json_out: JsonOpt = False) -> None:
-    """What this machine offers an agent's sandbox (Landlock ABI, user namespaces, cgroups) and what that means per threat."""
+def doctor(json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt = None) -> None:
+    """What this machine offers an agent's sandbox (Landlock ABI, user namespaces, cgroups) and what that means per threat;
+    which embedder the memory uses, and whether it works here."""
     import attrs
 
+    from broker import composition
     from broker.sandbox import machine as sandbox_machine
 
     found = sandbox_machine.probe()
+    database = Target(json_out, repo, state_dir).paths().database
     report = {
         **{k: (str(v) if isinstance(v, Path) else v) for k, v in attrs.asdict(found).items()},
         "strongest": found.strongest,
         "levels": {level: found.offers(level) or "available" for level in sandbox_machine.LEVELS},
         "threats": found.threats(),
+        "features": {f.name: f.doctor(database) for f in composition.features() if f.doctor is not None},
     }
 
     def human(r: dict[str, Any]) -> None:
@@ -544,6 +556,8 @@ def doctor(json_out: JsonOpt = False) -> None:
         line = f"default sandbox: {r['strongest']}" + ("" if r["strongest"] != "off" else " (agents are not contained)")
         console().print(cell(line), style="bold red" if r["strongest"] == "off" else "bold")
         table("what each level means here", ["threat", "holds"], list(r["threats"].items()))
+        for name, part in r["features"].items():
+            say(f"{name}: {part['summary']}")
 
     emit(Target(json_out), report, human)
 
