@@ -52,6 +52,14 @@ LOCK_LOOK: Final = 1.0
 CAPACITY: Final = 5000
 #: Lines handed to the writer thread at once.
 BATCH: Final = CAPACITY
+#: How each way of stopping a run reads (``RunSummary.stopped_by`` is the key).
+STOP_WORDS: Final = {
+    "SIGINT": "Ctrl-C (SIGINT)",
+    "SIGTERM": "SIGTERM",
+    "SIGHUP": "SIGHUP (the terminal closed)",
+    "SIGQUIT": "SIGQUIT",
+    "operator": "conclave stop",
+}
 
 
 class Outcome(Protocol):
@@ -220,7 +228,7 @@ class RunView:
         self._note("exit", outcome.describe() + used, principal=principal, failed=outcome.failed)
 
     def note(self, kind: str, text: str, *, principal: str | None = None, failed: bool = False) -> None:
-        """Anything else the operator must hear of (an agent's usage, its output past the cap, a full disk)."""
+        """Anything else the operator must hear of (an agent's usage, its output past the cap, a full disk, what an earlier broker left)."""
         self._note(kind, text, principal=principal, failed=failed)
 
     def mail(self, sender: str, message_id: int, thread: str, subject: str | None, body: str) -> None:
@@ -230,10 +238,20 @@ class RunView:
             first = first[:119] + "\u2026"
         self._note("mail", f"mail to the operator, message {message_id} (thread {thread}): {first}  [conclave msg inbox]", principal=sender)
 
+    def share_reached(self, principal: str, limit: int | None) -> None:
+        """An agent reached its share of processes: its forks now fail inside its box, nobody else's."""
+        of = f" of {limit} processes" if limit else ""
+        self._note(
+            "share",
+            f"reached its share{of} (max_processes in the team file): its further forks fail; the broker, other agents and you keep theirs",
+            principal=principal,
+            failed=True,
+        )
+
     def stopping(self, reason: str, agents: int, grace: float) -> None:
         """The run was told to stop (a signal, the operator's ``conclave stop``, its timeout or budget)."""
         now = trio.current_time()
-        why = {"SIGINT": "Ctrl-C (SIGINT)", "SIGTERM": "SIGTERM", "SIGHUP": "SIGHUP", "SIGQUIT": "SIGQUIT", "operator": "conclave stop"}.get(reason, reason)
+        why = STOP_WORDS.get(reason, reason)
         if self._stopping_at is None:
             self._stopping_at, self._grace = now, grace
             if agents:
@@ -245,11 +263,12 @@ class RunView:
             text = f"{why} again: already stopping; SIGKILL in {left:.1f} s to any agent still running"
         self._note("stopping", text)
 
-    async def finish(self, stopped_by: str | None, *, flush_timeout: float | None = None) -> None:
+    async def finish(self, stopped_by: str | None, *, exit_code: int | None = None, flush_timeout: float | None = None) -> None:
         """The team is done: say how it ended, flush the view (a file or pipe gets a minute)."""
         failed = f"; {self.failed} failed" if self.failed else ""
-        how = f"stopped by {stopped_by}" if stopped_by else "every agent has exited"
-        self._note("end", f"run {self.run_number} ended: {how}{failed}", failed=bool(self.failed))
+        how = f"stopped by {stopped_by}{' (the terminal closed)' if stopped_by == 'SIGHUP' else ''}" if stopped_by else "every agent has exited"
+        code = f"; exit code {exit_code}" if exit_code is not None else ""
+        self._note("end", f"run {self.run_number} ended: {how}{failed}{code}", failed=bool(self.failed))
         fd, self._journal_fd = self._journal_fd, -1
         os.close(fd)
         if self.terminal is not None:

@@ -56,6 +56,8 @@ class AgentSpec:
     limits: Limits = Limits()
     #: Bytes of output kept in each of its logs (None: broker.capture.DEFAULT_LOG_CAP).
     log_cap: int | None = None
+    #: Its share of the uid's processes (broker.sandbox.share); None: the default, cut to fit a finite ulimit.
+    max_processes: int | None = None
 
 
 class OutputDecoder(Protocol):

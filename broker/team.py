@@ -12,7 +12,7 @@ name = "alice"                      # the stable agent name
 command = ["bash", "agents/alice.sh"]
 # optional: cwd, env = {..}, may_spawn = 2, restart = "never"|"on-failure",
 #           max_restarts = 3, preset, prompt, model, sandbox, allow_read, allow_write,
-#           timeout, idle_timeout, max_tokens, max_cost_usd, log_cap
+#           timeout, idle_timeout, max_tokens, max_cost_usd, log_cap, max_processes = 512
 ```
 
 Parsing is strict: an unknown key, a duplicate or reserved name, a missing
@@ -42,7 +42,7 @@ SANDBOX_LEVELS: Final = ("strict", "landlock", "off")
 AGENT_KEYS: Final = frozenset(
     {
         "name", "command", "cwd", "env", "may_spawn", "restart", "max_restarts", "preset", "prompt", "description",
-        "sandbox", "allow_read", "allow_write", "model", "log_cap", *LIMIT_KEYS,
+        "sandbox", "allow_read", "allow_write", "model", "log_cap", "max_processes", *LIMIT_KEYS,
     }
 )
 #: ``[defaults]``: what every agent gets unless its own entry says otherwise.
@@ -290,6 +290,9 @@ def _parse_agent(entry: Any, where: str, repo: Path, rules: TeamRules, check_com
             f'{where}: sandbox must be one of {", ".join(SANDBOX_LEVELS)} (or left out for the strongest this machine '
             f"offers; `conclave doctor` says which)"
         )
+    max_processes = entry.get("max_processes")
+    if max_processes is not None and (not isinstance(max_processes, int) or isinstance(max_processes, bool) or not 16 <= max_processes <= 1_000_000):
+        raise TeamError(f"{where}: max_processes must be a whole number from 16 to 1000000 (its share of your processes; default 512)")
     allowed = {key: _allowed_paths(entry.get(key, []), key, repo, where) for key in ("allow_read", "allow_write")}
     for key in ("preset", "prompt", "model"):
         if key in entry and not isinstance(entry[key], str):
@@ -323,6 +326,7 @@ def _parse_agent(entry: Any, where: str, repo: Path, rules: TeamRules, check_com
         model=entry.get("model"),
         limits=limits,
         log_cap=log_cap,
+        max_processes=max_processes,
     )
     budgets = [k for k in BUDGET_KEYS if k in entry]
     if budgets and not _reports_usage(rules, spec):

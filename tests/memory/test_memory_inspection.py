@@ -72,6 +72,7 @@ def test_a_claims_trail_follows_the_event_log_and_names_the_reply_a_witness_was_
         ("carol", "shown", "via recall"),  # carol read it before she vouched: her vouch is informed
         ("bob", "corroborated", None),
         ("bob", "shown", "the reply to its corroboration"),
+        ("carol", "shown", "via show"),  # `vouch` reads the claim before it corroborates
         ("carol", "corroborated", None),
         ("carol", "tier", "unverified -> trusted; corroborate by carol"),
         ("carol", "shown", "the reply to its corroboration"),  # sent once the job, tier change and all, was done
