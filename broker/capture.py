@@ -94,6 +94,16 @@ class OutputLog:
         self._at_line_start = True
         self._partial_written = 0
         self._writing_data = False
+        # Made at once, empty if the agent never prints: a run's agents are listed from their logs when
+        # no broker is running (the dashboard, `conclave logs`).  A refusal here is met again, and
+        # reported, at the first write.
+        try:
+            self._fd = self._open()
+        except OSError:
+            self._fd = None
+
+    def _open(self) -> int:
+        return os.open(segment_path(self.logs, self.name, self._kept[-1][0]), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
 
     def write(self, data: bytes) -> list[LogReport]:
         """Append ``data``; never raises.  What the operator must hear of is returned."""
@@ -107,7 +117,7 @@ class OutputLog:
         self._writing_data, self._partial_written = False, 0
         try:
             if self._fd is None:
-                self._fd = os.open(segment_path(self.logs, self.name, self._kept[-1][0]), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+                self._fd = self._open()
             if marker:
                 self._write_all(marker)
                 self._kept[-1][3] += len(marker)
