@@ -29,6 +29,7 @@ from broker.team import Team, TeamCheck
 from store import dialect, events
 from store.backend import Backend, SqliteBackend
 from store.owner import ChainFiles, StoreOwner
+from store.projection import Projector
 from store.schema import Schema
 
 EndedListener = Callable[[Principal], Awaitable[None]]
@@ -51,6 +52,9 @@ class Feature:
     start: Callable[[BrokerCore, trio.Nursery], Awaitable[None]] | None = None
     #: Validates the team-file tables this feature reads; raises ValueError naming the fix.
     check_team: TeamCheck | None = None
+    #: Makes a fresh rebuild of this feature's tables from the keyed log (``store.projection``):
+    #: ``conclave memory verify`` compares every row it says with the database.
+    projector: Callable[[], Projector] | None = None
 
 
 class AgentSupervisor(Protocol):
@@ -138,6 +142,8 @@ class BrokerCore:
         self._ended: list[EndedListener] = []
         self._closed: list[ConnectionListener] = []
         self._settlers: list[Callable[[], Awaitable[None]]] = []
+        #: One maker per feature that projects tables (``Feature.projector``), in the features' order.
+        self.projectors: list[Callable[[], Projector]] = []
         self._connection_ids = itertools.count(1)
         self.started_at = events.now()
 
@@ -228,8 +234,9 @@ def _check_operator_key(backend: Backend, digest: str, paths: StatePaths) -> Non
 
 def _bind_operator_key(conn: apsw.Connection, digest: str) -> None:
     if conn.execute("SELECT 1 FROM store_keys WHERE name = 'operator'").fetchone() is None:
-        conn.execute("INSERT INTO store_keys(name, digest, at) VALUES ('operator', ?, ?)", (digest, events.now()))
-        events.append(conn, "broker.operator_key_bound", actor=events.BROKER_ACTOR, payload={"sha256_prefix": digest[:12]})
+        at = events.now()
+        conn.execute("INSERT INTO store_keys(name, digest, at) VALUES ('operator', ?, ?)", (digest, at))
+        events.append(conn, "broker.operator_key_bound", actor=events.BROKER_ACTOR, payload={"sha256_prefix": digest[:12], "sha256": digest}, at=at)
 
 
 @asynccontextmanager
@@ -264,6 +271,8 @@ async def open_core(
                 if op in core.ops:
                     raise TypeError(f"op {op} is defined by two features")
                 core.ops[op] = spec
+            if feature.projector is not None:
+                core.projectors.append(feature.projector)
             if feature.start is not None:
                 await feature.start(core, nursery)
         try:

@@ -12,6 +12,7 @@ from broker.errors import ConclaveError, ErrorCode
 from broker import runs, schema
 from broker.core import Call, Feature
 from broker.optable import Access, OpTable, describe_ops
+from broker.projection import BrokerLog
 from broker.server import whoami as whoami_of
 
 OPS = OpTable()
@@ -155,4 +156,4 @@ async def stop(call: Call, _args: NoArgs) -> dict[str, Any]:
     return {"stopping": True}
 
 
-FEATURE = Feature("broker", OPS, schema=schema.SCHEMA)
+FEATURE = Feature("broker", OPS, schema=schema.SCHEMA, projector=BrokerLog)

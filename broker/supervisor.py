@@ -374,7 +374,7 @@ class Supervisor:
                 "agent.spawn",
                 actor=p.parent or events.BROKER_ACTOR,
                 subject=p.key,
-                payload={"pid": pid, "domain": p.domain, "command": argv, "attempt": attempt, "sandbox": level},
+                payload={"pid": pid, "domain": p.domain, "command": argv, "attempt": attempt, "sandbox": level, "started_at": started},
             )
 
         await self.core.store.call(write)

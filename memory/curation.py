@@ -29,7 +29,8 @@ def promote(conn: apsw.Connection, policy: TrustPolicy, operator: Principal, cla
     claim = claims.require_live(conn, claim_id, "promote")
     at = events.now()
     conn.execute("INSERT INTO promotions(claim, at, by, reason) VALUES (?,?,?,?)", (claim.id, at, operator.key, reason))
-    events.append(conn, "memory.promote", actor=operator.key, subject=str(claim.id), payload={"reason": reason, "from": claim.tier.value}, at=at)
+    row = conn.last_insert_rowid()
+    events.append(conn, "memory.promote", actor=operator.key, subject=str(claim.id), payload={"reason": reason, "from": claim.tier.value, "row": row}, at=at)
     after, _ = standing.restand(conn, policy, claim, actor=operator.key, cause=f"promoted by {operator.key}")
     return standing.describe(conn, policy, after)
 

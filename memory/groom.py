@@ -345,8 +345,10 @@ def apply_chunk(conn: apsw.Connection, steps: list[Retirement], *, actor: str, r
 
 def finish(conn: apsw.Connection, plan_: GroomPlan, *, actor: str, run: str, retired: int, skipped: int) -> dict[str, Any]:
     summary = {**plan_.counts(), "retired": retired, "skipped": skipped, "run": run}
-    conn.execute("INSERT INTO groom_runs(at, actor, high_water, summary) VALUES (?,?,?,?)", (events.now(), actor, plan_.high_water, json.dumps(summary)))
-    events.append(conn, "memory.groom", actor=actor, payload=summary)
+    at = events.now()
+    conn.execute("INSERT INTO groom_runs(at, actor, high_water, summary) VALUES (?,?,?,?)", (at, actor, plan_.high_water, json.dumps(summary)))
+    row = conn.last_insert_rowid()
+    events.append(conn, "memory.groom", actor=actor, payload={**summary, "row": row, "high_water": plan_.high_water}, at=at)
     return summary
 
 

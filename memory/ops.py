@@ -25,6 +25,7 @@ from store import events
 from store.events import BROKER_ACTOR
 from store.integrity import ExpectedHead
 from memory.policy import PolicyError
+from memory.projection import MemoryLog
 from memory.service import MemoryService
 
 if TYPE_CHECKING:
@@ -433,6 +434,7 @@ async def start(core: BrokerCore, nursery: trio.Nursery) -> None:
         raise ConclaveError(ErrorCode.INVALID_ARGS, str(exc)) from None
 
     def settle(conn):  # type: ignore[no-untyped-def]
+        exposures.start_log(conn)
         if wanted is None:
             return settings.recorded(conn) or settings.MemorySettings()
         before = settings.record(conn, wanted, actor=BROKER_ACTOR)
@@ -453,4 +455,4 @@ def check_team(team: Team, where: str) -> None:
     settings.MemorySettings.from_tables(team.policy, team.memory, where)
 
 
-FEATURE = Feature("memory", OPS, schema=schema.SCHEMA, start=start, check_team=check_team)
+FEATURE = Feature("memory", OPS, schema=schema.SCHEMA, start=start, check_team=check_team, projector=lambda: MemoryLog(rebuild_blind=True))

@@ -130,7 +130,10 @@ class MemoryService:
         if refusing is not None:
             problems.append(verify.Problem(f"the broker refuses to append events: {refusing}"))
         problems += [verify.Problem(f.problem) for f in anchor_problems]
-        chain, record_problems = await self.read(lambda conn: verify.check_records(conn, self.policy, key=key, committed=committed, expect=expect))
+        projectors = list(self.core.projectors)
+        chain, record_problems, not_rebuilt = await self.read(
+            lambda conn: verify.check_records(conn, key=key, projectors=projectors, committed=committed, expect=expect)
+        )
         anchored = reading.record.head if reading.record is not None else None
         facts = {
             "key_file": str(store.chain.key),
@@ -138,4 +141,4 @@ class MemoryService:
             "anchor": None if anchored is None else {"seq": anchored.seq, "hash": anchored.hash},
             "committed": None if committed is None else {"seq": committed.seq, "hash": committed.hash},
         }
-        return verify.report(chain, record_problems + problems, facts)
+        return verify.report(chain, record_problems + problems, facts, not_rebuilt)

@@ -90,7 +90,10 @@ def post(
         "msg.send",
         actor=sender.key,
         subject=f"msg:{next_id}",
-        payload={"id": next_id, "thread": thread, "to": to, "recipients": list(recipients), "bytes": len(body.encode())},
+        payload={
+            "id": next_id, "thread": thread, "to": to, "recipients": list(recipients), "bytes": len(body.encode()), "sender_box": box,
+            "subject_sha256": None if subject is None else events.sha256(subject), "body_sha256": events.sha256(body),
+        },
         at=at,
     )
     return Message(
