@@ -16,7 +16,7 @@ import apsw
 import attrs
 
 from broker.errors import ConclaveError, ErrorCode
-from memory import claims, standing
+from memory import claims, facts, standing
 from store import events
 from memory.claims import ClaimRow
 from memory.policy import Tier, TrustPolicy
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 def promote(conn: apsw.Connection, policy: TrustPolicy, operator: Principal, claim_id: int, *, reason: str | None) -> dict[str, Any]:
-    claim = claims.require_live(conn, claim_id, "promote")
+    claim, _, _ = facts.require_live(conn, claim_id, "promote")
     at = events.now()
     conn.execute("INSERT INTO promotions(claim, at, by, reason) VALUES (?,?,?,?)", (claim.id, at, operator.key, reason))
     row = conn.last_insert_rowid()
@@ -52,12 +52,12 @@ def retire(conn: apsw.Connection, claim: ClaimRow, *, actor: str, reason: str, d
 
 
 def retire_by_operator(conn: apsw.Connection, policy: TrustPolicy, operator: Principal, claim_id: int, *, reason: str) -> dict[str, Any]:
-    claim = claims.require_live(conn, claim_id, "retire")
+    claim, _, _ = facts.require_live(conn, claim_id, "retire")
     return standing.describe(conn, policy, retire(conn, claim, actor=operator.key, reason=reason))
 
 
 def unretire(conn: apsw.Connection, policy: TrustPolicy, operator: Principal, claim_id: int, *, reason: str) -> dict[str, Any]:
-    claim = claims.require(conn, claim_id)
+    claim, _, _ = facts.checked(conn, claim_id)
     if claim.tier is not Tier.RETIRED:
         raise ConclaveError(ErrorCode.CONFLICT, f"claim {claim_id} is not retired (it is {claim.tier.value})")
     conn.execute("UPDATE claims SET retired_at = NULL, retired_by = NULL, retired_reason = NULL WHERE id = ?", (claim.id,))

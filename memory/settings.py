@@ -12,7 +12,6 @@ defaults.  With neither a team file nor a recorded run, the defaults apply.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Mapping, final
 
 import apsw
@@ -48,11 +47,17 @@ class MemorySettings:
 
 
 def recorded(conn: apsw.Connection) -> MemorySettings | None:
-    """The settings the last broker recorded, or None if none ever ran here."""
-    row = conn.execute("SELECT value FROM memory_settings WHERE key = 'settings'").fetchone()
-    if row is None:
+    """The settings the last broker recorded, or None if none ever ran here.
+
+    Read from the last ``memory.policy`` event (its hash checked), not from
+    the ``memory_settings`` row it also wrote: a quorum lowered in the row
+    behind the broker's back would otherwise judge every claim an operator
+    command touches.
+    """
+    found = events.checked(conn, "seq = (SELECT max(seq) FROM events WHERE kind = 'memory.policy')")
+    if not found:
         return None
-    stored = json.loads(row[0])
+    stored = found[0].payload.get("after") or {}
     try:
         return MemorySettings.from_tables(stored.get("policy"), stored.get("memory"), "recorded settings")
     except PolicyError:

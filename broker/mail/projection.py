@@ -24,11 +24,17 @@ DELIVERIES_TABLE: Final = Table("mail_deliveries", ("mailbox", "message"), ("rea
 STATUS_TABLE: Final = Table("status_lines", ("agent", "session"), ("text", "since"), noun="status line")
 
 
-def message_row(event: Event) -> dict[str, Any]:
-    """What one ``msg.send`` event says its message row holds (UNKNOWN where an older event does not say)."""
+def message_row(event: Event, shared: bool) -> dict[str, Any]:
+    """What one ``msg.send`` event says its message row holds (UNKNOWN where an older event does not say).
+
+    An older event does not name the sender's mailbox: it is the sender's
+    agent name, as ``mailbox.mailbox_of`` makes it (``shared``: the store's
+    principal keys begin with ``HOST/``).
+    """
     p = event.payload
+    box = p["sender_box"] if "sender_box" in p else principal_parts(event.actor, shared)[0]
     return {
-        "thread": p.get("thread"), "sender": event.actor, "sender_box": p.get("sender_box", UNKNOWN), "addressed": p.get("to"),
+        "thread": p.get("thread"), "sender": event.actor, "sender_box": box, "addressed": p.get("to"),
         "subject": Digest(p["subject_sha256"]) if "subject_sha256" in p else UNKNOWN,
         "body": Digest(p["body_sha256"]) if "body_sha256" in p else UNKNOWN,
         "at": event.at,
@@ -51,14 +57,15 @@ class MailLog:
         self._messages: dict[tuple[Any, ...], Row] = {}
         self._deliveries: dict[tuple[Any, ...], Row] = {}
         self._status: dict[str, tuple[int, str, str]] = {}
+        self._shared = False
 
     def prepare(self, conn: apsw.Connection) -> None:
-        pass
+        self._shared = dialect.is_postgresql(conn)
 
     def feed(self, event: Event) -> None:
         p = event.payload
         if event.kind == "msg.send":
-            self._messages[(p["id"],)] = Row(event.seq, message_row(event))
+            self._messages[(p["id"],)] = Row(event.seq, message_row(event, self._shared))
             for box in p.get("recipients", ()):
                 self._deliveries[(box, p["id"])] = Row(event.seq, {"read_at": None, "read_by": None, "acked_at": None, "acked_by": None})
         elif event.kind in ("msg.read", "msg.ack"):
@@ -77,8 +84,7 @@ class MailLog:
     def projections(self, conn: apsw.Connection) -> Iterable[Projection]:
         yield Projection(MESSAGES_TABLE, self._messages)
         yield Projection(DELIVERIES_TABLE, self._deliveries)
-        shared = dialect.is_postgresql(conn)
-        status = {principal_parts(k, shared): Row(seq, {"text": text, "since": at}) for k, (seq, text, at) in self._status.items()}
+        status = {principal_parts(k, self._shared): Row(seq, {"text": text, "since": at}) for k, (seq, text, at) in self._status.items()}
         yield Projection(STATUS_TABLE, status)
 
     def unrebuilt(self) -> list[Unrebuilt]:

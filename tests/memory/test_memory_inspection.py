@@ -37,7 +37,8 @@ def test_show_tells_a_claims_whole_biography(story: tuple[Run, dict[str, int]]) 
     assert [(c["principal"].split(":")[0], c["blind"], c["counted"]) for c in first["corroborations"]] == [("bob", True, True), ("carol", False, True)]
     assert first["corroborations"][0]["evidence"] == "reproduced locally"
     kinds = [h["kind"] for h in first["history"]]
-    assert kinds == ["memory.remember", "memory.corroborate", "memory.corroborate", "memory.tier", "memory.revise"]
+    # the revision, and the tier event that marks this edition superseded (its own events say so)
+    assert kinds == ["memory.remember", "memory.corroborate", "memory.corroborate", "memory.tier", "memory.revise", "memory.tier"]
     retired = run.op("memory.show", id=ids["other"])
     assert retired["tier"] == "retired" and retired["retired"]["reason"] == "fixed upstream"
     assert retired["disputes"][0]["reason"] == "the leak was fixed last week"
