@@ -81,20 +81,30 @@ class BrokerLog:
 
     def projections(self, conn: apsw.Connection) -> Iterable[Projection]:
         yield Projection(PRINCIPALS_TABLE, {(k,): Row(self._seqs[k], v) for k, v in self._rows.items()}, findings=tuple(self._findings))
-        own = BROKER_ACTOR
+        table, hosts = STORE_KEYS_TABLE, None
         if dialect.is_postgresql(conn):
+            # Each host binds its own key; a broker's role sees only its own host's row (the owner sees all).
             host = conn.execute("SELECT conclave_host()").fetchone()[0]
-            own = f"{host}/{BROKER_ACTOR}"  # a broker's role sees only its own host's key
+            table = Table("store_keys", ("host", "name"), ("digest", "at"), noun="store key", where=None if host is None else f"host = '{host}'")
+            hosts = host
         keys: dict[tuple[Any, ...], Row] = {}
-        if own in self._keys:
-            seq, at, p = self._keys[own]
+        for actor, (seq, at, p) in self._keys.items():
+            if table.key == ("name",):
+                if actor != BROKER_ACTOR:
+                    continue
+                key: tuple[Any, ...] = ("operator",)
+            else:
+                actor_host = actor.split("/", 1)[0]
+                if hosts is not None and actor_host != hosts:
+                    continue
+                key = (actor_host, "operator")
             full = p.get("sha256")
             prefix = str(p.get("sha256_prefix") or "")
-            keys[("operator",)] = Row(seq, {
+            keys[key] = Row(seq, {
                 "digest": full if full else Check(lambda found, pre=prefix: isinstance(found, str) and found.startswith(pre), f"a digest starting {prefix}"),
                 "at": at if full else UNKNOWN,
             })
-        yield Projection(STORE_KEYS_TABLE, keys, legacy=None if keys else (lambda key: "bound before the binding was an event"))
+        yield Projection(table, keys, legacy=None if keys else (lambda key: "bound before the binding was an event"))
 
     def unrebuilt(self) -> list[Unrebuilt]:
         return []

@@ -178,7 +178,7 @@ class MemoryLog:
         self._before_logged: int = 0  # exposure rows written before it (ids up to this)
         self._seen: dict[tuple[str, int], int] = {}  # (domain, lineage) -> the first event that showed it
         self._exposures: Counter[tuple[Any, ...]] = Counter()
-        self._groom: dict[int, Row] = {}
+        self._groom: dict[tuple[Any, ...], Row] = {}
         self._groom_legacy = 0
         self._unbuilt_blind = 0
         self._findings: list[Difference] = []
@@ -288,7 +288,7 @@ class MemoryLog:
             self._groom_legacy += 1
             return
         summary = p
-        self._groom[int(row)] = Row(e.seq, {
+        self._groom[(int(row),)] = Row(e.seq, {
             "at": e.at, "actor": e.actor, "high_water": high_water,
             "summary": Check(lambda found, s=summary: _json_equal(found, s), f"the summary event {e.seq} recorded"),
         })
