@@ -128,13 +128,17 @@ class BrokerCore:
         schemas: Sequence[Schema],
         backend: Backend | None = None,
         host: str | None = None,
+        accept_restore: bool = False,
     ) -> None:
         self.paths = paths
         self.team = team
         self.live = live
         #: This broker's host name when several brokers share a PostgreSQL store (None on one machine).
         self.host = host
-        self.store = StoreOwner(backend or SqliteBackend(paths.database), schemas, chain=ChainFiles(paths.chain_key, paths.chain_anchor))
+        self.store = StoreOwner(
+            backend or SqliteBackend(paths.database), schemas,
+            chain=ChainFiles(paths.chain_key, paths.chain_anchor, paths.chain_high_water), accept_restore=accept_restore,
+        )
         self.registry = PrincipalRegistry(uid=uid, broker_pid=broker_pid, operator_key=paths.operator_key(), host=host)
         self.ops: dict[str, OpSpec] = {}
         self.extensions: dict[str, Any] = {}
@@ -241,9 +245,14 @@ def _bind_operator_key(conn: apsw.Connection, digest: str) -> None:
 
 @asynccontextmanager
 async def open_core(
-    paths: StatePaths, *, team: Team | None, live: bool, features: Sequence[Feature], broker_pid: int | None = None
+    paths: StatePaths, *, team: Team | None, live: bool, features: Sequence[Feature], broker_pid: int | None = None,
+    accept_restore: bool = False,
 ) -> AsyncIterator[BrokerCore]:
     """Start the store owner and every feature's owner task; yield the core.
+
+    ``accept_restore``: the operator's ``conclave store accept-restore`` --
+    a database older than this state directory's high-water record is
+    accepted (and the decision recorded in the log) instead of refused.
 
     Raises:
         StateError: the database answers to another operator key than this
@@ -258,7 +267,8 @@ async def open_core(
         if live:
             paths.record_store_url(backend.url)  # type: ignore[attr-defined]
     core = BrokerCore(
-        paths, uid=os.getuid(), broker_pid=broker_pid or os.getpid(), team=team, live=live, schemas=schemas, backend=backend, host=host
+        paths, uid=os.getuid(), broker_pid=broker_pid or os.getpid(), team=team, live=live, schemas=schemas, backend=backend, host=host,
+        accept_restore=accept_restore,
     )
     digest = hashlib.sha256(paths.operator_key().encode()).hexdigest()
     await trio.to_thread.run_sync(_check_operator_key, core.store.backend, digest, paths)

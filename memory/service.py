@@ -17,7 +17,7 @@ import apsw
 import trio
 
 from memory import groom, verify
-from store import integrity
+from store import events, integrity
 from store.events import BROKER_ACTOR
 from store.integrity import ExpectedHead
 from memory.policy import TrustPolicy
@@ -122,7 +122,8 @@ class MemoryService:
             # that the database still ends at the head the owner committed; and the anchor's newest
             # record names that head until this batch commits.  So all three are read together here.
             committed = store.head
-            anchor_problems, reading = integrity.check_anchor(store.chain.anchor, key, committed)
+            # A store refused at open (its head was never taken): hold the anchor against what the database ends with.
+            anchor_problems, reading = integrity.check_anchor(store.chain.anchor, key, committed or events.head(conn))
             return verify.check_indexes(conn), committed, store.refusing, anchor_problems, reading
 
         index_problems, committed, refusing, anchor_problems, reading = await store.call(under_the_writer)
