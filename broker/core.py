@@ -197,7 +197,8 @@ class BrokerCore:
         return note
 
     async def _record_refusal(self, reason: str, peer: PeerCredentials) -> None:
-        await self.record("auth.refused", actor=events.BROKER_ACTOR, payload={"reason": reason, "pid": peer.pid, "uid": peer.uid})
+        payload = {"reason": reason, "pid": peer.pid, "uid": peer.uid}
+        await self.store.persist(lambda conn: events.append(conn, "auth.refused", actor=events.BROKER_ACTOR, payload=payload), what="a refused login")
 
     def statistics(self) -> CoreStatistics:
         store = self.store.statistics()

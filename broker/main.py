@@ -132,11 +132,10 @@ async def run_broker(
                     view.close()
                     _kill_orphans()
                     _remove_socket(paths, socket_path)
-                    await core.record(
-                        "broker.stop",
-                        actor=events.BROKER_ACTOR,
-                        payload={"stopped_by": stopped_by[0] if stopped_by else None},
-                    )
+                    stopped = {"stopped_by": stopped_by[0] if stopped_by else None}
+                    # A store that cannot take it (a full disk, files swapped) must not turn a clean stop into a crash.
+                    await core.store.persist(lambda conn: events.append(conn, "broker.stop", actor=events.BROKER_ACTOR, payload=stopped),
+                                             what="the broker's stop", patience=STOP_PATIENCE)
         return RunSummary(
             started_at=core.started_at,
             ended_at=events.now(),
@@ -144,6 +143,10 @@ async def run_broker(
             stopped_by=stopped_by[0] if stopped_by else None,
             run=run_number,
         )
+
+
+#: How long a stopping broker waits for a store that cannot take its last event.
+STOP_PATIENCE: Final = 5.0
 
 
 def _next_run_number(conn) -> int:  # type: ignore[no-untyped-def]

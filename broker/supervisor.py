@@ -377,7 +377,7 @@ class Supervisor:
                 payload={"pid": pid, "domain": p.domain, "command": argv, "attempt": attempt, "sandbox": level, "started_at": started},
             )
 
-        await self.core.store.call(write)
+        await self.core.store.persist(write, what=f"the spawn of {p.key}")
 
     async def _persist_end(self, principal: Principal, pid: int | None, code: int | None, error: str | None, leftovers: int) -> None:
         def write(conn):  # type: ignore[no-untyped-def]
@@ -395,7 +395,7 @@ class Supervisor:
                 at=at,
             )
 
-        await self.core.store.call(write)
+        await self.core.store.persist(write, what=f"the exit of {principal.key}")
 
 
 def _missing_program(command: list[str], env: dict[str, str], cwd: Path) -> OSError | None:

@@ -10,6 +10,7 @@ writer while they think.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Final, TypeVar, final
 
@@ -18,6 +19,8 @@ import trio
 
 from memory import groom, verify
 from store import events, integrity
+from store.backend import StoreUnavailable
+from store.events import ChainRefused
 from store.events import BROKER_ACTOR
 from store.integrity import ExpectedHead
 from memory.policy import TrustPolicy
@@ -26,6 +29,7 @@ from memory.settings import MemorySettings
 if TYPE_CHECKING:
     from broker.core import BrokerCore
 
+log = logging.getLogger("conclave.memory")
 T = TypeVar("T")
 #: Retirements and review pairs listed in a groom reply (the counts cover them all;
 #: ``memory log --kind retire`` has every one).  Keeps a 100k-claim plan under the wire's line limit.
@@ -105,11 +109,14 @@ class MemoryService:
                 continue
             if (datetime.now(timezone.utc) - self._since).total_seconds() < policy.after_seconds:
                 continue
-            state = await self.read(groom.state)
-            if state.due(policy, datetime.now(timezone.utc)):
-                await self.groom(actor=BROKER_ACTOR, dry_run=False)
-            else:
-                await self._reset_counters()
+            try:
+                state = await self.read(groom.state)
+                if state.due(policy, datetime.now(timezone.utc)):
+                    await self.groom(actor=BROKER_ACTOR, dry_run=False)
+                else:
+                    await self._reset_counters()
+            except (StoreUnavailable, ChainRefused) as exc:
+                log.warning("the automatic groom waits for the store: %s", exc)  # a full disk must not end the broker
 
     # -- verify ------------------------------------------------------------------
 

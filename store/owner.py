@@ -55,7 +55,7 @@ import outcome
 import trio
 
 from store import anchor, dialect, events
-from store.backend import Backend, StoreUnavailable
+from store.backend import Backend, StoreUnavailable, pauses
 from store.chainkey import ChainKey, ChainKeyError
 from store.schema import Schema
 
@@ -76,6 +76,8 @@ ACCEPT_HOW: Final = ("if you put that copy back on purpose, stop the broker and 
                      "(it records the decision in the log; docs/THREAT_MODEL.md, T3)")
 
 T = TypeVar("T")
+#: How long the broker's own bookkeeping waits for an unavailable store before it counts the write lost (seconds).
+PATIENCE: Final = 300.0
 #: Most jobs grouped into one transaction.
 MAX_BATCH: Final = 256
 #: Scheduling passes a busy owner yields (each one polls the sockets) before it
@@ -287,6 +289,30 @@ class StoreOwner:
         await job.done.wait()
         assert job.result is not None
         return job.result.unwrap()
+
+    async def persist(self, fn: Callable[[apsw.Connection], Any], *, what: str, patience: float = PATIENCE) -> bool:
+        """Run ``fn`` as a job that must not be dropped: wait out a store that is unavailable for a while.
+
+        For the broker's own bookkeeping (an agent spawned or ended, the run
+        stopped), which no request waits for: a full disk, a server restart or
+        a store refusing changes must not end the broker.  Tries again with
+        growing pauses for up to ``patience`` seconds; if it never gets
+        through, the loss is counted and said loudly (``lost_events``), and
+        False is returned.
+        """
+        waits = pauses()
+        deadline = trio.current_time() + patience
+        while True:
+            try:
+                await self.call(fn)
+                return True
+            except (StoreUnavailable, events.ChainRefused) as exc:
+                left = deadline - trio.current_time()
+                if left <= 0 or isinstance(exc, events.ChainRefused):
+                    self.report_lost(1, f"{what}: {exc}")
+                    return False
+                log.warning("%s waits for the store: %s", what, exc)
+                await trio.sleep(min(next(waits), left))
 
     async def read(self, fn: Callable[[apsw.Connection], T]) -> T:
         """Run ``fn`` on a fresh read-only connection in a worker thread (WAL: it sees committed data)."""

@@ -27,7 +27,7 @@ from agents.harness import source_venv
 
 ROOT = Path(__file__).resolve().parents[2]
 UID = GID = 65534
-SUITES = ["tests/containment", "tests/broker/test_identity.py"]
+SUITES = ["tests/containment", "tests/broker/test_identity.py", "tests/store/test_full_disk.py"]
 
 
 def _as_user(argv: list[str]) -> list[str]:
