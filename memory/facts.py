@@ -9,8 +9,9 @@ event, pushed to every agent.  So every decision about a claim (judging its
 witnesses, whether it is live, who may revise it, which tier an agent is
 shown) reads the claim's own events, each one's hash checked under the
 chain key as it is read (``store.events.checked``), and judges those.  One
-indexed query per decision: the claim's events by subject, its author's
-spawn, its successor's revision, and every revocation (there are few).
+indexed query per decision: the claim's events by subject and every
+revocation (there are few); an older store's claims also need their
+author's spawn or their successor's revision, read only for those.
 
 Where a claim's row disagrees with its events in a column a decision reads
 (its tier, author's domain, lineage, retirement, successor), the decision is
@@ -26,7 +27,7 @@ recomputes blindness from the exposure events).
 from __future__ import annotations
 
 import logging
-from typing import Final, Iterable
+from typing import Final, Iterable, Mapping
 
 import apsw
 
@@ -52,31 +53,41 @@ class RowTampered(ConclaveError):
         super().__init__(ErrorCode.UNAVAILABLE, message)
 
 
-def read(conn: apsw.Connection, claim_ids: Iterable[int]) -> tuple[dict[int, ClaimFacts], set[str]]:
+def read(conn: apsw.Connection, claim_ids: Iterable[int], rows: Mapping[int, ClaimRow] | None = None) -> tuple[dict[int, ClaimFacts], set[str]]:
     """The facts of these claims from their events (each one's hash checked), and every revoked principal.
+
+    One query: the claims' own events and every revocation (there are few).
+    Events an older conclave wrote say less, and are completed from where it
+    did say it: the author's trust domain from its spawn, and -- for a claim
+    whose row (``rows``) names a successor -- the successor's revision.
 
     Raises:
         store.events.EventForged: an event read fails its hash.
     """
     wanted = list(dict.fromkeys(claim_ids))
     log_ = MemoryLog()
-    revocations_read = False
+    revocations = " OR kind = 'memory.revoke'"
     for start in range(0, len(wanted), CHUNK) or [0]:
-        chunk = wanted[start : start + CHUNK]
-        subjects = [str(i) for i in chunk]
+        chunk = [str(i) for i in wanted[start : start + CHUNK]]
         marks = ",".join("?" * len(chunk)) or "NULL"
-        revocations = "" if revocations_read else " OR kind = 'memory.revoke'"
-        revocations_read = True
-        where = (
-            f"(subject IN ({marks}) AND kind IN ({_KINDS})){revocations}"
-            # the author's spawn names its trust domain (older claims' events do not)
-            f" OR (kind = 'agent.spawn' AND subject IN (SELECT author FROM claims WHERE id IN ({marks})))"
-            # an older store recorded superseding only in the successor's revision
-            f" OR (kind = 'memory.revise' AND subject IN (SELECT CAST(superseded_by AS TEXT) FROM claims WHERE id IN ({marks})))"
-        )
-        for event in events.checked(conn, where, [*subjects, *chunk, *chunk]):
+        for event in events.checked(conn, f"(subject IN ({marks}) AND kind IN ({_KINDS})){revocations}", chunk):
             log_.feed(event)
-    return {i: log_.claims[i] for i in wanted if i in log_.claims}, log_.revoked
+        revocations = ""
+    found = {i: log_.claims[i] for i in wanted if i in log_.claims}
+    older = {f.author for f in found.values() if f.author_domain is UNKNOWN}
+    successors = [str(r.superseded_by) for i, r in (rows or {}).items() if r.superseded_by is not None and i in found and found[i].superseded_by is None]
+    if older or successors:
+        spawned = list(older)
+        where = " OR ".join(part for part in (
+            f"(kind = 'agent.spawn' AND subject IN ({','.join('?' * len(spawned))}))" if spawned else "",
+            f"(kind = 'memory.revise' AND subject IN ({','.join('?' * len(successors))}))" if successors else "",
+        ) if part)
+        for event in events.checked(conn, where, [*spawned, *successors]):
+            log_.feed(event)
+        for f in found.values():
+            if f.author_domain is UNKNOWN:
+                f.author_domain = log_.domains.get(f.author, UNKNOWN)
+    return found, log_.revoked
 
 
 def checked(conn: apsw.Connection, claim_id: int) -> tuple[ClaimRow, ClaimFacts, set[str]]:
@@ -87,7 +98,7 @@ def checked(conn: apsw.Connection, claim_id: int) -> tuple[ClaimRow, ClaimFacts,
             row has no event, or disagrees with its events).
     """
     row = claims.require(conn, claim_id)
-    found, revoked = read(conn, [claim_id])
+    found, revoked = read(conn, [claim_id], {claim_id: row})
     facts = found.get(claim_id)
     if facts is None:
         raise RowTampered(f"claim {claim_id} has no memory.remember or memory.revise event: its row was inserted behind the broker's back "

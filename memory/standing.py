@@ -32,7 +32,7 @@ def evaluate(conn: apsw.Connection, policy: TrustPolicy, claim: ClaimRow) -> Sta
     Raises:
         memory.facts.RowTampered: the claim has no events, or its row disagrees with them.
     """
-    found, revoked = facts.read(conn, [claim.id])
+    found, revoked = facts.read(conn, [claim.id], {claim.id: claim})
     told = found.get(claim.id)
     if told is None:
         raise facts.RowTampered(f"claim {claim.id} has no memory.remember or memory.revise event: its row was inserted behind the "
@@ -85,8 +85,9 @@ def restand_all(conn: apsw.Connection, policy: TrustPolicy, *, actor: str, cause
     changes = []
     for start in range(0, len(ids), facts.CHUNK):
         chunk = ids[start : start + facts.CHUNK]
-        found, revoked = facts.read(conn, chunk)
-        for claim in claims.load_many(conn, chunk).values():
+        rows = claims.load_many(conn, chunk)
+        found, revoked = facts.read(conn, chunk, rows)
+        for claim in rows.values():
             told = found.get(claim.id)
             try:
                 if told is None:
