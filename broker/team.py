@@ -39,8 +39,11 @@ AGENT_KEYS: Final = frozenset(
 )
 #: Top-level tables other packages read (locks' slots, the trust policy, mail's budget).
 TOP_LEVEL_KEYS: Final = frozenset({"agent", "slot", "policy", "memory", "mail", "store"})
-#: ``[store]``: where the state lives when it is not the embedded SQLite file.
-STORE_KEYS: Final = frozenset({"url"})
+#: ``[store]``: where the state lives when it is not the embedded SQLite file, and how often the running
+#: broker verifies the whole store in the background (seconds; 0: never).
+STORE_KEYS: Final = frozenset({"url", "verify_every"})
+#: The background verify's default interval (``[store] verify_every``).
+VERIFY_EVERY: Final = 600.0
 
 
 class TeamError(SpecError):
@@ -69,6 +72,8 @@ class Team:
     mail: dict[str, Any] = attrs.Factory(dict)
     #: ``[store] url``: a PostgreSQL store several brokers share (None: the embedded SQLite file).
     store_url: str | None = None
+    #: ``[store] verify_every``: seconds between the running broker's background verifies (0: never).
+    verify_every: float = VERIFY_EVERY
 
     def spec(self, name: str) -> AgentSpec | None:
         return next((a for a in self.agents if a.name == name), None)
@@ -137,7 +142,7 @@ def parse(raw: dict[str, Any], *, repo: Path, rules: TeamRules, source: Path | N
         raise TeamError(f"{where}: mail must be a table ([mail])")
     team = Team(
         agents=tuple(agents), slots=tuple(slots), policy=policy, source=source, memory=memory, presets=rules.presets, mail=mail,
-        store_url=_store_url(raw.get("store", {}), where),
+        store_url=_store_url(raw.get("store", {}), where), verify_every=_verify_every(raw.get("store", {}), where),
     )
     for check in rules.checks:
         try:
@@ -162,6 +167,13 @@ def _store_url(store: Any, where: str) -> str | None:
             "(leave [store] out for the embedded SQLite store)"
         )
     return url
+
+
+def _verify_every(store: dict[str, Any], where: str) -> float:
+    value = store.get("verify_every", VERIFY_EVERY)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value == 0 or 1 <= value <= 86_400 * 7):
+        raise TeamError(f"{where}: [store] verify_every must be seconds between background verifies, from 1 to 604800, or 0 for never (not {value!r})")
+    return float(value)
 
 
 def _allowed_paths(value: Any, key: str, repo: Path, where: str) -> tuple[str, ...]:

@@ -26,6 +26,7 @@ from store.events import BROKER_ACTOR
 from store.integrity import ExpectedHead
 from memory.policy import PolicyError
 from memory.projection import MemoryLog
+from broker.team import VERIFY_EVERY
 from memory.service import MemoryService
 
 if TYPE_CHECKING:
@@ -283,7 +284,8 @@ async def stats(call: Call, _args: NoArgs) -> dict[str, Any]:
     """Counts by tier and kind, witnesses, exposures, the policy in force."""
     svc = service(call)
     path = str(call.core.paths.database)
-    return await svc.read(lambda conn: inspection.stats(conn, svc.policy, path))
+    found = await svc.read(lambda conn: inspection.stats(conn, svc.policy, path))
+    return {**found, "background_verify": attrs.asdict(svc.watched)}
 
 
 # -- operator ops ------------------------------------------------------------------
@@ -448,6 +450,9 @@ async def start(core: BrokerCore, nursery: trio.Nursery) -> None:
     core.extensions[SERVICE] = svc
     if core.live:
         nursery.start_soon(svc.auto_groom)
+        every = team.verify_every if team is not None else VERIFY_EVERY
+        if every > 0:
+            nursery.start_soon(svc.watch, every)
 
 
 def check_team(team: Team, where: str) -> None:

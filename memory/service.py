@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Final, TypeVar, final
 
 import apsw
+import attrs
 import trio
 
 from memory import groom, verify
@@ -36,6 +37,23 @@ T = TypeVar("T")
 REPORTED_STEPS: Final = 500
 #: The automatic trigger looks at its counters at most this often (seconds).
 MAX_CHECK_INTERVAL: Final = 30.0
+#: The background verify's first run after the broker starts (seconds), and its least pause, in runs' lengths.
+FIRST_WATCH: Final = 5.0
+BACKGROUND_DUTY: Final = 50
+#: The event recording what the background verify found (once per new set of findings).
+TAMPERING_FOUND: Final = "store.tampering_found"
+
+
+@final
+@attrs.frozen
+class WatchStatistics:
+    """The background verify so far (``memory.stats``: ``background_verify``)."""
+
+    runs: int = 0
+    last_at: str | None = None
+    last_seconds: float | None = None
+    problems: int = 0
+    first_problem: str | None = None
 
 
 @final
@@ -56,6 +74,7 @@ class MemoryService:
         self._new_claims = 0
         self._since: datetime | None = None
         self.groom_runs = 0
+        self.watched = WatchStatistics()
 
     @property
     def policy(self) -> TrustPolicy:
@@ -119,6 +138,49 @@ class MemoryService:
                 log.warning("the automatic groom waits for the store: %s", exc)  # a full disk must not end the broker
 
     # -- verify ------------------------------------------------------------------
+
+    async def watch(self, every: float) -> None:
+        """Verify the whole store in the background, every ``every`` seconds (a running broker only).
+
+        What the decisions cannot see as they read -- an event deleted from
+        the middle of the log, a row deleted, an exposure row changed -- is
+        named within one interval: the keyed chain walked and every projected
+        table rebuilt and compared, on a read connection (the writer never
+        waits for it).  Each new set of findings is logged and recorded once as
+        a keyed ``store.tampering_found`` event; a broken chain also stops the
+        store appending (as a cut or an append behind its back does).  A run
+        that took T seconds waits at least ``BACKGROUND_DUTY`` x T before the
+        next, so a large store costs a bounded share of one core.
+        """
+        store = self.core.store
+        reported: tuple[str, ...] = ()
+        await trio.sleep(min(every, FIRST_WATCH))
+        while True:
+            began = trio.current_time()
+            try:
+                key, _ = await trio.to_thread.run_sync(integrity.load_key, store.chain.key)
+                committed = store.head
+                projectors = list(self.core.projectors)
+                chain, problems, _ = await self.read(lambda conn: verify.check_records(conn, key=key, projectors=projectors, committed=committed))
+            except (StoreUnavailable, ChainRefused) as exc:
+                log.warning("the background verify waits for the store: %s", exc)
+                await trio.sleep(every)
+                continue
+            took = trio.current_time() - began
+            sentences = tuple(p.problem for p in problems)
+            self.watched = WatchStatistics(self.watched.runs + 1, events.now(), round(took, 3), len(sentences), sentences[0] if sentences else None)
+            if sentences and sentences != reported:
+                reported = sentences
+                log.error("the background verify found %d problem(s); the first: %s", len(sentences), sentences[0])
+                broken = next((f for f in chain.findings if f.event is not None), None)
+                payload = {"problems": len(sentences), "first": list(sentences[:5])}
+                try:
+                    await store.call(lambda conn: events.append(conn, TAMPERING_FOUND, actor=BROKER_ACTOR, payload=payload))
+                except (StoreUnavailable, ChainRefused) as exc:
+                    log.error("could not record what the background verify found: %s", exc)
+                if broken is not None:
+                    store.refuse(f"the background verify found the event log broken: {broken.problem}; appends are refused until the broker is restarted")
+            await trio.sleep(max(every, took * BACKGROUND_DUTY))
 
     async def verify(self, expect: ExpectedHead | None = None) -> dict[str, Any]:
         store = self.core.store

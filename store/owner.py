@@ -542,6 +542,14 @@ class StoreOwner:
             self._verified_others += report.events
         return report.head
 
+    def refuse(self, reason: str) -> None:
+        """From now on refuse every append, saying ``reason`` (something outside the batches found the log broken)."""
+        if self._refusing is None:
+            self._refusing = reason
+            log.error("the event log refuses appends: %s", reason)
+        if self._conn is not None:
+            events.refuse_appends(self._conn, reason)
+
     def _refuse(self, conn: apsw.Connection, reason: str) -> None:
         if self._refusing is None:
             self._refusing = reason

@@ -125,3 +125,32 @@ def test_a_mail_row_forged_from_the_operator_is_never_shown_as_the_operators(sta
     assert all("production" not in m["body"] for m in inbox)
     report = json.loads(run.cli("memory", "verify", "--json").stdout)
     assert any(p["table"] == "mail_messages" and p["row"] == [real["id"] + 100] and "no event" in p["problem"] for p in report["problems"])
+
+
+def test_the_running_broker_names_a_deleted_row_and_a_hole_in_the_log_by_itself(start_run) -> None:  # type: ignore[no-untyped-def]
+    """What no decision reads at use -- a dispute row deleted, an event deleted from the middle of the log -- the
+    broker's background verify names within its interval (here 1 s), records once, and a broken chain stops it
+    appending.  Control: its runs before the tampering found nothing.  (Before this, only a person running
+    `conclave memory verify` would have seen either.)"""
+    run: Run = start_run(TEAM, extra_toml="\n[store]\nverify_every = 1\n")
+    alice, bob = run.puppet("alice"), run.puppet("bob")
+    claim = alice.call("memory.remember", kind="discovery", text=FACT.format("ledger"))["id"]
+    bob.call("memory.dispute", id=claim, reason="it only flakes on one runner")
+    run.wait_until(lambda: run.op("memory.stats")["background_verify"]["runs"] >= 1, timeout=20, what="a first background verify")
+    assert run.op("memory.stats")["background_verify"]["problems"] == 0  # control
+    conn = attacker(run.state)
+    with conn:
+        conn.execute("DELETE FROM disputes WHERE claim = ?", (claim,))
+    conn.close()
+    run.wait_until(lambda: run.op("memory.stats")["background_verify"]["problems"] > 0, timeout=20, what="the deleted row named")
+    found = run.op("memory.log", kind="store.tampering_found")
+    assert found and any("disputes" in line and "missing" in line for line in found[-1]["detail"]["first"])
+    conn = attacker(run.state)
+    with conn:
+        conn.execute("DROP TRIGGER events_append_only_delete")
+        conn.execute("DELETE FROM events WHERE seq = (SELECT seq FROM events WHERE kind = 'memory.remember' LIMIT 1)")
+    conn.close()
+    run.wait_until(lambda: (run.op("broker.stats")["chain_refusing"] or "").startswith("the background verify found the event log broken"),
+                   timeout=20, what="appends refused")
+    refused = alice.try_call("memory.remember", kind="discovery", text=FACT.format("billing"))
+    assert refused["ok"] is False and "is missing" in refused["error"]["message"]
