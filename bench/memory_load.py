@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_corpus import ClaimText  # noqa: E402
 
 from broker.identity import Principal, Role  # noqa: E402
-from memory import authoring, claims  # noqa: E402
+from memory import authoring, claims, exposures  # noqa: E402
 from broker import composition  # noqa: E402
 from store import database, events  # noqa: E402
 from store.anchor import AnchorFile  # noqa: E402
@@ -62,6 +62,8 @@ def build(path: Path, count: int, *, seed: int = 3, progress: bool = True) -> di
         leftover.unlink(missing_ok=True)
     key = ChainKey.create(key_file)
     events.key_chain(conn, key)
+    with conn:
+        exposures.start_log(conn)  # as a broker's first start does: blindness is rebuilt from the showings
     started = time.perf_counter()
     written: list[str] = []
     tiers = {"trusted": 0, "disputed": 0, "unverified": 0}

@@ -181,7 +181,8 @@ def insert(
     )
     _index(conn, "claims_fts", new_id, text)
     payload: dict[str, Any] = {
-        "kind": kind, "scope": scope, "lineage": lineage, "edition": edition, "text_sha256": digest(text), "domain": author.domain,
+        "kind": kind, "scope": scope, "lineage": lineage, "edition": edition, "text_sha256": digest(text), "text_key": key,
+        "domain": author.domain,
     }
     if evidence is not None:
         payload["evidence_sha256"] = digest(evidence)

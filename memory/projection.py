@@ -37,7 +37,7 @@ import attrs
 from memory import claims as claim_rows
 from memory.policy import Standing, Tier, TrustPolicy, Witness, judge
 from store.events import Event
-from store.projection import UNKNOWN, Check, Difference, Digest, FromRow, Projection, Row, Table, Unrebuilt, shown
+from store.projection import UNKNOWN, Check, Difference, FromRow, Projection, Row, Table, Unrebuilt, shown
 
 #: The event that starts the exposure log (written once, by the first broker of this version to open a store).
 EXPOSURES_LOGGED: Final = "memory.exposures_logged"
@@ -54,13 +54,13 @@ KINDS: Final = CLAIM_KINDS | {"memory.revoke", SHOWN, EXPOSURES_LOGGED, "memory.
 CLAIMS_TABLE: Final = Table("claims", ("id",), (
     "lineage", "edition", "supersedes", "superseded_by", "kind", "scope", "text", "text_key", "evidence", "author",
     "author_domain", "tier", "created_at", "last_used_at", "retired_at", "retired_by", "retired_reason",
-), noun="claim")
+), noun="claim", digests=("text", "evidence"))
 CORROBORATIONS_TABLE: Final = Table("corroborations", ("id",), (
     "claim", "principal", "domain", "at", "evidence", "blind", "counted", "reason_not_counted",
-), noun="corroboration")
+), noun="corroboration", digests=("evidence",))
 DISPUTES_TABLE: Final = Table("disputes", ("id",), (
     "claim", "principal", "domain", "at", "reason", "counted", "reason_not_counted",
-), noun="dispute")
+), noun="dispute", digests=("reason",))
 PROMOTIONS_TABLE: Final = Table("promotions", ("id",), ("claim", "at", "by", "reason"), noun="promotion")
 EXPOSURES_TABLE: Final = Table("exposures", (), ("claim", "lineage", "principal", "domain", "via", "at"), ident="id", noun="exposure")
 SETTINGS_TABLE: Final = Table("memory_settings", ("key",), ("value",), noun="setting")
@@ -115,6 +115,7 @@ class ClaimFacts:
     author: str
     author_domain: Any  # UNKNOWN when neither the event nor a spawn event says it
     created_at: str
+    text_key: str | None = None  # None: an older event that did not record it
     superseded_by: int | None = None
     last_used_at: str | None = None
     retired_at: str | None = None
@@ -134,6 +135,8 @@ class ClaimFacts:
     def standing(self, policy: TrustPolicy, revoked: set[str], *, rebuilt: bool = False, extra: Witness | None = None,
                  extra_is_dispute: bool = False) -> Standing:
         """The trust policy on these facts (``extra``: a witness being added in this job, not yet an event)."""
+        if extra is None and not self.corroborations and not self.disputes and not self.promotions:
+            return _unwitnessed(policy, retired=self.retired_at is not None, superseded=self.superseded_by is not None)
         corroborations = [w.witness(revoked, rebuilt=rebuilt) for w in self.corroborations]
         disputes = [w.witness(revoked) for w in self.disputes]
         if extra is not None:
@@ -148,6 +151,17 @@ class ClaimFacts:
             retired=self.retired_at is not None,
             superseded=self.superseded_by is not None,
         )
+
+
+_UNWITNESSED: dict[tuple[TrustPolicy, bool, bool], Standing] = {}
+
+
+def _unwitnessed(policy: TrustPolicy, *, retired: bool, superseded: bool) -> Standing:
+    """What ``judge`` says of a claim nobody vouched for, disputed or promoted (most claims): computed once per case."""
+    found = _UNWITNESSED.get((policy, retired, superseded))
+    if found is None:
+        found = _UNWITNESSED[(policy, retired, superseded)] = judge(policy, author_domain="", corroborations=(), retired=retired, superseded=superseded)
+    return found
 
 
 def domain_of_spawn(payload: dict[str, Any]) -> str | None:
@@ -209,7 +223,7 @@ class MemoryLog:
         facts = ClaimFacts(
             id=claim_id, seq=e.seq, lineage=int(p["lineage"]), edition=int(p["edition"]), supersedes=p.get("supersedes"),
             kind=p["kind"], scope=p["scope"], text_sha256=p["text_sha256"], evidence_sha256=p.get("evidence_sha256"),
-            author=e.actor, author_domain=domain, created_at=e.at, tier_seq=e.seq, tier=Tier.UNVERIFIED,
+            author=e.actor, author_domain=domain, created_at=e.at, text_key=p.get("text_key"), tier_seq=e.seq, tier=Tier.UNVERIFIED,
         )
         self.claims[claim_id] = facts
         old = self.claims.get(p["supersedes"]) if p.get("supersedes") is not None else None
@@ -300,8 +314,9 @@ class MemoryLog:
 
     # -- what the tables must hold ---------------------------------------------------
 
-    def findings(self, policy: TrustPolicy) -> list[Difference]:
-        """Where the events disagree with themselves: a tier or a blindness the broker recorded on tampered rows."""
+    def findings(self, policy: TrustPolicy, judged: dict[int, Standing]) -> list[Difference]:
+        """Where the events disagree with themselves: a tier or a blindness the broker recorded on tampered rows
+        (``judged``: each claim's standing on its rebuilt facts)."""
         out = []
         for facts in self.claims.values():
             for w in facts.corroborations:
@@ -317,11 +332,11 @@ class MemoryLog:
                                               f"corroborations: corroboration {w.row} was judged informed at event {w.seq}, but no exposure "
                                               f"event shows domain {w.domain} an edition of claim {facts.id} before it: an exposure row was "
                                               "inserted behind the broker's back", w.seq))
-            judged = facts.standing(policy, self.revoked, rebuilt=True).tier
-            if judged is not facts.tier and facts.tier_seq:
-                out.append(Difference("claims", (facts.id,), "tier", judged.value, facts.tier.value,
+            tier = judged[facts.id].tier
+            if tier is not facts.tier and facts.tier_seq:
+                out.append(Difference("claims", (facts.id,), "tier", tier.value, facts.tier.value,
                                       f"claims: claim {facts.id}: event {facts.tier_seq} made it {facts.tier.value}, but its witnesses' events "
-                                      f"make it {judged.value}: the broker judged rows changed behind its back", facts.tier_seq))
+                                      f"make it {tier.value}: the broker judged rows changed behind its back", facts.tier_seq))
         return out
 
     def projections(self, conn: apsw.Connection) -> Iterable[Projection]:
@@ -331,23 +346,20 @@ class MemoryLog:
         disputes: dict[tuple[Any, ...], Row] = {}
         promotions: dict[tuple[Any, ...], Row] = {}
         legacy_promotions: dict[int, list[PromotionFacts]] = {}
+        judged: dict[int, Standing] = {}
         for facts in self.claims.values():
-            standing = facts.standing(policy, self.revoked, rebuilt=True)
-            claims[(facts.id,)] = Row(facts.seq, {
-                "lineage": facts.lineage, "edition": facts.edition, "supersedes": facts.supersedes, "superseded_by": facts.superseded_by,
-                "kind": facts.kind, "scope": facts.scope, "text": Digest(facts.text_sha256),
-                "text_key": FromRow(lambda row: claim_rows.text_key(row["text"]) if isinstance(row["text"], str) else None),
-                "evidence": Digest(facts.evidence_sha256) if facts.evidence_sha256 is not UNKNOWN else UNKNOWN,
-                "author": facts.author, "author_domain": facts.author_domain, "tier": standing.tier.value,
-                "created_at": facts.created_at, "last_used_at": facts.last_used_at,
-                "retired_at": facts.retired_at, "retired_by": facts.retired_by, "retired_reason": facts.retired_reason,
-            })
+            standing = judged[facts.id] = facts.standing(policy, self.revoked, rebuilt=True)
+            claims[(facts.id,)] = Row(facts.seq, (  # in CLAIMS_TABLE's column order
+                facts.lineage, facts.edition, facts.supersedes, facts.superseded_by, facts.kind, facts.scope, facts.text_sha256,
+                facts.text_key if facts.text_key is not None else _TEXT_KEY, facts.evidence_sha256, facts.author, facts.author_domain,
+                standing.tier.value, facts.created_at, facts.last_used_at, facts.retired_at, facts.retired_by, facts.retired_reason,
+            ))
             verdicts = {v.row: v for v in standing.corroborations}
             for w in facts.corroborations:
                 v = verdicts[w.row]
                 corroborations[(w.row,)] = Row(w.seq, {
                     "claim": facts.id, "principal": w.principal, "domain": w.domain, "at": w.at,
-                    "evidence": Digest(w.note) if w.note is not UNKNOWN else UNKNOWN,
+                    "evidence": w.note,
                     "blind": int(w.rebuilt_blind if w.rebuilt_blind is not None else w.blind),
                     "counted": int(v.counted), "reason_not_counted": v.reason.value if v.reason else None,
                 })
@@ -356,7 +368,7 @@ class MemoryLog:
                 v = verdicts[w.row]
                 disputes[(w.row,)] = Row(w.seq, {
                     "claim": facts.id, "principal": w.principal, "domain": w.domain, "at": w.at,
-                    "reason": Digest(w.note) if w.note is not UNKNOWN else UNKNOWN,
+                    "reason": w.note,
                     "counted": int(v.counted), "reason_not_counted": v.reason.value if v.reason else None,
                 })
             for p in facts.promotions:
@@ -370,7 +382,7 @@ class MemoryLog:
             ids = [r[0] for r in conn.execute("SELECT id FROM promotions WHERE claim = ? ORDER BY id", (claim_id,)) if r[0] not in taken]
             for row_id, p in zip(ids, legacy):
                 promotions[(row_id,)] = Row(p.seq, {"claim": claim_id, "at": p.at, "by": p.by, "reason": p.reason})
-        findings = self.findings(policy)
+        findings = self.findings(policy, judged)
         yield Projection(CLAIMS_TABLE, claims, findings=tuple(f for f in findings if f.table == "claims"))
         yield Projection(CORROBORATIONS_TABLE, corroborations, findings=tuple(f for f in findings if f.table == "corroborations"))
         yield Projection(DISPUTES_TABLE, disputes)
@@ -394,6 +406,10 @@ class MemoryLog:
             out.append(Unrebuilt("corroborations", "blind", self._unbuilt_blind,
                                  "judged before exposures were logged as events: the blindness the broker recorded is taken"))
         return out
+
+
+#: An older event does not carry the text key: it is the broker's rule applied to the row's (checked) text.
+_TEXT_KEY: Final = FromRow(lambda row: claim_rows.text_key(row["text"]) if isinstance(row["text"], str) else None)
 
 
 def _json_equal(found: Any, expected: Any) -> bool:

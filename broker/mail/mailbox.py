@@ -25,9 +25,9 @@ import attrs
 from broker.errors import ConclaveError, ErrorCode
 from broker.identity import Principal
 from broker.mail.message import TO_ALL, TO_OPERATOR, Delivery, Message
-from broker.mail.projection import message_row
+from broker.mail.projection import MESSAGES_TABLE, message_row
 from store import dialect, events
-from store.projection import UNKNOWN, Digest
+from store.projection import UNKNOWN
 
 log = logging.getLogger("conclave.mail")
 
@@ -312,8 +312,8 @@ def vouched(conn: apsw.Connection, rows: Sequence[tuple[Any, ...]], viewer: Prin
             for column, want in told.items():
                 if want is UNKNOWN:
                     continue
-                if isinstance(want, Digest):
-                    same = (found[column] is None) if want.sha256 is None else (found[column] is not None and events.sha256(found[column]) == want.sha256)
+                if column in MESSAGES_TABLE.digests:
+                    same = (found[column] is None) if want is None else (found[column] is not None and events.sha256(found[column]) == want)
                 else:
                     same = found[column] == want
                 if not same:

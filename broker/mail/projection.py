@@ -17,9 +17,10 @@ import apsw
 
 from store import dialect
 from store.events import Event
-from store.projection import UNKNOWN, Digest, Projection, Row, Table, Unrebuilt
+from store.projection import UNKNOWN, Projection, Row, Table, Unrebuilt
 
-MESSAGES_TABLE: Final = Table("mail_messages", ("id",), ("thread", "sender", "sender_box", "addressed", "subject", "body", "at"), noun="message")
+MESSAGES_TABLE: Final = Table("mail_messages", ("id",), ("thread", "sender", "sender_box", "addressed", "subject", "body", "at"),
+                              noun="message", digests=("subject", "body"))
 DELIVERIES_TABLE: Final = Table("mail_deliveries", ("mailbox", "message"), ("read_at", "read_by", "acked_at", "acked_by"), noun="delivery")
 STATUS_TABLE: Final = Table("status_lines", ("agent", "session"), ("text", "since"), noun="status line")
 
@@ -35,8 +36,8 @@ def message_row(event: Event, shared: bool) -> dict[str, Any]:
     box = p["sender_box"] if "sender_box" in p else principal_parts(event.actor, shared)[0]
     return {
         "thread": p.get("thread"), "sender": event.actor, "sender_box": box, "addressed": p.get("to"),
-        "subject": Digest(p["subject_sha256"]) if "subject_sha256" in p else UNKNOWN,
-        "body": Digest(p["body_sha256"]) if "body_sha256" in p else UNKNOWN,
+        "subject": p["subject_sha256"] if "subject_sha256" in p else UNKNOWN,  # digests (MESSAGES_TABLE.digests)
+        "body": p["body_sha256"] if "body_sha256" in p else UNKNOWN,
         "at": event.at,
     }
 
