@@ -35,7 +35,7 @@ import apsw
 import attrs
 
 from memory import claims as claim_rows
-from memory.policy import Standing, Tier, TrustPolicy, Witness, judge
+from memory.policy import Standing, Tier, TrustPolicy, Verdict, Witness, judge
 from store.events import Event
 from store.projection import UNKNOWN, Check, Difference, FromRow, Projection, Row, Table, Unrebuilt, shown
 
@@ -354,23 +354,8 @@ class MemoryLog:
                 facts.text_key if facts.text_key is not None else _TEXT_KEY, facts.evidence_sha256, facts.author, facts.author_domain,
                 standing.tier.value, facts.created_at, facts.last_used_at, facts.retired_at, facts.retired_by, facts.retired_reason,
             ))
-            verdicts = {v.row: v for v in standing.corroborations}
-            for w in facts.corroborations:
-                v = verdicts[w.row]
-                corroborations[(w.row,)] = Row(w.seq, {
-                    "claim": facts.id, "principal": w.principal, "domain": w.domain, "at": w.at,
-                    "evidence": w.note,
-                    "blind": int(w.rebuilt_blind if w.rebuilt_blind is not None else w.blind),
-                    "counted": int(v.counted), "reason_not_counted": v.reason.value if v.reason else None,
-                })
-            verdicts = {v.row: v for v in standing.disputes}
-            for w in facts.disputes:
-                v = verdicts[w.row]
-                disputes[(w.row,)] = Row(w.seq, {
-                    "claim": facts.id, "principal": w.principal, "domain": w.domain, "at": w.at,
-                    "reason": w.note,
-                    "counted": int(v.counted), "reason_not_counted": v.reason.value if v.reason else None,
-                })
+            _witness_rows(corroborations, facts.id, facts.corroborations, standing.corroborations, "evidence")
+            _witness_rows(disputes, facts.id, facts.disputes, standing.disputes, "reason")
             for p in facts.promotions:
                 if p.row is None:
                     legacy_promotions.setdefault(facts.id, []).append(p)
@@ -406,6 +391,18 @@ class MemoryLog:
             out.append(Unrebuilt("corroborations", "blind", self._unbuilt_blind,
                                  "judged before exposures were logged as events: the blindness the broker recorded is taken"))
         return out
+
+
+def _witness_rows(into: dict[tuple[Any, ...], Row], claim_id: int, witnesses: list[WitnessFacts], verdicts: Iterable[Verdict], note: str) -> None:
+    """The rows of one claim's corroborations (``note`` = evidence) or disputes (``note`` = reason), with their verdicts."""
+    by_row = {v.row: v for v in verdicts}
+    for w in witnesses:
+        v = by_row[w.row]
+        values = {"claim": claim_id, "principal": w.principal, "domain": w.domain, "at": w.at, note: w.note,
+                  "counted": int(v.counted), "reason_not_counted": v.reason.value if v.reason else None}
+        if note == "evidence":  # a corroboration: its blindness as the exposure events say
+            values["blind"] = int(w.rebuilt_blind if w.rebuilt_blind is not None else w.blind)
+        into[(w.row,)] = Row(w.seq, values)
 
 
 #: An older event does not carry the text key: it is the broker's rule applied to the row's (checked) text.
