@@ -50,7 +50,9 @@ def _root(
 
 @app.command()
 def run(
-    team: Annotated[Path, typer.Option("--team", help="The team file (TOML) naming the agents to run.")],
+    team: Annotated[
+        Optional[Path], typer.Option("--team", help="The team file (TOML) naming the agents to run [default: team.toml in the repository].")
+    ] = None,
     repo: RepoOpt = None,
     state_dir: StateOpt = None,
     grace: Annotated[float, typer.Option("--grace", help="Seconds between SIGTERM and SIGKILL at shutdown.")] = 5.0,
@@ -78,12 +80,18 @@ def run(
     from broker.paths import StateError
     from broker.sandbox import box as sandbox_box
     from broker.sandbox import machine as sandbox_machine
+    from broker.scaffold import TEAM_FILE
     from broker.team import TeamError, load
 
     target = Target(json_out, repo, state_dir)
     paths = target.paths()
     if paths.repo == Path("/"):
         die("refusing to run on / ; pass --repo DIR (a git repository)", EXIT_USAGE)
+    if team is None:
+        team = paths.repo / TEAM_FILE
+        if not team.exists():
+            _require_git(paths.repo, repo)
+            die(f"no team file: conclave run reads {team} unless --team names one; `conclave init` writes a starter", EXIT_USAGE)
     try:
         team_spec = load(team, repo=paths.repo, rules=composition.team_rules())
     except TeamError as exc:
@@ -359,7 +367,7 @@ def init(
     def human(r: dict[str, Any]) -> None:
         for p in r["written"]:
             say(f"wrote {p}")
-        say("next: read team.toml, then `conclave team check team.toml` and `conclave run --team team.toml`")
+        say("next: read team.toml, then `conclave team check team.toml` and `conclave run`")
 
     emit(target, {"written": [str(p) for p in written], "team": str(written[0])}, human)
 

@@ -194,7 +194,14 @@ def _parse_agent(entry: Any, where: str, repo: Path, rules: TeamRules, check_com
         raise TeamError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(AGENT_KEYS))}")
     command = entry.get("command")
     if isinstance(command, str):
-        command = shlex.split(command)
+        # A string is split as a POSIX shell would split its words (no expansion, no pipes).
+        try:
+            command = shlex.split(command)
+        except ValueError as exc:
+            raise TeamError(
+                f"{where}: command {command!r} cannot be split into words ({exc}); close the quote, or write it as a "
+                'list: command = ["program", "arg", ...]'
+            ) from None
     if not command and entry.get("preset") in (None, "command"):
         raise TeamError(f'{where}: missing command; add command = ["program", "arg", ...]')
     if command is not None and (not isinstance(command, list) or not all(isinstance(c, str) and c for c in command)):
