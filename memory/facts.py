@@ -158,5 +158,6 @@ def shown_as_stored(conn: apsw.Connection, tiers: dict[int, Tier]) -> set[int]:
     told = event_tiers(conn, tiers)
     good = {i for i, tier in tiers.items() if told.get(i) is tier}
     for i in set(tiers) - good:
-        log.error("claim %s is %s in its row but %s by its events: not shown", i, tiers[i].value, told.get(i, "nothing").__str__())
+        said = told.get(i)
+        log.error("claim %s is %s in its row but %s by its events: not shown", i, tiers[i].value, said.value if said else "nothing")
     return good
