@@ -131,7 +131,8 @@ def require_live(conn: apsw.Connection, claim_id: int, verb: str) -> tuple[Claim
     """:func:`checked`, refusing a claim the events say is superseded or retired (``claims.require_live``'s words)."""
     row, facts, revoked = checked(conn, claim_id)
     if not facts.live:
-        claims.require_live(conn, claim_id, verb)  # raises with the words a person expects
+        claims.require_live(conn, claim_id, verb)  # raises with the words a person expects (the row agrees: checked)
+        raise ConclaveError(ErrorCode.CONFLICT, f"cannot {verb} claim {claim_id}: its events make it {facts.tier.value}")
     return row, facts, revoked
 
 
