@@ -18,10 +18,8 @@ rolled back after verify read it, so one store serves every case.
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import apsw
 import pytest
 
 from agents.harness import Run
