@@ -41,8 +41,12 @@ LOGGED: Final = "memory.exposures_logged"
 
 
 def start_log(conn: apsw.Connection) -> None:
-    """Mark where the exposure log starts being events (once per store; a fresh store starts with it)."""
-    if conn.execute(f"SELECT 1 FROM events WHERE kind = '{LOGGED}' LIMIT 1").fetchone() is None:
+    """Mark where the exposure log starts being events (once per store; a fresh store starts with it).
+
+    Not on a store that refuses appends (its key missing, its files rolled
+    back): operator commands must still read it, and nothing is shown there.
+    """
+    if events.refusal(conn) is None and conn.execute(f"SELECT 1 FROM events WHERE kind = '{LOGGED}' LIMIT 1").fetchone() is None:
         before = conn.execute("SELECT coalesce(max(id), 0) FROM exposures").fetchone()[0]
         events.append(conn, LOGGED, actor=events.BROKER_ACTOR, payload={"before": before})
 
