@@ -22,7 +22,7 @@ from typing import Iterator
 import pytest
 
 from agents.harness import Run
-from tests.memory.memory_support import FACT
+from tests.memory.memory_support import FACT, remember_until_refused
 from tests.pgtools import TEMPLATE, UNPRIVILEGED, Cluster, NoPostgres, _as_server
 
 SIZE = "48m"
@@ -96,14 +96,7 @@ def test_a_full_disk_on_the_server_refuses_writes_by_name_and_the_broker_recover
         filler = small_disk.fs / "filler"
         filled = small_disk.inside("sh", "-c", f"dd if=/dev/zero of={filler} bs=64k 2>/dev/null; test -s {filler}")
         assert filled.returncode == 0, filled.stderr
-        refusal = None
-        for n in range(400):  # the relations keep what room their pages already had, then need more
-            reply = alice.try_call("memory.remember", kind="discovery", text=FACT.format(f"billing{n}") + " " + "x" * 3000)
-            if not reply["ok"]:
-                refusal = reply["error"]
-                break
-            acknowledged.append(reply["result"]["id"])
-        assert refusal is not None, "the server's disk never filled up"
+        refusal = remember_until_refused(alice, acknowledged)
         assert refusal["code"] == "unavailable" and refusal["message"].startswith("disk full:"), refusal
         assert "the store's database on" in refusal["message"]
         assert alice.call("whoami")["agent"] == "alice"

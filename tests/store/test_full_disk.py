@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from agents.harness import Run
-from tests.memory.memory_support import FACT
+from tests.memory.memory_support import FACT, remember_until_refused
 
 SIZE = "1m"
 #: Mount a tmpfs on $0 of size $1 inside a new user and mount namespace, then run the rest.
@@ -58,14 +58,7 @@ def test_a_full_disk_refuses_writes_by_name_keeps_what_was_acknowledged_and_reco
         acknowledged = [alice.call("memory.remember", kind="discovery", text=FACT.format(f"ledger{n}"))["id"] for n in range(3)]
         filled = inside(run, "sh", "-c", f"dd if=/dev/zero of={fs / 'filler'} bs=4k 2>/dev/null; test -s {fs / 'filler'}")
         assert filled.returncode == 0, filled.stderr
-        refusal = None
-        for n in range(400):  # the WAL takes what room it already had, then needs more
-            reply = alice.try_call("memory.remember", kind="discovery", text=FACT.format(f"billing{n}") + " " + "x" * 3000)
-            if not reply["ok"]:
-                refusal = reply["error"]
-                break
-            acknowledged.append(reply["result"]["id"])
-        assert refusal is not None, "the store never filled up"
+        refusal = remember_until_refused(alice, acknowledged)
         assert refusal["code"] == "unavailable" and refusal["message"].startswith("disk full:")
         assert str(run.state / "conclave.db") in refusal["message"]
         # The broker is alive and reads what it acknowledged; a lock is still granted (its event waits to be
