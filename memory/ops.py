@@ -20,7 +20,7 @@ import trio
 from broker.errors import ConclaveError, ErrorCode
 from broker.core import Call, Feature
 from broker.optable import Access, OpTable
-from memory import authoring, claims, curation, exposures, inspection, prefilter, retrieval, revocation, schema, settings, standing
+from memory import authoring, claims, curation, exposures, inspection, prefilter, retrieval, revocation, schema, settings, standing, trails
 from store import events
 from store.events import BROKER_ACTOR
 from store.integrity import ExpectedHead
@@ -309,15 +309,15 @@ async def list_claims(call: Call, args: ListArgs) -> list[dict[str, Any]]:
 @OPS.op("memory.trail", TrailArgs, access=Access.OPERATOR)
 async def trail(call: Call, args: TrailArgs) -> list[dict[str, Any]]:
     """A claim's trail (every edition: authored, shown, corroborated, disputed, tier changes), or an agent's
-    (its sessions and children: what it authored, corroborated, disputed), in time order."""
+    (its sessions and children: what it authored, corroborated, disputed), in the order it happened (memory.trails)."""
     if (args.claim is None) == (args.of_agent is None):
         raise ConclaveError(ErrorCode.INVALID_ARGS, "memory.trail: give either claim (an id) or of_agent (an agent name)")
     if args.claim is not None:
         claim_id = args.claim
-        return await service(call).read(lambda conn: inspection.claim_trail(conn, claim_id))
+        return await service(call).read(lambda conn: trails.claim_trail(conn, claim_id))
     agent = args.of_agent
     assert agent is not None
-    return await service(call).read(lambda conn: inspection.trail(conn, agent))
+    return await service(call).read(lambda conn: trails.agent_trail(conn, agent))
 
 
 @OPS.op("memory.export", ExportArgs, access=Access.OPERATOR)

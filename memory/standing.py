@@ -118,6 +118,27 @@ def describe_new(policy: TrustPolicy, claim: ClaimRow) -> dict[str, Any]:
     return _describe(None, policy, [claim])[0]
 
 
+def tally(total: int, counted: int) -> dict[str, int]:
+    """A claim's witnesses, as every surface counts them (``memory show``, ``memory list``, the
+    dashboard's table and biography): ``total`` corroborations recorded, whether they counted or
+    not, and ``counted``, those the trust policy counted (at most one per independent domain)."""
+    return {"total": int(total), "counted": int(counted)}
+
+
+def tallies(conn: apsw.Connection, ids: list[int]) -> dict[int, dict[str, int]]:
+    """:func:`tally` for many claims in one query (for lists that do not load every witness)."""
+    out = {i: tally(0, 0) for i in ids}
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        marks = ",".join("?" * len(chunk))
+        for claim, total, counted in conn.execute(
+            f"SELECT claim, count(*), sum(CASE WHEN counted = 1 THEN 1 ELSE 0 END) FROM corroborations WHERE claim IN ({marks}) GROUP BY claim",
+            chunk,
+        ):
+            out[claim] = tally(total, counted or 0)
+    return out
+
+
 def _describe(conn: apsw.Connection | None, policy: TrustPolicy, rows: list[ClaimRow]) -> list[dict[str, Any]]:
     # With no connection there is nothing to read: a claim written in this very job has no witnesses.
     ids = [c.id for c in rows]
@@ -147,6 +168,7 @@ def _describe(conn: apsw.Connection | None, policy: TrustPolicy, rows: list[Clai
             {
                 **claims.brief(claim),
                 "corroborations": corroborations[claim.id],
+                "witnesses": tally(len(corroborations[claim.id]), len(counted)),
                 "disputes": disputes[claim.id],
                 "promotions": promotions[claim.id],
                 "standing": {

@@ -62,6 +62,30 @@ def test_trail_lists_what_an_agent_and_its_children_did_in_time_order(story: tup
     assert cli.returncode == 0 and len(json.loads(cli.stdout)) == 2
 
 
+def test_a_claims_trail_follows_the_event_log_and_names_the_reply_a_witness_was_shown(story: tuple[Run, dict[str, int]]) -> None:
+    """A corroboration's reply shows the claim, and that exposure is written in the same job, with the
+    same timestamp: sorted by time, "shown via show" came before the corroboration it answered."""
+    run, ids = story
+    rows = run.op("memory.trail", claim=ids["claim"])
+    steps = [(r["principal"].split(":")[0], r["action"], r["note"] and r["note"].rsplit(":", 1)[0]) for r in rows if r["claim"] == ids["claim"]]
+    assert steps == [
+        ("alice", "authored", "edition 1"),
+        ("carol", "shown", "via recall"),  # carol read it before she vouched: her vouch is informed
+        ("bob", "corroborated", None),
+        ("bob", "shown", "the reply to its corroboration"),
+        ("carol", "corroborated", None),
+        ("carol", "tier", "unverified -> trusted; corroborate by carol"),
+        ("carol", "shown", "the reply to its corroboration"),  # sent once the job, tier change and all, was done
+    ], steps
+    bob_vouch = next(r for r in rows if r["action"] == "corroborated" and r["principal"].startswith("bob:"))
+    bob_reply = next(r for r in rows if r["note"] == "the reply to its corroboration" and r["principal"].startswith("bob:"))
+    assert bob_reply["at"] == bob_vouch["at"] and bob_reply["reply_to"] == bob_vouch["seq"] and bob_reply["seq"] is None
+    # The edition's own trail goes on in the same order: the revision, then what followed it.
+    assert [r["action"] for r in rows if r["claim"] == ids["edition"]] == ["revised"]
+    evented = [r["seq"] for r in rows if r["seq"] is not None]
+    assert evented == sorted(evented) and len(set(evented)) == len(evented)
+
+
 def test_log_filters_by_kind_agent_claim_and_time(story: tuple[Run, dict[str, int]]) -> None:
     run, ids = story
     everything = run.op("memory.log")
