@@ -15,8 +15,9 @@ Two timestamps written in the same job are often equal to the microsecond,
 so sorting by time put "shown via show" -- the reply a corroboration
 carries -- before the corroboration itself.
 
-**Exposures are not events** (yet: the exposure table is its own log, see
-``memory.exposures``).  Their rows are placed like this:
+**Exposure rows are placed by time**, although each showing now also writes
+a ``memory.shown`` event (``memory.exposures``) that this module does not
+read yet.  Their rows are placed like this:
 
 * the exposure a corroboration's or dispute's reply wrote (``via`` show, the
   same principal, claim and ``at`` as the witness row: ``memory.authoring``
@@ -28,11 +29,11 @@ carries -- before the corroboration itself.
   the events keep their ``seq`` order whatever their times say, and
   exposures after the same event keep the table's id order.
 
-When exposures become events of their own, each exposure row is tied to its
-event like the others and sorted by its ``seq``; the reply is then the
-exposure event whose job wrote the witness event (the event can name it),
-and the merge by time goes away.  Rows whose event cannot be found (a store
-written before events existed) are merged by time in the same way.
+The next step: tie each exposure row to its ``memory.shown`` event like the
+others and sort it by its ``seq``; the reply is then the showing whose job
+wrote the witness event, and the merge by time goes away.  Rows whose event
+cannot be found (a store from before showings were events) are merged by
+time in the same way.
 """
 
 from __future__ import annotations

@@ -76,6 +76,7 @@ def test_a_claims_trail_follows_the_event_log_and_names_the_reply_a_witness_was_
         ("carol", "corroborated", None),
         ("carol", "tier", "unverified -> trusted; corroborate by carol"),
         ("carol", "shown", "the reply to its corroboration"),  # sent once the job, tier change and all, was done
+        ("alice", "tier", "trusted -> superseded; revised by alice"),  # the edition's own events say it was superseded
     ], steps
     bob_vouch = next(r for r in rows if r["action"] == "corroborated" and r["principal"].startswith("bob:"))
     bob_reply = next(r for r in rows if r["note"] == "the reply to its corroboration" and r["principal"].startswith("bob:"))
