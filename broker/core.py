@@ -11,6 +11,8 @@ place, the composition root (``broker.composition``).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import hashlib
 import itertools
 import os
@@ -55,6 +57,9 @@ class Feature:
     #: Makes a fresh rebuild of this feature's tables from the keyed log (``store.projection``):
     #: ``conclave memory verify`` compares every row it says with the database.
     projector: Callable[[], Projector] | None = None
+    #: What ``conclave doctor`` reports for this feature: given the state database (which may not
+    #: exist), a dict with ``summary`` (one line) and any details.
+    doctor: Callable[[Path], dict[str, Any]] | None = None
 
 
 class AgentSupervisor(Protocol):

@@ -35,9 +35,9 @@ def promote(conn: apsw.Connection, policy: TrustPolicy, operator: Principal, cla
     return standing.describe(conn, policy, after)
 
 
-def retire(conn: apsw.Connection, claim: ClaimRow, *, actor: str, reason: str, detail: dict[str, Any] | None = None) -> ClaimRow:
-    """Tombstone a live claim: it leaves the indexes, its row stays."""
-    at = events.now()
+def retire(conn: apsw.Connection, claim: ClaimRow, *, actor: str, reason: str, detail: dict[str, Any] | None = None, at: str | None = None) -> ClaimRow:
+    """Tombstone a live claim: it leaves the indexes, its row stays (``at``: the time of what retired it, if it made rows too)."""
+    at = at or events.now()
     conn.execute("UPDATE claims SET retired_at = ?, retired_by = ?, retired_reason = ? WHERE id = ?", (at, actor, reason, claim.id))
     events.append(
         conn,

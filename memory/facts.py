@@ -162,3 +162,27 @@ def shown_as_stored(conn: apsw.Connection, tiers: dict[int, Tier]) -> set[int]:
         said = told.get(i)
         log.error("claim %s is %s in its row but %s by its events: not shown", i, tiers[i].value, said.value if said else "nothing")
     return good
+
+
+def vouched(conn: apsw.Connection, rows: Mapping[int, ClaimRow]) -> dict[int, ClaimRow]:
+    """Of these claim rows, those whose columns a decision reads agree with their keyed events; the others are logged and left out.
+
+    For work nobody is waiting on (the background embedder's batches): a
+    row changed behind the broker's back is skipped, not built on, and
+    ``verify`` names it.
+    """
+    if not rows:
+        return {}
+    found, _ = read(conn, rows, rows)
+    out = {}
+    for i, row in rows.items():
+        told = found.get(i)
+        try:
+            if told is None:
+                raise RowTampered(f"claim {i} has no memory.remember or memory.revise event")
+            agree(row, told)
+        except RowTampered as exc:
+            log.error("claim %s skipped: %s", i, exc)
+            continue
+        out[i] = row
+    return out

@@ -35,6 +35,7 @@ import apsw
 import attrs
 
 from memory import claims as claim_rows
+from memory import semantic, vectors
 from memory.policy import Standing, Tier, TrustPolicy, Verdict, Witness, judge
 from store.events import Event
 from store.projection import UNKNOWN, Check, Difference, FromRow, Projection, Row, Table, Unrebuilt, shown
@@ -49,14 +50,14 @@ CLAIM_KINDS: Final = frozenset({
     "memory.remember", "memory.revise", "memory.corroborate", "memory.dispute", "memory.promote",
     "memory.retire", "memory.unretire", "memory.tier",
 })
-KINDS: Final = CLAIM_KINDS | {"memory.revoke", SHOWN, EXPOSURES_LOGGED, "memory.policy", "memory.groom", "agent.spawn"}
+KINDS: Final = CLAIM_KINDS | {"memory.revoke", SHOWN, EXPOSURES_LOGGED, "memory.policy", "memory.groom", "agent.spawn", "memory.embed"}
 
 CLAIMS_TABLE: Final = Table("claims", ("id",), (
     "lineage", "edition", "supersedes", "superseded_by", "kind", "scope", "text", "text_key", "evidence", "author",
     "author_domain", "tier", "created_at", "last_used_at", "retired_at", "retired_by", "retired_reason",
 ), noun="claim", digests=("text", "evidence"))
 CORROBORATIONS_TABLE: Final = Table("corroborations", ("id",), (
-    "claim", "principal", "domain", "at", "evidence", "blind", "counted", "reason_not_counted",
+    "claim", "principal", "domain", "at", "evidence", "blind", "counted", "reason_not_counted", "witness", "similarity", "restatement",
 ), noun="corroboration", digests=("evidence",))
 DISPUTES_TABLE: Final = Table("disputes", ("id",), (
     "claim", "principal", "domain", "at", "reason", "counted", "reason_not_counted",
@@ -65,6 +66,8 @@ PROMOTIONS_TABLE: Final = Table("promotions", ("id",), ("claim", "at", "by", "re
 EXPOSURES_TABLE: Final = Table("exposures", (), ("claim", "lineage", "principal", "domain", "via", "at"), ident="id", noun="exposure")
 SETTINGS_TABLE: Final = Table("memory_settings", ("key",), ("value",), noun="setting")
 GROOM_TABLE: Final = Table("groom_runs", ("id",), ("at", "actor", "high_water", "summary"), noun="groom run")
+LINKS_TABLE: Final = Table("claim_links", ("id",), ("claim", "restates", "kind", "similarity", "at"), noun="link")
+VECTORS_TABLE: Final = Table("claim_vectors", ("claim", "model"), ("vector", "at"), noun="vector")
 
 
 @final
@@ -82,10 +85,18 @@ class WitnessFacts:
     #: Blind as the exposure events say (None: not rebuilt -- made before exposures were logged, or not asked).
     rebuilt_blind: bool | None = None
     note: Any = UNKNOWN  # the evidence's (corroboration) or reason's (dispute) SHA-256, or None
+    #: The witness's kind as the broker recorded it (blind, informed, unread; None: an event from before witnesses said what they saw).
+    kind: str | None = None
+    #: The kind by the broker's rule on the events (shown by the exposure events? evidence at its threshold?); None: not rebuilt.
+    rebuilt_kind: str | None = None
+    similarity: float | None = None
+    restatement: int | None = None
 
     def witness(self, revoked: set[str], *, rebuilt: bool = False) -> Witness:
         blind = self.rebuilt_blind if rebuilt and self.rebuilt_blind is not None else self.blind
-        return Witness(row=self.row, principal=self.principal, domain=self.domain, at=self.at, blind=blind, revoked=self.principal in revoked)
+        kind = self.rebuilt_kind if rebuilt and self.rebuilt_kind is not None else self.kind
+        return Witness(row=self.row, principal=self.principal, domain=self.domain, at=self.at, blind=blind, revoked=self.principal in revoked,
+                       unread=kind == "unread")
 
 
 @final
@@ -196,6 +207,9 @@ class MemoryLog:
         self._groom_legacy = 0
         self._unbuilt_blind = 0
         self._findings: list[Difference] = []
+        self._links: dict[tuple[Any, ...], Row] = {}
+        self._links_found: list[Difference] = []
+        self._vectors: dict[tuple[Any, ...], Row] = {}
 
     # -- feeding ----------------------------------------------------------------
 
@@ -239,10 +253,17 @@ class MemoryLog:
             return
         domain = self.domains.get(e.actor) or p.get("domain") or ""
         if e.kind == "memory.corroborate":
-            w = WitnessFacts(int(p["row"]), e.seq, e.actor, domain, e.at, blind=bool(p.get("blind")), note=p.get("evidence_sha256"))
+            w = WitnessFacts(int(p["row"]), e.seq, e.actor, domain, e.at, blind=bool(p.get("blind")), note=p.get("evidence_sha256"),
+                             kind=p.get("witness"), similarity=p.get("similarity"), restatement=p.get("restatement"))
             if self._rebuild:
                 if self._exposures_from is not None and self._exposures_from < e.seq:
-                    w.rebuilt_blind = domain != facts.author_domain and (domain, facts.lineage) not in self._seen
+                    shown = domain == facts.author_domain or (domain, facts.lineage) in self._seen
+                    if w.kind is None:  # before witnesses said what they saw: blind is never shown
+                        w.rebuilt_blind = not shown
+                    else:  # the broker's rule (memory.authoring.corroborate), applied again to what the events say
+                        matched = semantic.evidence_matches(w.similarity, str(p.get("evidence_match")))
+                        w.rebuilt_kind = "informed" if shown else ("blind" if matched else "unread")
+                        w.rebuilt_blind = w.rebuilt_kind == "blind"
                 else:
                     self._unbuilt_blind += 1
             facts.corroborations.append(w)
@@ -261,6 +282,36 @@ class MemoryLog:
         if facts is not None:
             facts.retired_at, facts.retired_by, facts.retired_reason = e.at, e.actor, e.payload.get("reason")
             facts.tier_seq, facts.tier = e.seq, Tier.RETIRED
+            if e.payload.get("rule") == "restatement" and self._rebuild:
+                self._link(e, facts)
+
+    def _link(self, e: Event, facts: ClaimFacts) -> None:
+        """A restatement's link row, its kind recomputed: was the new claim's domain shown the one it restates?"""
+        p = e.payload
+        other = self.claims.get(int(p.get("restates") or 0))
+        recorded = p.get("link")
+        kind: Any = recorded
+        if other is not None and self._exposures_from is not None and self._exposures_from < e.seq:
+            kind = "restatement" if (facts.author_domain, other.lineage) in self._seen else "rediscovery"
+            if kind != recorded:
+                why = ("its author's domain had been shown it" if kind == "restatement"
+                       else "no exposure event shows its author's domain that claim before")
+                self._links_found.append(Difference(
+                    "claim_links", (p.get("row"),), "kind", kind, str(recorded),
+                    f"claim_links: claim {facts.id} was linked to claim {other.id} as a {recorded} at event {e.seq}, but {why}: "
+                    "the exposure rows were changed behind the broker's back before it judged", e.seq))
+        if p.get("row") is not None:
+            self._links[(int(p["row"]),)] = Row(e.seq, {
+                "claim": facts.id, "restates": p.get("restates"), "kind": kind, "similarity": p.get("similarity"), "at": e.at,
+            })
+
+    def _embed(self, e: Event) -> None:
+        model = e.payload.get("model")
+        for claim, sha in (e.payload.get("vectors") or {}).items():
+            self._vectors[(int(claim), model)] = Row(e.seq, {
+                "vector": Check(lambda found, sha=sha: found is not None and vectors.digest(found) == sha, f"the vector whose sha256 event {e.seq} recorded ({sha[:16]}...)"),
+                "at": e.at,
+            })
 
     def _unretire(self, e: Event) -> None:
         facts = self.claims.get(int(e.subject or 0))
@@ -320,6 +371,14 @@ class MemoryLog:
         out = []
         for facts in self.claims.values():
             for w in facts.corroborations:
+                if w.rebuilt_kind is not None and w.rebuilt_kind != w.kind:
+                    why = (f"domain {w.domain} had been shown an edition of claim {facts.id}" if w.rebuilt_kind == "informed"
+                           else f"no exposure event shows domain {w.domain} an edition of claim {facts.id} before it, and its evidence's "
+                           f"similarity {w.similarity} makes it {w.rebuilt_kind}")
+                    out.append(Difference("corroborations", (w.row,), "witness", w.rebuilt_kind, str(w.kind),
+                                          f"corroborations: corroboration {w.row} was judged {w.kind} at event {w.seq}, but {why}: "
+                                          "the exposure rows were changed behind the broker's back before it judged", w.seq))
+                    continue
                 if w.rebuilt_blind is not None and w.rebuilt_blind != w.blind:
                     if w.blind:
                         seen = self._seen.get((w.domain, facts.lineage))
@@ -382,6 +441,9 @@ class MemoryLog:
         yield Projection(SETTINGS_TABLE, settings)
         legacy_groom = self._groom_legacy
         yield Projection(GROOM_TABLE, self._groom, legacy=(lambda key: "written before groom events named their row") if legacy_groom else None)
+        if self._rebuild:  # decisions read one claim's events; only verify rebuilds these
+            yield Projection(LINKS_TABLE, self._links, findings=tuple(self._links_found))
+            yield Projection(VECTORS_TABLE, self._vectors)
 
     def unrebuilt(self) -> list[Unrebuilt]:
         out = []
@@ -400,8 +462,11 @@ def _witness_rows(into: dict[tuple[Any, ...], Row], claim_id: int, witnesses: li
         v = by_row[w.row]
         values = {"claim": claim_id, "principal": w.principal, "domain": w.domain, "at": w.at, note: w.note,
                   "counted": int(v.counted), "reason_not_counted": v.reason.value if v.reason else None}
-        if note == "evidence":  # a corroboration: its blindness as the exposure events say
+        if note == "evidence":  # a corroboration: its blindness and kind as the exposure events and its evidence say
             values["blind"] = int(w.rebuilt_blind if w.rebuilt_blind is not None else w.blind)
+            values["witness"] = w.rebuilt_kind if w.rebuilt_kind is not None else w.kind
+            values["similarity"] = w.similarity
+            values["restatement"] = w.restatement
         into[(w.row,)] = Row(w.seq, values)
 
 
@@ -431,6 +496,7 @@ _HANDLERS: Final = {
     "memory.policy": MemoryLog._policy,
     "memory.groom": MemoryLog._groom_run,
     "agent.spawn": MemoryLog._spawn,
+    "memory.embed": MemoryLog._embed,
 }
 
 __all__ = ["MemoryLog", "ClaimFacts", "WitnessFacts", "KINDS", "CLAIM_KINDS", "TIER_KINDS", "shown"]

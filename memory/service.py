@@ -18,7 +18,8 @@ import apsw
 import attrs
 import trio
 
-from memory import groom, verify
+from memory import groom, semantic, verify
+from memory.retrieval import Probe
 from store import events, integrity
 from store.backend import StoreUnavailable
 from store.events import ChainRefused
@@ -75,6 +76,9 @@ class MemoryService:
         self._since: datetime | None = None
         self.groom_runs = 0
         self.watched = WatchStatistics()
+        from memory.meaning import Meaning
+
+        self.meaning = Meaning(core, settings.embedder)
 
     @property
     def policy(self) -> TrustPolicy:
@@ -106,7 +110,16 @@ class MemoryService:
             listed = plan.as_dict(listed=REPORTED_STEPS)
             return {"dry_run": False, **summary, **{k: listed[k] for k in ("retire", "review", "omitted")}}
 
+    async def probe(self, query: str) -> Probe | None:
+        """The meaning side of a search for ``query`` (None: by words only -- meaning off, or the embedder down)."""
+        index = self.meaning.index
+        if index is None:
+            return None
+        vector = await self.meaning.query_vector(query)
+        return None if vector is None else Probe(index, vector, semantic.RELEVANT_AT)
+
     def note_new_claim(self) -> None:
+        self.meaning.note_new_claim()
         self._new_claims += 1
         if self._since is None:
             self._since = datetime.now(timezone.utc)
