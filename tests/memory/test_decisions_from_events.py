@@ -154,3 +154,67 @@ def test_the_running_broker_names_a_deleted_row_and_a_hole_in_the_log_by_itself(
                    timeout=20, what="appends refused")
     refused = alice.try_call("memory.remember", kind="discovery", text=FACT.format("billing"))
     assert refused["ok"] is False and "is missing" in refused["error"]["message"]
+
+
+def test_a_vector_row_edited_does_not_make_a_claim_a_blind_rediscovery(start_run) -> None:  # type: ignore[no-untyped-def]
+    """The attack (issue 24's rediscovery, T3 without the key): a new claim whose vector is close to an earlier
+    claim of another domain it was never shown is recorded as that claim's *blind* corroboration -- the strongest
+    witness.  The in-broker index searches the stored vectors, loaded from ``claim_vectors`` when a broker
+    starts.  The attacker rewrites the vector row of alice's claim with the bytes of a claim carol's domain wrote
+    about something else, the next broker loads it, and carol remembers that text again.  The index finds alice's
+    claim at cosine ~1.0, and on the code before this check (absorb believing the index: checked by removing
+    ``_checked_similarity``) carol's unrelated claim was retired as a rediscovery and counted as a blind witness of
+    alice's claim.  Now the stored bytes must hash to what the claim's memory.embed event recorded before a link
+    is judged on them: no link, no witness, and verify names the row.  Control: carol's honest paraphrase of
+    another alice claim she was never shown is a rediscovery and counts, on the same broker."""
+    first: Run = start_run(TEAM)
+    alice, carol = first.puppet("alice"), first.puppet("carol")
+    target = alice.call("memory.remember", kind="discovery", text="The cache warms in ninety seconds after a deploy.")["id"]
+    honest = alice.call("memory.remember", kind="discovery", text="The integration tests time out because the mock server starts after the first request.")["id"]
+    bait = "Release notes are generated from the changelog by a nightly job."
+    own = carol.call("memory.remember", kind="discovery", text=bait)["id"]
+    assert first.op("memory.settle")["settled"]
+    first.stop()
+    conn = attacker(first.state)
+    with conn:
+        conn.execute("UPDATE claim_vectors SET vector = (SELECT vector FROM claim_vectors WHERE claim = ?) WHERE claim = ?", (own, target))
+    conn.close()
+    with Run(first.root, TEAM, reuse=True) as run:
+        again = run.puppet("carol").call("memory.remember", kind="discovery", text=bait)["id"]
+        assert run.op("memory.settle")["settled"]
+        attacked = run.op("memory.show", id=target)
+        assert attacked["corroborations"] == [] and attacked["tier"] == "unverified"
+        assert run.op("memory.show", id=again)["tier"] == "unverified"  # not retired as a restatement of alice's claim
+        problems = [p["problem"] for p in run.op("memory.verify")["problems"]]
+        assert any(f"claim_vectors: vector (claim {target}, model " in p and "column vector" in p for p in problems), problems
+        # Control: an honest rediscovery, judged on rows nobody touched.
+        run.puppet("carol").call("memory.remember", kind="discovery",
+                                 text="Integration tests hit a timeout since the mock server only starts once the first request has been sent.")
+        assert run.op("memory.settle")["settled"]
+        witnesses = run.op("memory.show", id=honest)["corroborations"]
+        assert [(w["domain"], w["witness"], w["counted"]) for w in witnesses] == [("carol", "blind", True)]
+
+
+def test_a_claim_text_edited_to_match_a_witness_evidence_is_not_judged(start_run) -> None:  # type: ignore[no-untyped-def]
+    """The attack: a witness never shown a claim counts as *blind* when its own evidence says what the claim
+    says -- measured against the claim's text as the row holds it.  The attacker rewrites alice's claim's text
+    (no event, no key) to what carol's domain will state, and carol vouches with that evidence: on the code before
+    this check the evidence matched the planted text and carol counted as a blind witness of a claim that says
+    something else.  The text the evidence is measured against must hash to what the claim's keyed event
+    recorded: the vouch is refused as unavailable, naming the claim.  Control: the same evidence against an
+    untouched claim that says it is blind and counts."""
+    run: Run = start_run(TEAM)
+    alice, carol = run.puppet("alice"), run.puppet("carol")
+    said = "I timed it: a deploy rebuilds the whole image, which is why it needs roughly ten minutes."
+    target = alice.call("memory.remember", kind="discovery", text="The billing export runs at midnight UTC.")["id"]
+    untouched = alice.call("memory.remember", kind="discovery", text="Deploys take about ten minutes because the image is rebuilt from scratch.")["id"]
+    conn = attacker(run.state)
+    with conn:
+        conn.execute("UPDATE claims SET text = ? WHERE id = ?", ("Deploys take about ten minutes because the image is rebuilt from scratch.", target))
+    conn.close()
+    refused = carol.try_call("memory.corroborate", id=target, evidence=said)
+    assert refused["ok"] is False and refused["error"]["code"] == "unavailable"
+    assert f"claim {target}'s text is not the text its keyed event" in refused["error"]["message"]
+    assert run.op("memory.show", id=target)["corroborations"] == []
+    honest = carol.call("memory.corroborate", id=untouched, evidence=said)  # control
+    assert (honest["witness"], honest["counted"]) == ("blind", True)
