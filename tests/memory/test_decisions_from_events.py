@@ -21,7 +21,7 @@ import apsw
 
 from agents.harness import Run
 from memory.policy import TrustPolicy, Witness, judge
-from tests.memory.memory_support import FACT
+from tests.memory.memory_support import FACT, REDISCOVERED, vouch
 
 TEAM = [{"name": n} for n in ("alice", "bob", "carol")]
 
@@ -56,7 +56,8 @@ def test_a_witness_row_rewritten_to_another_domain_does_not_make_a_claim_trusted
         conn.execute("UPDATE corroborations SET domain = 'mallory', blind = 1 WHERE claim = ? AND principal = ?", (claim, alice.key))
     rows = list(conn.execute("SELECT id, principal, domain, at, blind FROM corroborations WHERE claim = ?", (claim,)))
     conn.close()
-    after = bob.call("memory.corroborate", id=claim)
+    after = bob.call("memory.corroborate", id=claim, evidence=REDISCOVERED.format("ledger"))  # never shown it: blind
+    assert after["witness"] == "blind"
     # What the rows alone would have made of it: the attack works on a broker that reads them.
     honest_row = {"row": 10**6, "principal": bob.key, "domain": "bob", "at": "9999", "blind": True}
     from_rows = judge(
@@ -73,7 +74,7 @@ def test_a_witness_row_rewritten_to_another_domain_does_not_make_a_claim_trusted
     assert not report["ok"]
     assert {(p["table"], p["column"]) for p in report["problems"]} >= {("corroborations", "domain"), ("corroborations", "blind")}
     # Control: an independent, blind witness really is a second domain.
-    trusted = carol.call("memory.corroborate", id=claim)
+    trusted = carol.call("memory.corroborate", id=claim, evidence=REDISCOVERED.format("ledger"))
     assert trusted["tier"] == "trusted" and any(t["to"] == "trusted" for t in tier_events(run, claim))
 
 
@@ -84,8 +85,8 @@ def test_a_tier_and_search_index_edited_to_trusted_are_not_pushed_as_trusted(sta
     run: Run = start_run(TEAM)
     alice, bob, carol = run.puppet("alice"), run.puppet("bob"), run.puppet("carol")
     honest = alice.call("memory.remember", kind="discovery", text=FACT.format("ledger"))["id"]
-    bob.call("memory.corroborate", id=honest)
-    carol.call("memory.corroborate", id=honest)
+    vouch(bob, honest)
+    vouch(carol, honest)
     planted = alice.call("memory.remember", kind="discovery", text=FACT.format("billing"))["id"]
     conn = attacker(run.state)
     with conn:
