@@ -26,15 +26,15 @@ from broker.entry import conclave_argv
 from store import events
 from store.backend import SqliteBackend
 from store.owner import ChainFiles, StoreOwner
-from tests.memory.memory_support import FACT
+from tests.memory.memory_support import FACT, vouch
 
 TEAM = [{"name": n} for n in ("alice", "bob", "carol")]
 
 
 def trusted_claim(run: Run) -> int:
     claim = run.puppet("alice").call("memory.remember", kind="discovery", text=FACT.format("ledger"))["id"]
-    run.puppet("bob").call("memory.corroborate", id=claim)
-    assert run.puppet("carol").call("memory.corroborate", id=claim)["tier"] == "trusted"
+    vouch(run.puppet("bob"), claim)
+    assert vouch(run.puppet("carol"), claim)["tier"] == "trusted"
     return claim
 
 
