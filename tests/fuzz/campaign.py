@@ -122,7 +122,7 @@ def postgres_world(root: Path, cluster: Any) -> Callable[[], World]:
 
 
 def run(make_world: Callable[[], World], *, backend: str, seconds: float, seeds: list[int] | None, out: Path | None,
-        shrink: bool, witness_kinds: bool = False, steps: int = STEPS_PER_EXAMPLE, examples: int = EXAMPLES_PER_CAMPAIGN,
+        shrink: bool, witness_kinds: bool = False, keep_last: Path | None = None, steps: int = STEPS_PER_EXAMPLE, examples: int = EXAMPLES_PER_CAMPAIGN,
         log: Callable[[str], None] = print) -> Report:
     """Campaigns until ``seconds`` are spent (the fixed ``seeds`` first, then random ones), or the first finding."""
     report = Report(backend)
@@ -158,6 +158,8 @@ def run(make_world: Callable[[], World], *, backend: str, seconds: float, seeds:
     finally:
         if fuzz is not None:
             report.figures = _figures(fuzz, time.monotonic() - started, stepping)
+            if keep_last is not None and fuzz.log is not None and report.finding is None:
+                keep_last.write_text(fuzz.log.render(name="the fuzzer's last example", description="The last example of a clean fuzzing run."))
             fuzz.close()
         report.seconds = time.monotonic() - started
     return report
@@ -230,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-shrink", action="store_true", help="report the first failing sequence as found")
     parser.add_argument("--steps", type=int, default=STEPS_PER_EXAMPLE)
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object at the end")
+    parser.add_argument("--keep-last", type=Path, help="write the last example of a clean run here, as a scenario file")
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="conclave-fuzz-"))
     cluster = None
@@ -242,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             make = sqlite_world(root)
         report = run(make, backend=args.backend, seconds=args.seconds, seeds=args.seed, out=args.out,
-                     shrink=not args.no_shrink, steps=args.steps, log=lambda line: print(line, flush=True))
+                     shrink=not args.no_shrink, steps=args.steps, keep_last=args.keep_last, log=lambda line: print(line, flush=True))
     finally:
         if cluster is not None:
             cluster.stop()

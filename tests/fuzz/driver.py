@@ -327,7 +327,8 @@ class Fuzz:
         assert self.log is not None
         entry = self.log.step(actor=self.actor_name(p), op=op, args={**args, "id": self.log.claim(claim_id)})
         self.log.expect(entry, expect.errors or None, expect.fields)
-        result = judge(f"{op} {claim_id} by {p.key}", expect, reply, "1-trust")
+        own_domain = expect.fields.get("reason_not_counted") == "author_domain"
+        result = judge(f"{op} {claim_id} by {p.key}", expect, reply, "3-identity" if own_domain else "1-trust")
         if result is None:
             return
         self.memory.witness(p, claim_id, dispute=dispute, evidence_matches=matches)
@@ -580,9 +581,7 @@ class Fuzz:
             agent.exit(code)
         self.world.hosts[p.host].forget(p.agent)
         if record and self.log is not None:
-            entry = self.log.step(actor=self.actor_name(p), action=how, **({"code": code} if how == "exit" else {}))
-            if how == "restart":
-                entry["bind"] = "_pending_restart"
+            self.log.step(actor=self.actor_name(p), action=how, **({"code": code} if how == "exit" else {}))
         self._after_exit(p, code=code)
 
     def _after_exit(self, p: Principal, *, code: int) -> None:
@@ -607,8 +606,8 @@ class Fuzz:
         if restarts:
             agent = self._new_session(host, p)
             new = self._issued(self.registry.issue(agent.key, p.agent, p.host, None))
-            if self.log is not None and self.log.steps and self.log.steps[-1].get("bind") == "_pending_restart":
-                self.log.steps[-1]["bind"] = self.log.bind_identity(new.key)
+            if self.log is not None:  # the new session, named in case a later step revokes it
+                self.log.step(actor=self.actor_name(new), op="whoami", bind=self.log.bind_identity(new.key), _optional=True)
 
     def _broker_ended_by_itself(self, host: Host) -> None:
         assert host.run is not None and host.run.process is not None
@@ -902,7 +901,7 @@ class Fuzz:
         reply = self.agent(p).raw(line + "\n")
         assert self.log is not None
         self.log.step(actor=self.actor_name(p), action="raw", line=line, expect_error="identity_field")
-        judge(f"{which} with a {field_name} field", Expect.error("identity_field"), reply, "3-identity")
+        judge(f"{which} with an extra field {field_name!r}", Expect.error("identity_field"), reply, "3-identity")
 
     def steal(self, sel: int, victim_sel: int) -> None:
         thief = self.pick(sel)

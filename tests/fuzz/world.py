@@ -17,10 +17,7 @@ its own agents (one name on both hosts: the same trust domain).
 from __future__ import annotations
 
 import json
-import os
-import select
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -43,31 +40,13 @@ class StepTimeout(AssertionError):
 
 
 class Agent(Puppet):
-    """A puppet handle that can also send a command and read its reply later (a call in flight)."""
-
-    def send_nowait(self, command: dict[str, Any]) -> None:
-        self._file.write(json.dumps(command).encode() + b"\n")
-        self._file.flush()
-
-    def reply_ready(self) -> bool:
-        """Has a reply arrived?  (One command is in flight at a time, so nothing is buffered unread.)"""
-        ready, _, _ = select.select([self._sock], [], [], 0)
-        return bool(ready)
+    """A puppet handle whose replies may be read later (``send_nowait``, ``receive``); a silent reply times out as a step."""
 
     def receive(self, timeout: float) -> dict[str, Any]:
-        self._sock.settimeout(timeout)
         try:
-            line = self._file.readline()
-        except (TimeoutError, OSError) as exc:
-            raise StepTimeout(f"no reply from {self.key} within {timeout} s") from exc
-        finally:
-            try:
-                self._sock.settimeout(None)
-            except OSError:
-                pass
-        if not line:
-            raise ConnectionError(f"puppet {self.key} went away")
-        return json.loads(line)
+            return super().receive(timeout)
+        except TimeoutError as exc:
+            raise StepTimeout(str(exc)) from None
 
 
 @dataclass
@@ -177,22 +156,10 @@ class Host:
             self.run.close()
 
     def kill(self) -> None:
-        """SIGKILL the broker -- no cleanup, no last anchor write -- and end what it left running.
-
-        Agents outlive a SIGKILLed broker unless the sandbox ties them to it;
-        the fuzzer ends them itself (each one's process group) so that the next
-        broker starts on a quiet state directory, as a person would.
-        """
-        assert self.run is not None and self.run.process is not None
-        pids = self.live_pids()
+        """SIGKILL the broker (and end the agents it leaves behind: :meth:`agents.harness.Run.kill`)."""
+        assert self.run is not None
         self._drop_clients()
-        self.run.process.send_signal(signal.SIGKILL)
-        self.run.process.wait(timeout=60)
-        for pid in pids.values():
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        self.run.kill()
         self.run.close()
 
     def stolen_ticket_probe(self, thief: str, victim_pid: int, op: str, args: dict[str, Any]) -> list[dict[str, Any]]:
