@@ -61,8 +61,20 @@ class Report:
     backend: str
     seconds: float = 0.0
     seeds: list[int] = field(default_factory=list)
-    finding: Finding | None = None
+    findings: list[Finding] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)
+    examples: int = EXAMPLES_PER_CAMPAIGN
+    steps: int = STEPS_PER_EXAMPLE
+
+    def replay(self, seed: int) -> str:
+        """The command that replays ``seed`` as this run did (and shrinks what it finds)."""
+        return (f"python -m tests.fuzz.campaign --backend {self.backend} --seed {seed} --seconds 0"
+                f"{f' --examples {self.examples}' if self.examples != EXAMPLES_PER_CAMPAIGN else ''}"
+                f"{f' --steps {self.steps}' if self.steps != STEPS_PER_EXAMPLE else ''}")
+
+    @property
+    def finding(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
 
     def lines(self) -> list[str]:
         f = self.figures
@@ -75,11 +87,18 @@ class Report:
             f"fuzz ({self.backend}): seconds per rule {json.dumps(f.get('seconds_per_rule', {}))}",
             f"fuzz ({self.backend}): invariant checks {json.dumps(f.get('invariants', {}), sort_keys=True)}",
         ]
-        if self.finding is not None:
-            out.append(f"fuzz ({self.backend}): FOUND [{self.finding.invariant}] with seed {self.finding.seed}: {self.finding.error}")
-            if self.finding.path is not None:
-                out.append(f"fuzz ({self.backend}): the minimal sequence as a scenario: {self.finding.path}")
+        for finding in self.findings:
+            out.append(f"fuzz ({self.backend}): FOUND [{finding.invariant}] with seed {finding.seed}: {finding.error}")
+            if finding.path is not None:
+                out.append(f"fuzz ({self.backend}): the minimal sequence as a scenario: {finding.path}")
         return out
+
+
+def budget_seeds(random_ones: int = 1) -> list[int]:
+    """make test's seeds: the fixed ones, then ``random_ones`` random ones (FUZZ_SEED=N,M replaces the random ones)."""
+    chosen = os.environ.get("FUZZ_SEED")
+    extra = [int(s) for s in chosen.split(",")] if chosen else [random.randrange(1, 2**31) for _ in range(random_ones)]
+    return [*FIXED_SEEDS, *extra]
 
 
 def base_policy(seed: int) -> Policy:
@@ -122,10 +141,11 @@ def postgres_world(root: Path, cluster: Any) -> Callable[[], World]:
 
 
 def run(make_world: Callable[[], World], *, backend: str, seconds: float, seeds: list[int] | None, out: Path | None,
-        shrink: bool, witness_kinds: bool = False, keep_last: Path | None = None, steps: int = STEPS_PER_EXAMPLE, examples: int = EXAMPLES_PER_CAMPAIGN,
+        shrink: bool, keep_going: bool = False, shrink_seconds: float | None = None, witness_kinds: bool = False, keep_last: Path | None = None, steps: int = STEPS_PER_EXAMPLE, examples: int = EXAMPLES_PER_CAMPAIGN,
         log: Callable[[str], None] = print) -> Report:
-    """Campaigns until ``seconds`` are spent (the fixed ``seeds`` first, then random ones), or the first finding."""
-    report = Report(backend)
+    """Campaigns until ``seconds`` are spent (the fixed ``seeds`` first, then random ones), or the first finding
+    (with ``keep_going``, every finding is saved and the next seed runs on a fresh world)."""
+    report = Report(backend, examples=examples, steps=steps)
     started = time.monotonic()
     rng = random.Random()
     queue = list(seeds or [])
@@ -143,22 +163,25 @@ def run(make_world: Callable[[], World], *, backend: str, seconds: float, seeds:
             report.seeds.append(seed)
             policy = fuzz.base_policy
             log(f"fuzz ({backend}): seed {seed} (quorum {policy.quorum}{', require_blind' if policy.require_blind else ''}) "
-                f"at {elapsed:.0f} s; replay with --seed {seed}")
+                f"at {elapsed:.0f} s; replay with: {report.replay(seed)}")
             began = time.monotonic()
             try:
                 campaign(fuzz, seed, steps=steps, examples=examples, shrink=shrink,
-                         shrink_seconds=max(60.0, seconds - (time.monotonic() - started)))
+                         shrink_seconds=shrink_seconds or max(60.0, seconds - (time.monotonic() - started)))
             except BaseException as exc:  # noqa: BLE001 -- every failure is a finding, reported with its sequence
                 if isinstance(exc, KeyboardInterrupt):
                     raise
-                report.finding = _finding(fuzz, seed, backend, exc, out)
-                break
+                report.findings.append(_finding(fuzz, seed, backend, exc, out))
+                log(f"fuzz ({backend}): FOUND [{report.findings[-1].invariant}] with seed {seed}"
+                    f"{f'; saved as {report.findings[-1].path}' if report.findings[-1].path else ''}")
+                if not keep_going:
+                    break
             finally:
                 stepping += time.monotonic() - began
     finally:
         if fuzz is not None:
             report.figures = _figures(fuzz, time.monotonic() - started, stepping)
-            if keep_last is not None and fuzz.log is not None and report.finding is None:
+            if keep_last is not None and fuzz.log is not None and not report.findings:
                 keep_last.write_text(fuzz.log.render(name="the fuzzer's last example", description="The last example of a clean fuzzing run."))
             fuzz.close()
         report.seconds = time.monotonic() - started
@@ -223,6 +246,32 @@ def _figures(fuzz: Fuzz, seconds: float, stepping: float) -> dict[str, Any]:
     }
 
 
+def assert_clean(report: Report) -> None:
+    """Fail with the seeds, the figures and the finding's scenario (and how to replay and shrink it) if the run found anything."""
+    if report.finding is None:
+        return
+    f = report.finding
+    raise AssertionError("\n".join([
+        *report.lines(),
+        f"replay and shrink it: {report.replay(f.seed)}",
+        "the sequence as found (not shrunk):",
+        f.scenario,
+    ]))
+
+
+#: Rules a run of make test's budget must have taken at least once, and the invariants it must have checked.
+MUST_RUN = ("remember", "revise", "corroborate", "show", "retire", "acquire_fast", "send_agent", "inbox", "forged_field")
+
+
+def assert_exercised(report: Report) -> None:
+    """A clean run proves something only if it stepped: the common rules ran and every invariant was checked."""
+    rules, checks = report.figures.get("rules", {}), report.figures.get("invariants", {})
+    missing = [r for r in MUST_RUN if not rules.get(r)]
+    unchecked = [name for name, count in checks.items() if not count]
+    assert not missing and not unchecked, (
+        f"the run did not exercise rules {missing} or check invariants {unchecked}:\n" + "\n".join(report.lines()))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.fuzz.campaign", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=float(os.environ.get("FUZZ_SECONDS", 600)))
@@ -230,7 +279,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("FUZZ_OUT", "fuzz-findings")))
     parser.add_argument("--no-shrink", action="store_true", help="report the first failing sequence as found")
-    parser.add_argument("--steps", type=int, default=STEPS_PER_EXAMPLE)
+    parser.add_argument("--keep-going", action="store_true", help="after a finding, save it and go on with the next seed until the time is spent")
+    parser.add_argument("--shrink-seconds", type=float, help="time Hypothesis may spend shrinking a failure (default: what is left of --seconds, at least 60)")
+    parser.add_argument("--steps", type=int, default=STEPS_PER_EXAMPLE, help=f"steps per example (default {STEPS_PER_EXAMPLE})")
+    parser.add_argument("--examples", type=int, default=EXAMPLES_PER_CAMPAIGN, help=f"examples per seed (default {EXAMPLES_PER_CAMPAIGN})")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object at the end")
     parser.add_argument("--keep-last", type=Path, help="write the last example of a clean run here, as a scenario file")
     args = parser.parse_args(argv)
@@ -245,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             make = sqlite_world(root)
         report = run(make, backend=args.backend, seconds=args.seconds, seeds=args.seed, out=args.out,
-                     shrink=not args.no_shrink, steps=args.steps, keep_last=args.keep_last, log=lambda line: print(line, flush=True))
+                     shrink=not args.no_shrink, keep_going=args.keep_going, shrink_seconds=args.shrink_seconds, steps=args.steps, examples=args.examples, keep_last=args.keep_last, log=lambda line: print(line, flush=True))
     finally:
         if cluster is not None:
             cluster.stop()
@@ -254,8 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     for line in report.lines():
         print(line)
-    if report.finding is not None:
-        print(report.finding.scenario)
+    for finding in report.findings:
+        print(finding.scenario)
     if args.json:
         print(json.dumps({"backend": report.backend, "seconds": report.seconds, "seeds": report.seeds, "figures": report.figures,
                           "finding": None if report.finding is None else {"invariant": report.finding.invariant, "error": report.finding.error,

@@ -645,6 +645,10 @@ class Fuzz:
         if p is None:
             return
         resources = _subset(RESOURCES, mask)
+        if self.multihost:
+            # name:// resources are one lock across hosts (locks/shared.py: advisory locks); the model keeps one
+            # table per host, so two brokers fuzz paths, globs and git (each host's own) and not named resources.
+            resources = tuple(r for r in resources if "://" not in r) or ("git",)
         table = self.locks[p.host]
         expect = table.expect_acquire(p.key, resources, shared=shared, wait=wait)
         self.count(f"acquire_{'wait' if wait else 'fast'}{'_queued' if expect.ok and not expect.fields.get('granted') else ''}")
@@ -692,7 +696,9 @@ class Fuzz:
         for g in grants:
             if g.get("mode") != mode:
                 raise Violation("6-locks", f"{g.get('resource')} granted {g.get('mode')}, asked {mode}")
-            sequence = g["resource"] if self.multihost and (g["resource"] == "git" or "://" in g["resource"]) else p.host
+            # A cross-host resource's tokens come from one sequence of its own; the rest from the host's own block
+            # (locks/shared.py): git is a host's own (its checkout, its index), not a cross-host resource.
+            sequence = g["resource"] if self.multihost and "://" in g["resource"] else p.host
             token = int(g["token"])
             last = self.last_token.get(sequence, 0)
             if token <= last:
