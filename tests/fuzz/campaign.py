@@ -82,7 +82,8 @@ class Report:
             f"fuzz ({self.backend}): seeds {', '.join(map(str, self.seeds)) or 'none'}",
             f"fuzz ({self.backend}): {f.get('steps', 0)} steps in {self.seconds:.1f} s ({f.get('steps_per_second', 0):.1f} steps/s; "
             f"{f.get('step_seconds', 0):.1f} s of it stepping), {f.get('examples', 0)} examples, {f.get('worlds', 0)} world(s), "
-            f"{f.get('broker_starts', 0)} broker start(s)",
+            f"{f.get('broker_starts', 0)} broker start(s); baseline in the same run: {f.get('baseline_ops_per_second', 0):.0f} operator "
+            f"whoami/s, so a step costs {f.get('baseline_ops_per_second', 0) / max(f.get('steps_per_second', 0), 1e-9):.0f} round trips",
             f"fuzz ({self.backend}): rules {json.dumps(f.get('rules', {}), sort_keys=True)}",
             f"fuzz ({self.backend}): seconds per rule {json.dumps(f.get('seconds_per_rule', {}))}",
             f"fuzz ({self.backend}): invariant checks {json.dumps(f.get('invariants', {}), sort_keys=True)}",
@@ -181,6 +182,7 @@ def run(make_world: Callable[[], World], *, backend: str, seconds: float, seeds:
     finally:
         if fuzz is not None:
             report.figures = _figures(fuzz, time.monotonic() - started, stepping)
+            report.figures["baseline_ops_per_second"] = _baseline(fuzz)
             if keep_last is not None and fuzz.log is not None and not report.findings:
                 keep_last.write_text(fuzz.log.render(name="the fuzzer's last example", description="The last example of a clean fuzzing run."))
             fuzz.close()
@@ -229,6 +231,21 @@ def _finding(fuzz: Fuzz, seed: int, backend: str, exc: BaseException, out: Path 
         diagnosis = fuzz.diagnosis
         (out / f"{backend}-{seed}.txt").write_text("".join(traceback.format_exception(exc)) + "\n" + diagnosis)
     return finding
+
+
+def _baseline(fuzz: Fuzz, calls: int = 100) -> float:
+    """The same run's baseline: the operator's ``whoami`` round trips per second on the world's first broker (0 if none is up)."""
+    world = fuzz.world
+    if world is None or fuzz.dirty:
+        return 0.0
+    host = next(iter(world.hosts.values()))
+    try:
+        began = time.monotonic()
+        for _ in range(calls):
+            host.op("whoami")
+        return calls / (time.monotonic() - began)
+    except Exception:  # noqa: BLE001 -- a figure, never a failure
+        return 0.0
 
 
 def _figures(fuzz: Fuzz, seconds: float, stepping: float) -> dict[str, Any]:

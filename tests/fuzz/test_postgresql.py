@@ -13,11 +13,12 @@ from typing import Any
 
 from tests.fuzz import campaign
 
+#: One seed of three examples: a step across two brokers and a shared server costs about four times one on SQLite.
 EXAMPLES = 3
 
 
 def test_random_teams_on_two_brokers_keep_every_invariant(pg_cluster: Any, tmp_path: Path) -> None:
-    seeds = campaign.budget_seeds()[-2:]  # the second fixed seed and the random one
+    seeds = campaign.budget_seeds()[-1:]  # the random one (FUZZ_SEED=N to replay one)
     report = campaign.run(campaign.postgres_world(tmp_path, pg_cluster), backend="postgresql", seconds=0, seeds=seeds,
                           examples=EXAMPLES, out=tmp_path / "findings", shrink=False)
     campaign.assert_clean(report)
