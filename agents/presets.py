@@ -204,7 +204,7 @@ CLAUDE_ENV: Final = {
     "MCP_TIMEOUT": "60000",
 }
 #: The variables Codex must pass to `conclave mcp` (it starts MCP servers with a scrubbed environment).
-CODEX_ENV_VARS: Final = ("CONCLAVE_SOCKET", "CONCLAVE_TICKET", "CONCLAVE_STATE_DIR", "CONCLAVE_REPO")
+CODEX_ENV_VARS: Final = ("CONCLAVE_SOCKET", "CONCLAVE_TICKET", "CONCLAVE_STATE_DIR", "CONCLAVE_REPO", "CONCLAVE_BROKER_PROCESS")
 #: Seconds an agent waits for one hook (the hook itself gives up sooner, see agents.hooks.DEADLINE).
 HOOK_TIMEOUT: Final = 60
 

@@ -35,6 +35,7 @@ REASONS: Final[Mapping[str, str]] = {
     "domain_already_counted": "domain already counted",
     "revoked": "witness revoked",
     "covered_by_promotion": "covered by the operator's promotion",
+    "unread": "vouched by id, never shown it, no matching evidence",
 }
 FORMATS: Final = ("text", "dot", "mermaid")
 EdgeKind = Literal["corroborated", "disputed"]
@@ -84,10 +85,12 @@ class Edge:
     counted: bool
     blind: bool | None  # None for a dispute: blindness is asked of corroborations only
     reason: str | None  # why it did not count (a NotCounted value), None when it counted
+    #: blind, informed, unread -- or "rediscovered" (the witness remembered the same finding itself)
+    how: str | None = None
 
     @property
     def label(self) -> str:
-        how = "disputed" if self.kind == "disputed" else ("blind" if self.blind else "informed")
+        how = "disputed" if self.kind == "disputed" else (self.how or ("blind" if self.blind else "informed"))
         verdict = "counted" if self.counted else f"not counted: {REASONS.get(self.reason or '', self.reason or 'no reason recorded')}"
         return f"#{self.claim} {how}, {verdict}"
 
@@ -158,7 +161,7 @@ class TrustGraph:
             claims=tuple(ClaimRef(c["id"], c["tier"], c["author"], c["text"]) for c in data["claims"]),
             nodes=tuple(Node(n["principal"], n["domain"], tuple(n["authored"])) for n in data["nodes"]),
             edges=tuple(
-                Edge(e["source"], e["target"], e["claim"], e["kind"], e["counted"], e["blind"], e["reason"]) for e in data["edges"]
+                Edge(e["source"], e["target"], e["claim"], e["kind"], e["counted"], e["blind"], e["reason"], e.get("how")) for e in data["edges"]
             ),
         )
 
@@ -197,6 +200,7 @@ def build(subject: str, claims: Iterable[Mapping[str, Any]], *, omitted: int = 0
                         counted=counted,
                         blind=bool(row.get("blind")) if kind == "corroborated" else None,
                         reason=None if counted else (row.get("reason_not_counted") or None),
+                        how=("rediscovered" if row.get("restatement") else row.get("witness")) if kind == "corroborated" else None,
                     )
                 )
     nodes = tuple(

@@ -36,8 +36,19 @@ def show(conn: apsw.Connection, policy: TrustPolicy, claim_id: int) -> dict[str,
             for e in editions
         ],
         "exposures": conn.execute("SELECT count(*) FROM exposures WHERE lineage = ?", (claim.lineage,)).fetchone()[0],
+        "links": links(conn, claim.id),
         "history": [{"seq": e.seq, "at": e.at, "kind": e.kind, "actor": e.actor, "claim": int(e.subject), "detail": e.payload} for e in history],
     }
+
+
+def links(conn: apsw.Connection, claim_id: int) -> list[dict[str, Any]]:
+    """The restatement links of a claim, both ways: what it restates, and which later claims restated it."""
+    return [
+        {"claim": c, "restates": r, "kind": k, "similarity": s, "at": at}
+        for c, r, k, s, at in conn.execute(
+            "SELECT claim, restates, kind, similarity, at FROM claim_links WHERE claim = ? OR restates = ? ORDER BY id", (claim_id, claim_id)
+        )
+    ]
 
 
 def _agent_clause(column: str) -> str:
@@ -145,6 +156,9 @@ def stats(conn: apsw.Connection, policy: TrustPolicy, database: str | None) -> d
     by_kind = dict(conn.execute("SELECT kind, count(*) FROM claims WHERE tier IN ('unverified', 'trusted', 'disputed') GROUP BY kind"))
     counted, total = conn.execute("SELECT coalesce(sum(counted), 0), count(*) FROM corroborations").fetchone()
     blind = conn.execute("SELECT coalesce(sum(blind), 0) FROM corroborations").fetchone()[0]
+    unread = conn.execute("SELECT count(*) FROM corroborations WHERE witness = 'unread'").fetchone()[0]
+    rediscoveries = conn.execute("SELECT count(*) FROM claim_links WHERE kind = 'rediscovery'").fetchone()[0]
+    restatements = conn.execute("SELECT count(*) FROM claim_links WHERE kind = 'restatement'").fetchone()[0]
     disputes = conn.execute("SELECT count(*) FROM disputes").fetchone()[0]
     last_groom = conn.execute("SELECT at, summary FROM groom_runs ORDER BY id DESC LIMIT 1").fetchone()
     size = 0
@@ -154,7 +168,8 @@ def stats(conn: apsw.Connection, policy: TrustPolicy, database: str | None) -> d
         "claims": sum(by_tier.values()),
         "by_tier": {t.value: by_tier.get(t.value, 0) for t in Tier},
         "live_by_kind": {k: by_kind.get(k, 0) for k in claims.KINDS},
-        "corroborations": {"total": total, "counted": counted, "blind": blind},
+        "corroborations": {"total": total, "counted": counted, "blind": blind, "unread": unread},
+        "links": {"rediscoveries": rediscoveries, "restatements": restatements},
         "disputes": disputes,
         "exposures": exposures.count(conn),
         "events": conn.execute("SELECT count(*) FROM events WHERE kind LIKE 'memory.%'").fetchone()[0],

@@ -32,8 +32,8 @@ def revoked_among(conn: apsw.Connection, keys: Iterable[str]) -> set[str]:
 
 
 def _witnesses(conn: apsw.Connection, table: str, claim_id: int) -> list[tuple[Any, ...]]:
-    blind = "blind" if table == "corroborations" else "0"
-    return list(conn.execute(f"SELECT id, principal, domain, at, {blind} FROM {table} WHERE claim = ? ORDER BY id", (claim_id,)))
+    kind = "blind, witness" if table == "corroborations" else "0, NULL"
+    return list(conn.execute(f"SELECT id, principal, domain, at, {kind} FROM {table} WHERE claim = ? ORDER BY id", (claim_id,)))
 
 
 def evaluate(conn: apsw.Connection, policy: TrustPolicy, claim: ClaimRow) -> Standing:
@@ -43,7 +43,7 @@ def evaluate(conn: apsw.Connection, policy: TrustPolicy, claim: ClaimRow) -> Sta
     promoted = conn.execute("SELECT max(at) FROM promotions WHERE claim = ?", (claim.id,)).fetchone()[0]
 
     def as_witness(r: tuple[Any, ...]) -> Witness:
-        return Witness(row=r[0], principal=r[1], domain=r[2], at=r[3], blind=bool(r[4]), revoked=r[1] in revoked)
+        return Witness(row=r[0], principal=r[1], domain=r[2], at=r[3], blind=bool(r[4]), revoked=r[1] in revoked, unread=r[5] == "unread")
 
     return judge(
         policy,
@@ -105,6 +105,11 @@ def restand_all(conn: apsw.Connection, policy: TrustPolicy, *, actor: str, cause
     return changes
 
 
+def witness_kind(stored: str | None, blind: Any) -> str:
+    """``blind``, ``informed`` or ``unread`` (rows written before witnesses said what they saw have only ``blind``)."""
+    return stored or ("blind" if blind else "informed")
+
+
 def describe(conn: apsw.Connection, policy: TrustPolicy, claim: ClaimRow) -> dict[str, Any]:
     """A claim in ``--json``: its fields, every witness with its verdict, and what it lacks."""
     return describe_many(conn, policy, [claim])[0]
@@ -150,12 +155,16 @@ def _describe(conn: apsw.Connection | None, policy: TrustPolicy, rows: list[Clai
     disputes: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
     promotions: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
     for r in () if conn is None else conn.execute(
-        f"SELECT claim, id, principal, domain, at, blind, evidence, counted, reason_not_counted FROM corroborations WHERE claim IN ({marks}) ORDER BY id",
+        f"SELECT claim, id, principal, domain, at, blind, evidence, counted, reason_not_counted, witness, similarity, restatement "
+        f"FROM corroborations WHERE claim IN ({marks}) ORDER BY id",
         ids,
     ):
         corroborations[r[0]].append(
-            {"id": r[1], "principal": r[2], "domain": r[3], "at": r[4], "blind": bool(r[5]), "evidence": r[6], "counted": bool(r[7]), "reason_not_counted": r[8]}
-        )
+            {
+                "id": r[1], "principal": r[2], "domain": r[3], "at": r[4], "blind": bool(r[5]), "evidence": r[6], "counted": bool(r[7]),
+                "reason_not_counted": r[8], "witness": witness_kind(r[9], r[5]), "similarity": r[10], "restatement": r[11],
+            }
+        )  # fmt: skip
     for r in () if conn is None else conn.execute(
         f"SELECT claim, id, principal, domain, at, reason, counted, reason_not_counted FROM disputes WHERE claim IN ({marks}) ORDER BY id", ids
     ):

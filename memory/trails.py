@@ -44,7 +44,7 @@ import apsw
 import attrs
 
 from broker.errors import ConclaveError, ErrorCode
-from memory import claims
+from memory import claims, standing
 from store import events
 from store.events import Event
 
@@ -67,6 +67,7 @@ class Step:
     counted: bool | None = None
     blind: bool | None = None
     note: str | None = None
+    witness: str | None = None  # a corroboration's kind: blind, informed, unread, or "rediscovered in claim N"
     seq: int | None = None  # the event this row is (or was written with); None for an exposure
     reply_to: int | None = None  # for the exposure a reply wrote: the seq of the witness event it answered
     order: tuple[int, int, int] = attrs.field(default=(0, _MERGED, 0), eq=False)
@@ -96,12 +97,19 @@ def claim_trail(conn: apsw.Connection, claim_id: int) -> list[dict[str, Any]]:
         note = f"edition {e.edition}" + (f" of claim {e.supersedes}" if e.supersedes else "")
         steps.append(Step(e.created_at, e.author, "revised" if e.supersedes else "authored", e.id, tiers[e.id], e.text, note=note, seq=seq))
     witnessed: dict[tuple[int, str, str], tuple[str, int | None]] = {}  # (claim, principal, at) -> (action, event seq)
-    for cid, row, at, principal, blind, counted, why, evidence in conn.execute(
-        f"SELECT claim, id, at, principal, blind, counted, reason_not_counted, evidence FROM corroborations WHERE claim IN ({marks})", ids
+    for cid, row, at, principal, blind, counted, why, evidence, witness, restatement in conn.execute(
+        f"SELECT claim, id, at, principal, blind, counted, reason_not_counted, evidence, witness, restatement "
+        f"FROM corroborations WHERE claim IN ({marks})",
+        ids,
     ):
         seq = tie.witness("corroborated", row)
         witnessed[(cid, principal, at)] = ("corroborated", seq)
-        steps.append(Step(at, principal, "corroborated", cid, tiers[cid], evidence or "", bool(counted), bool(blind), why, seq=seq))
+        action, how = _witnessed(witness, blind, restatement)
+        steps.append(Step(at, principal, action, cid, tiers[cid], evidence or "", bool(counted), bool(blind), why, witness=how, seq=seq))
+    for cid, at, other, kind, similarity in conn.execute(
+        f"SELECT restates, at, claim, kind, similarity FROM claim_links WHERE restates IN ({marks})", ids
+    ):
+        steps.append(Step(at, "broker", "restated", cid, tiers[cid], note=f"by claim {other}: {kind}, similarity {similarity:.2f}"))
     for cid, row, at, principal, counted, why, reason in conn.execute(
         f"SELECT claim, id, at, principal, counted, reason_not_counted, reason FROM disputes WHERE claim IN ({marks})", ids
     ):
@@ -160,12 +168,13 @@ def agent_trail(conn: apsw.Connection, of_agent: str) -> list[dict[str, Any]]:
     ):
         note = f"edition {edition}" + (f" of claim {supersedes}" if supersedes else "")
         steps.append(Step(at, principal, "revised" if supersedes else "authored", cid, tier, text, note=note, seq=tie.written(cid)))
-    for cid, row, at, principal, blind, counted, why, tier, text in conn.execute(
-        f"SELECT c.claim, c.id, c.at, c.principal, c.blind, c.counted, c.reason_not_counted, k.tier, k.text "
+    for cid, row, at, principal, blind, counted, why, tier, text, witness, restatement in conn.execute(
+        f"SELECT c.claim, c.id, c.at, c.principal, c.blind, c.counted, c.reason_not_counted, k.tier, k.text, c.witness, c.restatement "
         f"FROM corroborations c JOIN claims k ON k.id = c.claim WHERE {clause.format('c.principal')}",
         params,
     ):
-        steps.append(Step(at, principal, "corroborated", cid, tier, text, bool(counted), bool(blind), why, seq=tie.witness("corroborated", row)))
+        action, how = _witnessed(witness, blind, restatement)
+        steps.append(Step(at, principal, action, cid, tier, text, bool(counted), bool(blind), why, witness=how, seq=tie.witness("corroborated", row)))
     for cid, row, at, principal, counted, why, reason, tier, text in conn.execute(
         f"SELECT d.claim, d.id, d.at, d.principal, d.counted, d.reason_not_counted, d.reason, k.tier, k.text "
         f"FROM disputes d JOIN claims k ON k.id = d.claim WHERE {clause.format('d.principal')}",
@@ -173,6 +182,13 @@ def agent_trail(conn: apsw.Connection, of_agent: str) -> list[dict[str, Any]]:
     ):
         steps.append(Step(at, principal, "disputed", cid, tier, text, bool(counted), note=why or reason, seq=tie.witness("disputed", row)))
     return [s.as_dict() for s in in_order(steps, log, ())]
+
+
+def _witnessed(witness: str | None, blind: bool, restatement: int | None) -> tuple[str, str]:
+    """A corroboration row's action and how its witness knew: a rediscovery names the claim that restated it."""
+    if restatement:
+        return "rediscovered", f"rediscovered in claim {restatement}"
+    return "corroborated", standing.witness_kind(witness, blind)
 
 
 def in_order(steps: Sequence[Step], log: Sequence[Event], placed: Iterable[Step]) -> list[Step]:

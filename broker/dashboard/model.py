@@ -336,10 +336,20 @@ def biography(claim: Mapping[str, Any]) -> list[str]:
             out.append(f"  #{e['id']} edition {e['edition']} [{e['tier']}] by {e['author']} at {when(e['created_at'])}{later}{mark}")
     out += ["", f"witnesses: {witnesses(claim)}"]
     for w in claim.get("corroborations") or []:
-        how = "blind" if w.get("blind") else "informed"
+        how = w.get("witness") or ("blind" if w.get("blind") else "informed")
+        if w.get("restatement"):
+            how += f" (rediscovered it in #{w['restatement']})"
         out.append(f"  {w['principal']} (domain {w['domain']}) {how}, {_verdict(w)}  at {when(w['at'])}")
         if w.get("evidence"):
             out.append(f"      evidence: {clean(w['evidence'])}")
+    links = claim.get("links") or []
+    if links:
+        out += ["", "restatements:"]
+        for link in links:
+            if link["claim"] == claim["id"]:
+                out.append(f"  restates #{link['restates']} ({link['kind']}, similarity {link['similarity']:.2f})")
+            else:
+                out.append(f"  restated by #{link['claim']} ({link['kind']}, similarity {link['similarity']:.2f})")
     disputes = claim.get("disputes") or []
     if disputes:
         out += ["", f"disputes ({len(disputes)}):"]

@@ -209,7 +209,7 @@ def test_claims_pane_searches_and_shows_biography_witnesses_and_trust_graph(team
     alice, bob, carol, dave = (team.puppet(n) for n in PUPPETS)
     cid = alice.call("memory.remember", kind="discovery", text="The tokenizer tests need the zstd fixtures unpacked.")["id"]
     carol.call("memory.recall", query="tokenizer zstd fixtures")  # carol has seen it: informed
-    bob.call("memory.corroborate", id=cid, evidence="reproduced")
+    bob.call("memory.corroborate", id=cid, evidence="Reproduced: the tokenizer tests only pass once the zstd fixtures are unpacked.")  # blind: never shown it
     carol.call("memory.corroborate", id=cid)
     dave.call("memory.dispute", id=cid, reason="only on a cold cache")
 
@@ -222,7 +222,7 @@ def test_claims_pane_searches_and_shows_biography_witnesses_and_trust_graph(team
         await until(pilot, lambda: [r[0] for r in rows(app, "#claims")] == [str(cid)], "the search to leave only this claim")
         await select_row(pilot, "#claims", str(cid))
         bio = await until(pilot, lambda: "witnesses: 2, 2 counted" in shown(app, "#bio") and shown(app, "#bio"), "the biography")
-        assert "(domain bob) blind, counted" in bio and "evidence: reproduced" in bio
+        assert "(domain bob) blind, counted" in bio and "evidence: Reproduced: the tokenizer tests" in bio
         assert "(domain carol) informed, counted" in bio
         assert "disputes (1):" in bio and "(domain dave), counted: only on a cold cache" in bio
         assert "-> trusted" in bio and "-> disputed" in bio  # how it reached its tier, step by step
@@ -241,9 +241,9 @@ def test_the_witness_column_and_the_biography_count_witnesses_alike(start_run: A
     (the counted ones) while the biography said 3.  Both now read the memory's one tally."""
     run = start_run([{"name": "alice", "may_spawn": 1}, {"name": "bob"}, {"name": "carol"}])
     cid = run.puppet("alice").call("memory.remember", kind="discovery", text="The lexer tests need the unicode tables.")["id"]
-    run.puppet("bob").call("memory.corroborate", id=cid)
-    run.puppet("carol").call("memory.corroborate", id=cid)
-    run.spawn_puppet("alice", "helper").call("memory.corroborate", id=cid)
+    for witness in (run.puppet("bob"), run.puppet("carol"), run.spawn_puppet("alice", "helper")):
+        witness.call("memory.show", id=cid)  # read first: a vouch by id alone is unread and never counts
+        witness.call("memory.corroborate", id=cid)
     shown_claim = run.op("memory.show", id=cid)
     listed = next(c for c in run.op("memory.list") if c["id"] == cid)
     assert [c["counted"] for c in shown_claim["corroborations"]] == [True, True, False]

@@ -76,7 +76,7 @@ def test_dashboard_in_a_real_terminal_shows_the_team_and_promotes_through_the_ke
         alice, bob = run.puppet("alice"), run.puppet("bob")
         alice.call("status.set", text="writing the tmux check")
         cid = alice.call("memory.remember", kind="discovery", text="The terminal check drives tmux with send-keys.")["id"]
-        bob.call("memory.corroborate", id=cid)
+        bob.call("memory.corroborate", id=cid, evidence="I looked: the terminal check uses tmux send-keys to drive the terminal.")
         command = shlex.join(
             # The shell tmux starts may export COLUMNS/LINES from the pane's first, default size;
             # Textual (through shutil) would believe them over the terminal.

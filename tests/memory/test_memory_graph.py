@@ -21,6 +21,8 @@ from typing import Any, Iterator
 
 import pytest
 
+from tests.memory.memory_support import vouch
+
 from agents.harness import Run
 from memory import graph
 from memory.graphviz import GraphvizError, find_dot, to_svg
@@ -262,8 +264,8 @@ def vouched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, dic
         alice, bob, carol = run.puppet("alice"), run.puppet("bob"), run.puppet("carol")
         first = alice.call("memory.remember", kind="discovery", text="The build uses ninja on linux hosts.")["id"]
         carol.call("memory.recall", query="ninja build linux")  # carol reads it first: her vouch is informed
-        bob.call("memory.corroborate", id=first)
-        carol.call("memory.corroborate", id=first)
+        bob.call("memory.corroborate", id=first, evidence="Checked on my linux host: the build runs with ninja.")  # blind: never shown it
+        vouch(carol, first)
         run.spawn_puppet("alice", "helper").call("memory.corroborate", id=first)  # the author's own family
         second = bob.call("memory.remember", kind="failure", text="The lint step fails on python 3.13 images.")["id"]
         alice.call("memory.dispute", id=second, reason="it passes on the 3.13 image here")
