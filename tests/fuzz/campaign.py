@@ -142,7 +142,7 @@ def postgres_world(root: Path, cluster: Any) -> Callable[[], World]:
 
 
 def run(make_world: Callable[[], World], *, backend: str, seconds: float, seeds: list[int] | None, out: Path | None,
-        shrink: bool, keep_going: bool = False, shrink_seconds: float | None = None, witness_kinds: bool = False, keep_last: Path | None = None, steps: int = STEPS_PER_EXAMPLE, examples: int = EXAMPLES_PER_CAMPAIGN,
+        shrink: bool, keep_going: bool = False, shrink_seconds: float | None = None, witness_kinds: bool = True, keep_last: Path | None = None, steps: int = STEPS_PER_EXAMPLE, examples: int = EXAMPLES_PER_CAMPAIGN,
         log: Callable[[str], None] = print) -> Report:
     """Campaigns until ``seconds`` are spent (the fixed ``seeds`` first, then random ones), or the first finding
     (with ``keep_going``, every finding is saved and the next seed runs on a fresh world)."""

@@ -23,7 +23,7 @@ from tests.fuzz import checks, texts
 from tests.fuzz.checks import Violation, judge, short
 from tests.fuzz.model import ALL, OPERATOR, Expect, LockTable, Mail, Memory, Overlap, Policy, Principal, Registry
 from tests.fuzz.scenario import ScenarioLog
-from tests.fuzz.world import Agent, Host, StepTimeout, World, ticket_of
+from tests.fuzz.world import MEMORY, Agent, Host, StepTimeout, World, ticket_of
 
 #: The lock universe: every pattern is made of these directories and names (model.Overlap relies on it).
 LOCK_DIRS = ("", "src/", "src/sub/", "docs/", "docs/sub/")
@@ -68,7 +68,7 @@ class Coverage:
 class Fuzz:
     """A world, its model, and the steps that keep them side by side."""
 
-    def __init__(self, make_world: Callable[[], World], *, policy: Policy, witness_kinds: bool = False) -> None:
+    def __init__(self, make_world: Callable[[], World], *, policy: Policy, witness_kinds: bool = True) -> None:
         self.make_world = make_world
         self.base_policy = policy
         self.witness_kinds = witness_kinds
@@ -157,7 +157,7 @@ class Fuzz:
         self.end_example_cleanup()
         agents = [{"name": n, "may_spawn": self.world.may_spawn, "restart": "on-failure", "max_restarts": self.world.max_restarts}
                   for n in next(iter(self.world.hosts.values())).spec.agents]
-        self.log = ScenarioLog(agents, self._policy_table(self.memory.policy))
+        self.log = ScenarioLog(agents, self._policy_table(self.memory.policy), MEMORY)
         # What an example may name is what it made: replayed on a fresh world, it names the same things.
         self.example_keys = [p.key for p in sorted(self.registry.live(), key=lambda p: (p.host, p.agent))]
         self.example_names = sorted({p.agent for p in self.registry.live()})

@@ -70,13 +70,11 @@ class ConclaveMachine(RuleBasedStateMachine):
         self.costly = COSTLY_PER_EXAMPLE
         self.heavy = False
 
-    # A broker restart (a policy change, a SIGKILL) costs seconds: one example in two may take one, and
-    # each example may start or end a few processes.  Both allowances shrink towards none: a costly step
-    # a failure does not need becomes a no-op, then goes, and the shrinker's replays stay fast.
-    @initialize(heavy=st.integers(0, 1), costly=st.integers(0, COSTLY_PER_EXAMPLE))
-    def allowances(self, heavy: int, costly: int) -> None:
+    # A broker restart (a policy change, a SIGKILL) costs seconds: one example in two may take one.  The
+    # allowance shrinks towards none, so a restart a failure does not need becomes a no-op, then goes.
+    @initialize(heavy=st.integers(0, 1))
+    def allowances(self, heavy: int) -> None:
         self.heavy = heavy == 1
-        self.costly = costly
         self.fuzz.coverage.rules["examples allowed a broker restart"] += self.heavy
 
     def _spend(self) -> None:

@@ -232,7 +232,7 @@ class Memory:
         self.revoked: set[str] = set()
         self.clock = itertools.count(1)
         self.rows = itertools.count(1)
-        self.witness_kinds = False  # set when the broker reports witness kinds (informed/blind/unread)
+        self.witness_kinds = True  # witnesses are informed, blind (never shown, evidence matches) or unread (never counts)
 
     # -- the policy, stated once --------------------------------------------------
 

@@ -18,9 +18,10 @@ from agents.harness import toml_value
 class ScenarioLog:
     """The steps of one example, in the catalogue's format."""
 
-    def __init__(self, agents: list[dict[str, Any]], policy: dict[str, Any]) -> None:
+    def __init__(self, agents: list[dict[str, Any]], policy: dict[str, Any], memory: dict[str, Any] | None = None) -> None:
         self.agents = agents
         self.policy = dict(policy)
+        self.memory = dict(memory or {})  # the team file's [memory] the fuzzer's brokers ran with
         self.steps: list[dict[str, Any]] = []
         self.checks: list[dict[str, Any]] = []
         self.claims: dict[int, str] = {}
@@ -91,6 +92,10 @@ class ScenarioLog:
         if self.policy:
             lines.append("[policy]")
             lines += [f"{k} = {toml_value(v)}" for k, v in self.policy.items()]
+            lines.append("")
+        if self.memory:
+            lines.append("[memory]")
+            lines += [f"{k} = {toml_value(v)}" for k, v in self.memory.items()]
             lines.append("")
         for agent in self.agents:
             lines.append("[[agents]]")

@@ -49,10 +49,18 @@ def team(registry: Registry, *names: str) -> dict[str, object]:
 
 def test_the_trust_rules_as_the_docs_state_them() -> None:
     registry = Registry()
-    p = team(registry, "alice", "bob", "carol")
+    p = team(registry, "alice", "bob", "carol", "dave")
     kid = registry.issue("alice/k1:00000000000a", "alice/k1", "local", p["alice"].key)
     memory = Memory(Policy(quorum=2))
     claim = memory.remember(p["alice"], 1, kind="discovery", scope="repo", text="t", tag="x")
+    # A vouch by id from a domain never shown the claim is unread: recorded, never counted; with evidence that
+    # says what the claim says it is blind and counts (the control).
+    assert memory.expect_witness(p["dave"], 1, dispute=False).fields["reason_not_counted"] == "unread"
+    assert memory.expect_witness(p["dave"], 1, dispute=False, evidence_matches=False).fields["reason_not_counted"] == "unread"
+    assert memory.expect_witness(p["dave"], 1, dispute=False, evidence_matches=True).fields == {
+        "tier": "unverified", "counted": True, "reason_not_counted": None, "blind": True}
+    memory.shown(p["bob"], [1])
+    memory.shown(p["carol"], [1])
     # The author's own domain (her child included) never counts ...
     for who in (p["alice"], kid):
         assert memory.expect_witness(who, 1, dispute=False).fields["reason_not_counted"] == "author_domain"
@@ -73,6 +81,8 @@ def test_the_trust_rules_as_the_docs_state_them() -> None:
     revised = memory.revise(p["alice"], 1, 2, text="t2")
     assert (memory.tier(2), revised.corroborations, memory.tier(1)) == ("unverified", [], "superseded")
     # A revoked witness stops counting.
+    memory.shown(p["bob"], [2])
+    memory.shown(p["carol"], [2])
     memory.witness(p["bob"], 2, dispute=False)
     memory.witness(p["carol"], 2, dispute=False)
     assert memory.tier(2) == "trusted"
@@ -94,6 +104,6 @@ def test_require_blind_needs_a_witness_whose_domain_was_never_shown_the_claim() 
     memory.remember(p["alice"], 3, kind="discovery", scope="repo", text="u", tag="y")
     memory.shown(p["bob"], [3])
     memory.witness(p["bob"], 3, dispute=False)
-    assert memory.expect_witness(p["carol"], 3, dispute=False).fields["blind"] is True
-    memory.witness(p["carol"], 3, dispute=False)
+    assert memory.expect_witness(p["carol"], 3, dispute=False, evidence_matches=True).fields["blind"] is True
+    memory.witness(p["carol"], 3, dispute=False, evidence_matches=True)
     assert memory.tier(3) == "trusted"  # the control: carol was never shown claim 3

@@ -32,7 +32,11 @@ from broker.client import BlockingClient
 FILES = {"README.md": "scratch\n", "src/a.py": "a = 1\n", "src/b.py": "b = 1\n", "src/sub/c.py": "c = 1\n", "docs/x.md": "x\n"}
 
 #: What the broker's team file says beyond the agents: budgets no fuzz run reaches (the model has no mail budget).
-SETTINGS = "\n[mail]\ndeliveries_per_minute = 1000000\nbytes_per_minute = 1000000000\n"
+#: Words only (embedder = "none"): the model has no notion of meaning, so no rediscovery and no refusal by meaning;
+#: a witness's evidence matches when it repeats the claim's words (docs/MEMORY.md), which texts.evidence_for does.
+MEMORY = {"embedder": "none"}
+SETTINGS = ("\n[mail]\ndeliveries_per_minute = 1000000\nbytes_per_minute = 1000000000\n"
+            "\n[memory]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in MEMORY.items()))
 
 
 class StepTimeout(AssertionError):
