@@ -11,8 +11,8 @@ from pathlib import Path
 
 from tests.fuzz import campaign
 
-#: Examples per seed in make test (a seed's examples run on the same brokers, 30 steps each).
-EXAMPLES = 3
+#: Examples per seed in make test (a seed's examples run on the same brokers, up to 30 steps each).
+EXAMPLES = 2
 
 
 def test_random_teams_on_sqlite_keep_every_invariant(tmp_path: Path) -> None:
