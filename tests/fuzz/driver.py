@@ -230,6 +230,14 @@ class Fuzz:
         found = self.actors(**kw)
         return found[sel % len(found)] if found else None
 
+    def again(self, sel: int, claim_id: int) -> int:
+        """``sel`` turned into the selector of a live principal that already vouched for the claim (``sel`` if none did)."""
+        actors = self.actors()
+        claim = self.memory.claims.get(claim_id)
+        vouched = {w.principal for w in claim.corroborations} if claim is not None else set()
+        mine = [i for i, p in enumerate(actors) if p.key in vouched]
+        return mine[sel % len(mine)] if mine else sel
+
     def agent(self, p: Principal) -> Agent:
         return self.world.hosts[p.host].agent(p.agent)
 

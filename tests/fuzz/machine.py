@@ -127,7 +127,11 @@ class ConclaveMachine(RuleBasedStateMachine):
     @rule(who=sel, claim=claims)
     @step
     def corroborate_again(self, who: int, claim: int) -> None:
-        self.fuzz.witness(who, claim, dispute=False)
+        """A witness vouches twice in a row, its evidence matching (a domain counts once): the first vouch is
+        blind or informed, so it may count; the second, informed by the first's reply, may not."""
+        who = self.fuzz.again(who, claim)
+        self.fuzz.witness(who, claim, dispute=False, evidence=1)
+        self.fuzz.witness(who, claim, dispute=False, evidence=1)
 
     @rule(who=sel, claim=claims)
     @step
