@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -100,6 +101,37 @@ class Puppet:
     def try_call(self, op: str, **args: Any) -> dict[str, Any]:
         """The raw reply: ``{"ok": ..., "result"|"error": ...}``."""
         return self._send({"call": op, "args": args})
+
+    def send_nowait(self, command: dict[str, Any]) -> None:
+        """Send a command and leave its reply unread (a call in flight: a blocking wait, or one cut short by a kill)."""
+        self._file.write(json.dumps(command).encode() + b"\n")
+        self._file.flush()
+
+    def reply_ready(self) -> bool:
+        """Has the reply to the command in flight arrived?  (One command at a time: nothing is buffered unread.)"""
+        ready, _, _ = select.select([self._sock], [], [], 0)
+        return bool(ready)
+
+    def receive(self, timeout: float) -> dict[str, Any]:
+        """The reply to the command sent with :meth:`send_nowait`.
+
+        Raises:
+            TimeoutError: no reply within ``timeout`` seconds.
+            ConnectionError: the puppet went away.
+        """
+        self._sock.settimeout(timeout)
+        try:
+            line = self._file.readline()
+        except OSError as exc:
+            raise TimeoutError(f"no reply from {self.key} within {timeout} s") from exc
+        finally:
+            try:
+                self._sock.settimeout(None)
+            except OSError:
+                pass
+        if not line:
+            raise ConnectionError(f"puppet at {self.path!r} went away")
+        return json.loads(line)
 
     def raw(self, text: str) -> dict[str, Any]:
         return self._send({"raw": text})["reply"]
@@ -299,6 +331,29 @@ class Run:
             self.summary = None
         self.process = None
         return self.summary
+
+    def kill(self) -> None:
+        """SIGKILL the broker -- no cleanup, no last anchor write -- and end what it left running.
+
+        Agents outlive a broker killed this way unless their box ties them to it,
+        so each live agent's process group (as the broker listed them just
+        before) is killed too: the next broker then starts on a quiet state
+        directory, as it would after a person cleaned up.
+        """
+        assert self.process is not None
+        try:
+            with self.operator() as client:
+                pids = [a["pid"] for a in client.call("agents", {"live_only": True}) if a.get("pid")]
+        except (ConclaveError, OSError):
+            pids = []
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=60)
+        for pid in pids:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.stop()
 
     def wait_exit(self, timeout: float = 30) -> dict[str, Any] | None:
         """Wait for the run to end by itself (every agent exited)."""
