@@ -92,8 +92,13 @@ def run(
     machine = sandbox_machine.probe()
     try:
         chosen = sandbox_box.levels(((a.name, a.sandbox) for a in team_spec.agents), machine, state_in_work_tree=paths.inside_work_tree())
+        if any(level != "off" for level in chosen.values()):
+            sandbox_box.check_state_dir(paths.state)
         for agent in team_spec.agents:
-            sandbox_box.check_allowances(agent.name, (*agent.allow_read, *agent.allow_write), paths.state)
+            if chosen[agent.name] != "off":
+                sandbox_box.check_grants(
+                    agent.name, repo=paths.repo, state=paths.state, allow_read=agent.allow_read, allow_write=agent.allow_write
+                )
     except ValueError as exc:
         die(str(exc), EXIT_USAGE)
     paths.ensure()

@@ -93,6 +93,7 @@ async def run_broker(
         if not make_child_subreaper():
             # Without it an agent's orphan would be adopted by init and pass for the operator.
             raise BrokerAlreadyRunning("could not become a child subreaper (prctl PR_SET_CHILD_SUBREAPER); refusing to run")
+        paths_mod.register_state_dir(paths.state)  # every box any broker builds from now on is kept out of it
         socket_path = paths_mod.choose_socket_path(paths)
         stopped_by: list[str] = []
         async with open_core(paths, team=team, live=True, features=features) as core:

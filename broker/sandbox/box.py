@@ -35,6 +35,8 @@ from typing import Final, Iterable, Mapping, final
 
 import attrs
 
+from broker import paths as paths_mod
+from broker.sandbox import grants
 from broker.sandbox.machine import Machine, launcher_argv
 
 #: Variables that point at a same-uid deputy: a process the person runs that would act for
@@ -48,18 +50,9 @@ DEPUTY_VARIABLES: Final = frozenset({
     "WEZTERM_UNIX_SOCKET", "WEZTERM_PANE", "DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY",
     "DOCKER_HOST", "CONTAINER_HOST", "PODMAN_HOST", "GIT_ASKPASS", "SSH_ASKPASS",
 })  # fmt: skip
-SYSTEM_READ: Final = (
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/srv",
-    "/var/lib", "/var/cache", "/nix", "/snap", "/gnu", "/proc", "/sys", "/run",
-)  # fmt: skip
-#: The only device nodes an agent may open (not all of /dev: the person's terminals are there).
-DEVICES: Final = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
-#: Terminals: in a strict box a devpts of its own (it cannot open the person's terminal, where
-#: TIOCSTI would type into their shell); a Landlock-only box gets none (no pseudo-terminals there).
-PTYS: Final = ("/dev/pts", "/dev/ptmx")
-#: Deputies' sockets and keys outside /tmp and /run/user, emptied in a strict box.
-HIDDEN: Final = ("~/.ssh", "~/.gnupg", "~/.screen", "/run/screen", "/var/run/screen", "/run/docker.sock", "/var/run/docker.sock", "/run/podman")
-SECRETS_IN_HOME: Final = ("~/.ssh", "~/.gnupg")
+#: Deputies' sockets outside /tmp and /run/user, emptied in a strict box (those under $HOME are
+#: not in its private home at all).
+HIDDEN: Final = ("/run/screen", "/var/run/screen", "/run/docker.sock", "/var/run/docker.sock", "/run/podman")
 DESCRIPTIONS: Final = {
     "strict": "Landlock + namespaces (private /tmp, deputies hidden, .git/hooks read-only)",
     "landlock": "Landlock only (a deputy's named socket can still be reached; .git/hooks writable)",
@@ -86,17 +79,67 @@ class Box:
         return killed
 
 
-def check_allowances(name: str, paths: Iterable[str], state: Path) -> None:
-    """Refuse an ``allow_read``/``allow_write`` path that would open the state directory to an agent.
+def check_grants(
+    name: str, *, repo: Path, state: Path, allow_read: Iterable[str] = (), allow_write: Iterable[str] = (), home: str | None = None
+) -> None:
+    """Refuse, before anything runs, a boxed agent whose grants would hold something trusted:
+    a write grant holding a state directory, your home, a credential or conclave's own
+    installation (or conclave's installation holding the write grant, where no box can keep it
+    read-only), and a read grant reaching into a state directory.
 
     Raises:
-        ValueError: naming the agent and the path.
+        ValueError: naming the agent, the path, what it holds and what to do.
     """
-    real_state = state.resolve()
-    for path in paths:
-        real = Path(path).resolve()
-        if real.is_relative_to(real_state) or real_state.is_relative_to(real):
-            raise ValueError(f"agent {name!r}: {path} would let it reach the state directory {state}; allow something else")
+    home = home if home is not None else os.environ.get("HOME")
+    others = [p for p in paths_mod.known_state_dirs() if os.path.lexists(p)]  # a stale entry names nothing
+    state_dirs = list(dict.fromkeys(os.path.realpath(p) for p in (str(state), *others)))
+    secrets = [os.path.realpath(p) for p in grants.secrets(home)] if home and home != "/" else []
+    conclave = installation()
+    for path in allow_read:
+        real = os.path.realpath(_expand_user(path, home))
+        for known in state_dirs:
+            if grants.inside(real, known) or grants.inside(known, real):
+                raise ValueError(f"agent {name!r}: allow_read {path} would let it reach the state directory {known}; allow something else")
+    for key, path in [("the work tree", str(repo)), *(("allow_write", p) for p in allow_write)]:
+        real = os.path.realpath(_expand_user(path, home))
+        where = f"agent {name!r}: {key} {path}" if key == "allow_write" else f"agent {name!r}'s work tree {path}"
+        for known in state_dirs:
+            if grants.inside(real, known) or grants.inside(known, real):
+                raise ValueError(f"{where} would let it write the state directory {known}; allow something else")
+        if home and home != "/" and grants.inside(os.path.realpath(home), real):
+            raise ValueError(f"{where} holds your home directory {home} (your credentials, your shell's start-up files): allow something narrower")
+        for secret in secrets:
+            if grants.inside(secret, real) or grants.inside(real, secret):
+                raise ValueError(f"{where} would let it write {secret}, which holds credentials: allow something else")
+        for part in conclave:
+            # Beneath a write grant it is kept read-only (a read-only bind, or a hole in the grant);
+            # a grant that is conclave, or lies inside it, cannot be.
+            if grants.inside(real, part):
+                raise ValueError(
+                    f"{where} is or lies inside conclave's own installation ({part}): an agent could change the conclave you "
+                    "run next, and no box can keep it read-only there. Install conclave outside the work tree (pipx, or a "
+                    "virtual environment elsewhere) and run that one, or allow something else"
+                )
+
+
+def check_state_dir(state: Path, home: str | None = None) -> None:
+    """Refuse a state directory that lies inside what every box reads (the system, the toolchains
+    under home, conclave's installation): a box that started before it existed could read it.
+
+    Raises:
+        ValueError: naming the state directory, the grant and what to do.
+    """
+    home = home if home is not None else os.environ.get("HOME")
+    real = os.path.realpath(state)
+    context = grants.Context(home=home, uid=os.getuid(), values={"installation": tuple(installation())})
+    runtime = f"/run/user/{os.getuid()}"  # denied to every box
+    for base in grants.plan("landlock", context).read:
+        if grants.inside(real, os.path.realpath(base)) and not grants.inside(real, runtime):
+            raise ValueError(
+                f"the state directory {state} lies inside {base}, which every agent's box may read (a box started before it "
+                "existed is not kept out of it); choose one under your home or in a directory of its own "
+                "(the default, $XDG_STATE_HOME/conclave, is fine)"
+            )
 
 
 def levels(agents: Iterable[tuple[str, str | None]], machine: Machine, *, state_in_work_tree: bool) -> dict[str, str]:
@@ -138,9 +181,14 @@ def build(
     session: str,
     read: Iterable[str] = (),
     write: Iterable[str] = (),
+    preset_read: Iterable[str] = (),
+    preset_write: Iterable[str] = (),
     home: str | None = None,
 ) -> Box:
-    """The box for one agent.
+    """The box for one agent: :data:`broker.sandbox.grants.GRANTS` for ``level``, as launcher options.
+
+    ``read`` and ``write`` are the team file's ``allow_read`` and ``allow_write``;
+    ``preset_read`` and ``preset_write`` what its preset declares (``SandboxNeeds``).
 
     Raises:
         ValueError: ``level`` is not one this machine offers (the message says why).
@@ -149,43 +197,36 @@ def build(
     if why is not None:
         raise ValueError(f"sandbox {level!r} is not available: {why}")
     home = home if home is not None else os.environ.get("HOME")
-    expand = lambda p: p.replace("~", home, 1) if home and p.startswith("~") else p  # noqa: E731
     cgroup = _new_cgroup(machine.cgroup, session) if machine.cgroup is not None else None
     options: list[str] = ["--subreaper"] + (["--cgroup", str(cgroup)] if cgroup else [])
     env: dict[str, str] = {}
     temp: Path | None = None
     if level != "off":
-        writable = [str(repo), str(agent_dir), *(expand(p) for p in write)]
-        if level == "strict":
-            options.append("--ns")
-            for path in HIDDEN:
-                options += ["--hide", expand(path)]
-            git_dir, *git_files = _git_files(repo) or [None]
-            if git_dir is not None:
-                options += ["--pin", git_dir]
-            for path in git_files:
-                options += ["--read-only", path]
-            writable += ["/tmp", "/dev/shm"]
-            env["TMPDIR"] = "/tmp"
-        else:
+        if level == "landlock":
             temp = Path(tempfile.mkdtemp(prefix=f"conclave-{session}-"))
-            writable.append(str(temp))
             env["TMPDIR"] = str(temp)
-        readable = [*SYSTEM_READ, *_installation(), *(expand(p) for p in read)]
-        if home:
-            readable.append(home)
-        denied = [str(state), f"/run/user/{machine.uid}", *(expand(p) for p in SECRETS_IN_HOME)]
+            env["XDG_CACHE_HOME"] = str(temp / "cache")  # caches under home are not writable here
+        else:
+            env["TMPDIR"] = "/tmp"
+        expand = lambda paths: tuple(_expand_user(p, home) for p in paths)  # noqa: E731
+        context = grants.Context(
+            home=home,
+            uid=machine.uid,
+            values={
+                "repo": (str(repo),), "agent_dir": (str(agent_dir),), "socket": (str(socket_path),),
+                "temp": (str(temp),) if temp else (), "installation": tuple(installation()),
+                "preset_read": expand(preset_read), "preset_write": expand(preset_write),
+                "allow_read": expand(read), "allow_write": expand(write),
+                "state_dirs": tuple(dict.fromkeys([str(state), *paths_mod.known_state_dirs()])),
+            },
+        )  # fmt: skip
+        plan = grants.plan(level, context)
         if level == "strict":
-            # What lives under the private mounts (a work tree in /tmp, the socket) is bound back in;
-            # what is denied there is simply not in the box.
-            private = ("/tmp", "/dev/shm", f"/run/user/{machine.uid}")
-            kept = [p for p in (*readable, *writable, str(socket_path)) if _under(Path(p), private) and os.path.lexists(p)]
-            for path in dict.fromkeys(kept):
-                options += ["--keep", path]
-            denied = [p for p in denied if not _under(Path(p), private) and p != f"/run/user/{machine.uid}"]
+            options += _strict_options(plan, repo=repo, home=home, socket_path=socket_path)
+        else:
+            options += _landlock_options(plan)
         options.append("--landlock")
-        devices = (*DEVICES, *PTYS) if level == "strict" else DEVICES
-        for flag, paths in (("--ro", readable), ("--rw", writable), ("--dev", devices), ("--deny", denied), ("--connect", [str(socket_path)])):
+        for flag, paths in (("--ro", plan.read), ("--rw", _landlock_writes(level, plan)), ("--dev", plan.devices), ("--connect", plan.connect)):
             for path in dict.fromkeys(paths):
                 options += [flag, path]
         if os.geteuid() == 0:
@@ -193,19 +234,81 @@ def build(
     return Box(level=level, argv=(*launcher_argv(), *options, "--", *command), env=env, temp=temp, cgroup=cgroup)
 
 
+def _expand_user(path: str, home: str | None) -> str:
+    return path.replace("~", home, 1) if home and (path == "~" or path.startswith("~/")) else path
+
+
+def _landlock_writes(level: str, plan: grants.Plan) -> list[str]:
+    """Landlock's write roots: the write grants, and in strict the private mounts agents may fill
+    (``/run/user/<uid>`` stays a private, empty, read-only place)."""
+    private = [p for p in plan.private if not p.startswith("/run/user/")] if level == "strict" else []
+    return [*plan.write, *private]
+
+
+def _strict_options(plan: grants.Plan, *, repo: Path, home: str | None, socket_path: Path) -> list[str]:
+    """The namespace's mounts: private /tmp, /dev/shm, /run/user/<uid> and home, what is granted
+    beneath them bound back (read grants read-only), deputies hidden, the git files read-only."""
+    options = ["--ns"]
+    private = list(plan.private)
+    if home and home in private and os.path.isdir(home):
+        options += ["--private-home", home]
+    else:
+        private = [p for p in private if p != home]
+    for path in HIDDEN:
+        options += ["--hide", path]
+    # What lives under a private mount comes back; the rest of it is simply not in the box.
+    kept = [p for p in dict.fromkeys((*plan.read, *plan.write, *plan.connect)) if _under(Path(p), private) and os.path.lexists(p)]
+    for path in kept:
+        options += ["--keep", path]
+    git_dir, *git_files = _git_files(repo) or [None]
+    if git_dir is not None:
+        options += ["--pin", git_dir]
+    writable = _landlock_writes("strict", plan)
+    read_only = [p for p in plan.read if p in kept and p not in plan.write]  # bound back under a writable tmpfs
+    read_only += [p for p in plan.read_only if _inside_any(p, writable)]  # conclave inside a write grant
+    for path in dict.fromkeys([*read_only, *git_files]):
+        if os.path.lexists(path):
+            options += ["--read-only", path]
+    # A denied path under a private mount is absent unless a grant brought it back; then it is hidden again.
+    for path in plan.denied:
+        if _under(Path(path), private) and os.path.lexists(path) and _inside_any(path, kept):
+            options += ["--hide", path]
+        elif not _under(Path(path), private):
+            options += ["--deny", path]
+    return options
+
+
+def _landlock_options(plan: grants.Plan) -> list[str]:
+    """Without mounts: conclave's installation inside a write grant is a hole in it, denied paths are carved out."""
+    options: list[str] = []
+    for path in plan.read_only:
+        if _inside_any(path, plan.write):
+            options += ["--hole", path]
+    for path in plan.denied:
+        options += ["--deny", path]
+    return options
+
+
+def _inside_any(path: str, bases: Iterable[str]) -> bool:
+    real = os.path.realpath(path)
+    return any(grants.inside(real, os.path.realpath(base)) for base in bases)
+
+
 def _under(path: Path, bases: Iterable[str]) -> bool:
     return any(str(path).startswith(base.rstrip("/") + "/") for base in bases)
 
 
-def _installation() -> list[str]:
-    """conclave's own interpreter and packages (wherever an editable install keeps them): agents run `conclave`."""
+def installation() -> list[str]:
+    """What conclave runs from: its interpreter (the venv and the base), every directory on
+    ``sys.path`` and the directory its packages were imported from (an editable install's
+    source tree).  Agents read it to run `conclave`; no box may write it: the person runs it next."""
     found = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
     found.update(p for p in sys.path if p and os.path.isdir(p))
     for name in ("store", "broker", "memory", "locks", "agents", "scenarios"):
         module = sys.modules.get(name)
         if module is not None and getattr(module, "__file__", None):
             found.add(os.path.dirname(os.path.dirname(os.path.realpath(module.__file__))))
-    return sorted(found)
+    return sorted({os.path.realpath(p) for p in found})
 
 
 @functools.lru_cache(maxsize=8)

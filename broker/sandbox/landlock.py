@@ -129,15 +129,20 @@ class Policy:
     remove, rename, truncate); ``devices``: device nodes usable with ioctls;
     ``deny``: paths that must stay unreadable although a ``read`` root holds
     them (a ``write`` root holding one is the caller's error:
-    :func:`unenforceable`); ``connect``: named sockets reachable on ABI 9+.
+    :func:`unenforceable`); ``connect``: named sockets reachable on ABI 9+;
+    ``holes``: paths inside a ``write`` root that stay read-only (conclave's
+    installation in the work tree): write is granted on their siblings along
+    the way instead (:func:`punch_holes`), so the directories on the way
+    are readable but nothing is created, removed or renamed in them.
     """
 
-    def __init__(self, read=(), write=(), devices=(), deny=(), connect=()):  # type: ignore[no-untyped-def]
+    def __init__(self, read=(), write=(), devices=(), deny=(), connect=(), holes=()):  # type: ignore[no-untyped-def]
         self.read = list(read)
         self.write = list(write)
         self.devices = list(devices)
         self.deny = list(deny)
         self.connect = list(connect)
+        self.holes = list(holes)
 
 
 def _inside(path: str, base: str) -> bool:
@@ -145,21 +150,29 @@ def _inside(path: str, base: str) -> bool:
 
 
 def punch_holes(roots, deny):  # type: ignore[no-untyped-def]
-    """Read rules for ``roots`` that leave out every ``deny`` path beneath them.
+    """Rules for ``roots`` that leave out every ``deny`` path beneath them.
 
-    Returns ``(read_rules, listing_only)``: a root that contains a denied
-    path is replaced by rules on each of its entries (recursively along the
-    way), and the directories on the way get READ_DIR only -- ``ls ~`` still
-    works, but a file created there later is not readable.  A symlink among
-    the entries that leads into a denied path is dropped; a root the caller
-    names *inside* a denied path is kept (an explicit exception: an agent's
-    own directory inside the state directory).
+    Landlock cannot take a directory back out of a granted one, so this
+    grants around it: returns ``(rules, along_the_way)``, where a root that
+    contains a denied path is replaced by rules on each of its entries
+    (recursively along the way).  For read roots the directories on the way
+    get READ_DIR only -- ``ls ~`` still works, but a file created there later
+    is not readable; for write roots with read-only holes they get READ --
+    the holes stay readable, and nothing is created or removed beside them.
+    A symbolic link among the entries gets no rule of its own: a rule would
+    land on its target, wherever an agent pointed it (``ln -s ~/.bashrc
+    tree/x`` before the next spawn); what it points at is granted only if
+    some other rule grants it.  A root the caller names *inside* a denied
+    path is kept (an explicit exception: an agent's own directory inside the
+    state directory).
     """
     denied = [os.path.realpath(d) for d in deny if os.path.lexists(d)]
     rules: list[str] = []
     listing: list[str] = []
 
     def visit(root: str, named: bool) -> None:
+        if not named and os.path.islink(root):
+            return
         real = os.path.realpath(root)
         if any(_inside(real, d) for d in denied):
             if named:
@@ -183,8 +196,11 @@ def punch_holes(roots, deny):  # type: ignore[no-untyped-def]
 
 
 def unenforceable(policy: Policy) -> list[str]:
-    """Denied paths inside a write root: Landlock cannot take them back."""
-    return [d for d in policy.deny if os.path.lexists(d) for w in policy.write if _inside(os.path.realpath(d), os.path.realpath(w))]
+    """Denied paths inside a write root (Landlock cannot take them back), and holes that are or
+    hold a write root (nothing would be left to grant around them)."""
+    real = lambda paths: [os.path.realpath(p) for p in paths if os.path.lexists(p)]  # noqa: E731
+    writes = real(policy.write)
+    return [d for d in real(policy.deny) for w in writes if _inside(d, w)] + [h for h in real(policy.holes) for w in writes if _inside(w, h)]
 
 
 def _add_rule(ruleset: int, path: str, access: int) -> None:
@@ -215,7 +231,7 @@ def apply(policy: Policy) -> int:
     if abi < 1:
         raise LandlockError(95, "Landlock is not available on this kernel")
     if unenforceable(policy):
-        raise LandlockError(22, f"cannot deny {unenforceable(policy)}: they are inside a writable root")
+        raise LandlockError(22, f"cannot keep {unenforceable(policy)} out of reach: they are inside a writable root or hold one")
     fs = handled_fs(abi)
     scoped = (SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET) if abi >= 6 else 0
     attr = _RulesetAttr(fs, 0, scoped)
@@ -226,8 +242,11 @@ def apply(policy: Policy) -> int:
             _add_rule(ruleset, path, READ & fs)
         for path in listing:
             _add_rule(ruleset, path, FS_READ_DIR)
-        for path in policy.write:
+        writes, along = punch_holes(policy.write, policy.holes)
+        for path in writes:
             _add_rule(ruleset, path, (READ | WRITE | FS_RESOLVE_UNIX) & fs)
+        for path in along:
+            _add_rule(ruleset, path, READ & fs)
         for path in policy.devices:
             _add_rule(ruleset, path, DEVICE & fs)
         if fs & FS_RESOLVE_UNIX:

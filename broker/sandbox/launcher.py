@@ -15,9 +15,13 @@ OPTIONS (repeatable where it makes sense):
   --hide PATH         (--ns) make PATH empty: ~/.ssh, a container socket, ...
   --pin PATH          (--ns) bind PATH over itself: a mount point cannot be renamed (.git)
   --read-only PATH    (--ns) bind PATH over itself read-only (.git/hooks)
-  --keep SOCKET       (--ns) a socket a private or hidden directory must keep
+  --keep PATH         (--ns) what a private or hidden directory must keep (bound back)
+  --private-home HOME (--ns) an empty tmpfs over HOME: only the kept paths come back
+                      (symbolic links on their way too); what is not kept reads as absent
   --landlock          restrict with Landlock (after any mounts):
   --ro PATH  --rw PATH  --dev PATH  --deny PATH  --connect PATH
+  --hole PATH         a path inside an --rw root that stays read-only (write is
+                      granted on its siblings along the way instead)
   --drop-caps         empty the capability sets (an agent of a root broker)
   --subreaper         the agent adopts its own orphans (PR_SET_CHILD_SUBREAPER
                       survives exec): nothing it starts can leave its tree
@@ -40,7 +44,7 @@ PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 REFUSED = 126
-LISTS = ("ro", "rw", "dev", "deny", "connect", "hide", "pin", "read_only", "keep", "cgroup")
+LISTS = ("ro", "rw", "dev", "deny", "connect", "hide", "pin", "read_only", "keep", "cgroup", "private_home", "hole")
 FLAGS = ("ns", "landlock", "drop_caps", "subreaper")
 
 
@@ -116,9 +120,12 @@ def main(argv: list[str]) -> None:
             namespaces.enter()
             # Opened in the new namespace (a bind source must be a mount of it), before anything covers them.
             kept = namespaces.open_kept(lists["keep"])
+            links = namespaces.links_on_the_way(lists["private_home"], lists["keep"])
             uid = os.getuid()
             for path, mode in (("/tmp", "1777"), ("/dev/shm", "1777"), (f"/run/user/{uid}", "0700")):
                 namespaces.private_tmpfs(path, mode, kept)
+            for path in lists["private_home"]:
+                namespaces.private_home(path, kept, links)
             namespaces.private_ptys()
             for path in lists["hide"]:
                 namespaces.hide(path, kept)
@@ -135,7 +142,9 @@ def main(argv: list[str]) -> None:
     if "landlock" in flags:
         import landlock
 
-        policy = landlock.Policy(read=lists["ro"], write=lists["rw"], devices=lists["dev"], deny=lists["deny"], connect=lists["connect"])
+        policy = landlock.Policy(
+            read=lists["ro"], write=lists["rw"], devices=lists["dev"], deny=lists["deny"], connect=lists["connect"], holes=lists["hole"]
+        )
         try:
             landlock.apply(policy)
         except OSError as exc:
