@@ -24,7 +24,7 @@ from typing import Any, Iterable, Sequence
 
 from broker.client import BlockingClient
 from broker.entry import conclave_argv, python_argv
-from broker.paths import StatePaths
+from broker.paths import StatePaths, default_state_dir
 from agents.puppet import control_address
 from broker.errors import ConclaveError, ErrorCode
 
@@ -140,11 +140,18 @@ class Run:
         grace: float = 2.0,
         reuse: bool = False,
         repo: Path | None = None,
+        default_state: bool = False,
+        state: Path | None = None,
+        python: str | None = None,
     ) -> None:
         self.root = root
         # ``repo``: an existing checkout (a clone, for a second broker on another "host").
         self.repo = repo if repo is not None else root / "repo" if reuse else make_repo(root, files)
-        self.state = root / "state"
+        # ``default_state``: no --state-dir, so the broker resolves it ($XDG_STATE_HOME/conclave/...).
+        self.default_state = default_state
+        self.state = default_state_dir(self.repo) if default_state else state or root / "state"
+        # ``python``: the interpreter the broker (and so every agent) runs conclave with.
+        self.python = python
         # Unix socket paths are short; the control dir lives under /tmp.
         self.control = Path(tempfile.mkdtemp(prefix="cvp-"))
         self.team_file = root / "team.toml"
@@ -170,9 +177,10 @@ class Run:
             # A second broker on the same state would be refused -- and the first one leaked.
             raise RuntimeError("this run's broker is already started; `with Run(...) as run` starts it once")
         env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+        state = [] if self.default_state else ["--state-dir", str(self.state)]
         self.process = subprocess.Popen(
             conclave_argv("run", "--team", str(self.team_file), "--repo", str(self.repo),
-                          "--state-dir", str(self.state), "--grace", str(self.grace), "--json"),
+                          *state, "--grace", str(self.grace), "--json", python=self.python),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -74,7 +74,7 @@ def run(
     import trio
 
     from broker import composition
-    from broker.main import EXIT_NOT_STARTED, BrokerAlreadyRunning, run_broker
+    from broker.main import EXIT_NOT_STARTED, BrokerAlreadyRunning, ProbeTaken, run_broker
     from broker.paths import StateError
     from broker.sandbox import box as sandbox_box
     from broker.sandbox import machine as sandbox_machine
@@ -123,7 +123,7 @@ def run(
                 terminal=sys.stdout.fileno() if watch else None, colour=watch and _colour(),
             )
         )  # fmt: skip
-    except (BrokerAlreadyRunning, StateError) as exc:
+    except (BrokerAlreadyRunning, StateError, ProbeTaken) as exc:
         die(str(exc), EXIT_NOT_STARTED)
     except BaseExceptionGroup as group:
         # The store would not append the broker's first event: its chain key is gone, or replaced.

@@ -22,6 +22,7 @@ import attrs
 import trio
 
 from broker.identity import PeerCredentials, Principal
+from broker.operator_probe import OperatorProbe, box_probe_in_force
 from broker.optable import OpSpec, OpTable
 from broker.paths import ENV_STORE_URL, StatePaths, StateError
 from broker.registry import PrincipalRegistry
@@ -131,7 +132,11 @@ class BrokerCore:
         #: This broker's host name when several brokers share a PostgreSQL store (None on one machine).
         self.host = host
         self.store = StoreOwner(backend or SqliteBackend(paths.database), schemas, chain=ChainFiles(paths.chain_key, paths.chain_anchor))
-        self.registry = PrincipalRegistry(uid=uid, broker_pid=broker_pid, operator_key=paths.operator_key(), host=host)
+        self.registry = PrincipalRegistry(
+            uid=uid, broker_pid=broker_pid, operator_key=paths.operator_key(), box_probe=box_probe_in_force(), host=host
+        )
+        #: The abstract socket of the operator's probe (a live broker's; ``broker.operator_probe``).
+        self.operator_probe: OperatorProbe | None = None
         self.ops: dict[str, OpSpec] = {}
         self.extensions: dict[str, Any] = {}
         self.supervisor: AgentSupervisor | None = None

@@ -265,11 +265,14 @@ def broker_ancestor(pid: int) -> int | None:
     chain = lineage(pid)
     if chain is None:
         raise StateError(f"the ancestry of pid {pid} cannot be read; refusing to decide who it is")
+    return broker_among(chain)
+
+
+def broker_among(pids: list[int]) -> int | None:
+    """The first of ``pids`` that holds a conclave database (a broker, or an operator command
+    with no broker), from the kernel's lock table."""
     holders = {p for p, _, _ in _flocks()}
-    for ancestor in chain:
-        if ancestor in holders and _holds_a_database(ancestor):
-            return ancestor
-    return None
+    return next((pid for pid in pids if pid in holders and _holds_a_database(pid)), None)
 
 
 def _holds_a_database(pid: int) -> bool:

@@ -90,7 +90,9 @@ def test_default_state_dir_is_outside_the_work_tree_under_the_state_home(tmp_pat
         capture_output=True, text=True, timeout=60, env=env,
     )
     assert out.returncode == 0, out.stderr
-    [state] = (home / "conclave").iterdir()
+    [state] = [p for p in (home / "conclave").iterdir() if p.is_dir()]
+    # Beside it, the registry of state directories every box is kept out of (broker.paths.register_state_dir).
+    assert (home / "conclave" / "state-dirs").read_text().splitlines() == [str(state)]
     assert state.name.startswith("repo-") and (state / "conclave.db").exists() and (state / "operator.key").exists()
     assert (state / "operator.key").stat().st_mode & 0o777 == 0o600 and state.stat().st_mode & 0o777 == 0o700
     assert not (repo / ".conclave").exists()

@@ -1,0 +1,314 @@
+"""Trusted things never lie inside a box's grants: the table, attacked row by row.
+
+``broker.sandbox.grants`` is the one statement of what a box may read and
+write.  These tests iterate over it from real boxes (``strict`` and
+``landlock``), with an unboxed agent of the same uid as the control that
+shows each attack would otherwise work:
+
+* every credential in ``HOME_SECRETS`` is unreadable, and every toolchain
+  path the table grants is readable (the positive control) -- and not
+  writable, since the person runs those programs next;
+* another project's state directory, at the default place and at a
+  ``--state-dir`` its broker registered, is unreadable;
+* a process inside any conclave box or agent tree, of another broker, is
+  refused the operator key it holds, and the kernel mechanism behind each
+  reason (user namespace, Landlock scope, broker ancestry) refuses on its
+  own; the operator's own process is accepted.
+
+They run as whoever runs the suite and again as uid 65534
+(``tests/broker/test_as_user.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from agents.harness import Run, puppet_command
+from broker.sandbox import grants
+from broker.sandbox import machine as sandbox_machine
+from tests.containment.test_attacks import PROBE
+
+MACHINE = sandbox_machine.probe()
+#: The levels that box an agent here, with the agent that runs at each.
+BOXED = {"alice": "strict", "dave": "landlock"}
+#: Table paths that are files in a real home (the rest are directories).
+FILES = frozenset({
+    ".gitconfig", "config", "ignore", "attributes", ".tool-versions", ".pgpass", ".netrc", ".git-credentials", "credentials",
+    ".npmrc", ".pypirc", "credentials.toml", "config.toml", "settings.xml", "settings-security.xml", "gradle.properties",
+    ".claude.json", ".bash_history", ".zsh_history", ".psql_history", ".bashrc", ".profile", ".zshrc",
+})  # fmt: skip
+
+
+def plant(path: Path, text: str) -> Path:
+    """Make a table path as a real home has it; return the file whose bytes a reader gets."""
+    if path.name in FILES:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "probe").write_text(text)
+    return path / "probe"
+
+
+def agents_at_every_level(**extra: Any) -> list[dict[str, Any]]:
+    for level in BOXED.values():
+        if MACHINE.offers(level) is not None:
+            pytest.fail(f"this machine offers no {level} box ({MACHINE.offers(level)}); the grants cannot be tested here")
+    return [{"name": name, "sandbox": level, **extra} for name, level in BOXED.items()] + [{"name": "carol", "sandbox": "off", **extra}]
+
+
+@pytest.fixture(scope="module")
+def home_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """One broker whose agents' home holds every toolchain path and every secret of the table."""
+    root = tmp_path_factory.mktemp("grants")
+    home = root / "home"
+    home.mkdir()
+    toolchains = {p: plant(Path(p), f"# toolchain {p}\n") for p in grants.toolchains(str(home))}
+    secrets = {p: plant(Path(p), f"# SECRET {p}\n") for p in grants.secrets(str(home))}
+    (home / ".gitconfig").write_text("[user]\n\tname = someone\n\temail = someone@example.invalid\n")
+    toolchains[str(home / ".gitconfig")] = home / ".gitconfig"
+    saved = {k: os.environ.get(k) for k in ("HOME",)}
+    os.environ["HOME"] = str(home)
+    run = Run(root / "run", agents_at_every_level())
+    try:
+        run.start()
+        yield {"run": run, "home": home, "toolchains": toolchains, "secrets": secrets}
+    finally:
+        run.close()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def attempt(run: Run, agent: str, what: str, target: str | Path) -> dict[str, Any]:
+    out = run.puppet(agent).sh(sys.executable, "-I", "-c", PROBE, what, str(target))
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+BATCH = textwrap.dedent(
+    """
+    import errno, json, sys
+    def result(fn, path):
+        try:
+            fn(path)
+            return {"ok": True}
+        except OSError as exc:
+            return {"ok": False, "error": errno.errorcode.get(exc.errno, str(exc.errno))}
+    def read(path):
+        with open(path, "rb") as f:
+            f.read(64)
+    def write(path):
+        with open(path, "a") as f:
+            f.write("planted\\n")
+    actions = {"read": read, "write": write}
+    print(json.dumps([result(actions[what], path) for what, path in json.loads(sys.argv[1])]))
+    """
+)
+
+
+def attempts(run: Run, agent: str, what: str, targets: list[Path]) -> list[dict[str, Any]]:
+    """``what`` on every one of ``targets``, from one process of ``agent`` (one result each, in order)."""
+    out = run.puppet(agent).sh(sys.executable, "-I", "-c", BATCH, json.dumps([[what, str(t)] for t in targets]))
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_no_toolchain_grant_holds_a_secret() -> None:
+    """The table's own consistency: a toolchain row that held a credential would grant it."""
+    home = "/home/someone"
+    for secret in grants.secrets(home):
+        for granted in grants.toolchains(home):
+            assert not grants.inside(secret, granted), f"{granted} would grant {secret}"
+
+
+def test_every_home_secret_is_unreadable_from_every_box(home_run: dict[str, Any]) -> None:
+    run = home_run["run"]
+    paths, files = list(home_run["secrets"]), list(home_run["secrets"].values())
+    for agent in BOXED:
+        for path, got in zip(paths, attempts(run, agent, "read", files)):
+            assert not got["ok"] and got["error"] in ("ENOENT", "EACCES"), (agent, path, got)
+    # Control: unboxed, the same uid reads every one -- the box is what keeps them out.
+    assert all(got["ok"] for got in attempts(run, "carol", "read", files))
+
+
+def test_every_toolchain_path_is_readable_and_none_is_writable(home_run: dict[str, Any]) -> None:
+    run = home_run["run"]
+    paths, files = list(home_run["toolchains"]), list(home_run["toolchains"].values())
+    for agent in BOXED:
+        for path, got in zip(paths, attempts(run, agent, "read", files)):
+            assert got["ok"], (agent, path, got)
+        # Read-only: a poisoned toolchain would run as the person next.
+        for path, got in zip(paths, attempts(run, agent, "write", files)):
+            assert not got["ok"], (agent, path, got)
+        assert not any(b"planted" in f.read_bytes() for f in files), agent
+    # Control: unboxed, the same write lands.
+    target = files[0]
+    assert attempt(run, "carol", "write", target)["ok"] and b"planted" in target.read_bytes()
+
+
+def test_the_rest_of_home_is_private_in_strict_and_closed_in_landlock(home_run: dict[str, Any]) -> None:
+    """A strict box writes caches into a home of its own; nothing of it reaches the person's home."""
+    run, home = home_run["run"], home_run["home"]
+    assert attempt(run, "alice", "write", home / ".cache-of-alice")["ok"]
+    assert not (home / ".cache-of-alice").exists()
+    assert attempt(run, "dave", "write", home / ".cache-of-dave")["error"] == "EACCES"
+    assert not (home / ".cache-of-dave").exists()
+    # A landlock box's caches go to its own temporary directory instead.
+    env = run.puppet("dave").sh("sh", "-c", 'echo "$XDG_CACHE_HOME"').stdout.strip()
+    assert env.startswith(run.puppet("dave").sh("sh", "-c", 'echo "$TMPDIR"').stdout.strip())
+    # Control: unboxed, home is the person's.
+    assert attempt(run, "carol", "write", home / ".cache-of-carol")["ok"] and (home / ".cache-of-carol").exists()
+
+
+# -- state directories -----------------------------------------------------------------------------
+
+
+def test_another_projects_state_dirs_are_unreadable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Project Q's agents try project P's operator key: at the default place (under the state root),
+    and at a --state-dir P's broker registered inside a directory Q's agents may read."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / ".local" / "state"))
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "notes.txt").write_text("data the team may read\n")
+    # Q starts first: a --state-dir registered later is kept out of every box built after it.
+    q = Run(tmp_path / "q", agents_at_every_level(may_spawn=1, allow_read=[str(shared)]))
+    p_default = Run(tmp_path / "p", [{"name": "pat", "sandbox": "off"}], default_state=True)
+    p_custom = Run(tmp_path / "p2", [{"name": "pam", "sandbox": "off"}], state=shared / "p2-state")
+    try:
+        q.start()
+        p_default.start()
+        p_custom.start()
+        keys = [p_default.state / "operator.key", p_custom.state / "operator.key"]
+        assert str(p_default.state).startswith(str(home / ".local" / "state" / "conclave"))
+        for name in ("alice", "dave", "carol"):
+            child = q.spawn_puppet(name, "late")  # a box built after P's brokers registered their state
+            for key in keys:
+                got = attempt_child(child, "read", key)
+                if name == "carol":
+                    assert got["ok"], key  # control: unboxed, P's key is a file of the uid
+                else:
+                    assert not got["ok"] and got["error"] in ("ENOENT", "EACCES"), (name, key, got)
+            # Control: the rest of the granted directory is readable from the box.
+            assert attempt_child(child, "read", shared / "notes.txt")["ok"], name
+    finally:
+        for run in (q, p_default, p_custom):
+            run.close()
+
+
+def attempt_child(puppet: Any, what: str, target: str | Path) -> dict[str, Any]:
+    out = puppet.sh(sys.executable, "-I", "-c", PROBE, what, str(target))
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+# -- the operator key from inside another broker's box ---------------------------------------------
+
+OPERATOR_ATTEMPT = textwrap.dedent(
+    """
+    import json, sys
+    sys.path[:0] = {path!r}
+    {prelude}
+    from broker.client import BlockingClient
+    from broker.errors import ConclaveError
+    try:
+        with BlockingClient.for_operator({socket!r}, operator_key=open({key!r}).read().strip()) as client:
+            print(json.dumps({{"role": client.identity["role"]}}))
+    except ConclaveError as exc:
+        print(json.dumps({{"refused": exc.code.value, "message": exc.message}}))
+    """
+)
+
+
+def operator_attempt(key: Path, socket: Path, prelude: str = "") -> str:
+    return OPERATOR_ATTEMPT.format(path=sys.path, prelude=prelude, socket=str(socket), key=str(key))
+
+
+@pytest.fixture(scope="module")
+def two_projects(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """P's broker, and Q's agents holding P's key (copied in: they cannot read it) and a way to P's socket."""
+    root = tmp_path_factory.mktemp("two-projects")
+    p = Run(root / "p", [{"name": "pat", "sandbox": "off"}])
+    q = Run(root / "q", agents_at_every_level())
+    try:
+        p.start()
+        q.start()
+        key = q.repo / "stolen-operator.key"
+        shutil.copy(p.state / "operator.key", key)
+        # A hard link to P's socket inside Q's tree: the same socket, wherever P's state lives.
+        socket = q.repo / "p.sock"
+        os.link(p.socket_path(), socket)
+        yield {"p": p, "q": q, "key": key, "socket": socket}
+    finally:
+        q.close()
+        p.close()
+
+
+def test_a_box_of_another_broker_is_refused_the_operator_key_it_holds(two_projects: dict[str, Any], tmp_path: Path) -> None:
+    q, key, socket = two_projects["q"], two_projects["key"], two_projects["socket"]
+    script = tmp_path / "attempt.py"
+    script.write_text(operator_attempt(key, socket))
+    expected = {
+        "alice": ("user namespace", "abstract socket", "descends from pid"),  # strict
+        "dave": ("abstract socket", "descends from pid"),  # landlock
+        "carol": ("descends from pid",),  # off: only its broker ancestry gives it away
+    }
+    for agent, reasons in expected.items():
+        # The script itself is in /tmp (private in strict): run it from the tree Q's agents share.
+        inside = q.repo / "attempt.py"
+        shutil.copy(script, inside)
+        out = q.puppet(agent).sh(sys.executable, "-I", str(inside))
+        got = json.loads(out.stdout or "{}")
+        assert got.get("refused") == "auth_failed", (agent, out.stdout, out.stderr)
+        for reason in reasons:
+            assert reason in got["message"], (agent, reason, got["message"])
+        if agent != "alice":
+            assert "user namespace" not in got["message"], got["message"]
+    # Control: the operator's own process, with the same key through the same link, is the operator.
+    import subprocess
+
+    control = subprocess.run([sys.executable, "-I", str(script)], capture_output=True, text=True, timeout=60)
+    assert json.loads(control.stdout) == {"role": "operator"}, control.stderr
+
+
+def test_each_kernel_mark_of_a_box_refuses_the_key_on_its_own(two_projects: dict[str, Any], tmp_path: Path) -> None:
+    """Outside every broker's tree, a process that is only in a new user namespace, or only in a
+    Landlock domain scoped on abstract sockets, is refused -- each mechanism stands alone."""
+    import subprocess
+
+    p = two_projects["p"]
+    sandbox = str(Path(grants.__file__).parent)
+    key, socket = p.state / "operator.key", p.socket_path()
+    namespace = f"sys.path.insert(0, {sandbox!r}); import namespaces; namespaces.enter()"
+    scoped = (
+        f"sys.path.insert(0, {sandbox!r}); import landlock; "
+        "landlock.apply(landlock.Policy(read=['/'], write=['/tmp', '/dev'] + [p for p in sys.path if p], devices=['/dev/null']))"
+    )
+    cases = {"user namespace": namespace}
+    if MACHINE.landlock_abi >= 6:
+        cases["abstract socket"] = scoped
+    for reason, prelude in cases.items():
+        script = tmp_path / f"{reason.replace(' ', '-')}.py"
+        script.write_text(operator_attempt(key, socket, prelude))
+        out = subprocess.run([sys.executable, "-I", str(script)], capture_output=True, text=True, timeout=60)
+        got = json.loads(out.stdout or "{}")
+        assert got.get("refused") == "auth_failed" and reason in got["message"], (reason, out.stdout, out.stderr)
+        assert "descends from" not in got["message"], got["message"]
+    # Control: the same script with no restriction first is the operator.
+    plain = tmp_path / "plain.py"
+    plain.write_text(operator_attempt(key, socket))
+    out = subprocess.run([sys.executable, "-I", str(plain)], capture_output=True, text=True, timeout=60)
+    assert json.loads(out.stdout) == {"role": "operator"}, out.stderr
