@@ -45,8 +45,8 @@ def make_repo(root: Path, files: dict[str, str] | None = None) -> Path:
     return repo
 
 
-def puppet_command(control_dir: Path) -> list[str]:
-    return python_argv("agents.puppet", "--control-dir", str(control_dir))
+def puppet_command(control_dir: Path, python: str | None = None) -> list[str]:
+    return python_argv("agents.puppet", "--control-dir", str(control_dir), python=python)
 
 
 def toml_value(value: Any) -> str:
@@ -147,11 +147,11 @@ class Run:
         self.root = root
         # ``repo``: an existing checkout (a clone, for a second broker on another "host").
         self.repo = repo if repo is not None else root / "repo" if reuse else make_repo(root, files)
+        # ``python``: the interpreter the broker and the puppet agents run conclave with.
+        self.python = python
         # ``default_state``: no --state-dir, so the broker resolves it ($XDG_STATE_HOME/conclave/...).
         self.default_state = default_state
         self.state = default_state_dir(self.repo) if default_state else state or root / "state"
-        # ``python``: the interpreter the broker (and so every agent) runs conclave with.
-        self.python = python
         # Unix socket paths are short; the control dir lives under /tmp.
         self.control = Path(tempfile.mkdtemp(prefix="cvp-"))
         self.team_file = root / "team.toml"
@@ -160,7 +160,7 @@ class Run:
         for agent in agents:
             entry = dict(agent)
             if "preset" not in entry:  # a preset entry names its own binary
-                entry.setdefault("command", puppet_command(self.control))
+                entry.setdefault("command", puppet_command(self.control, self.python))
             lines.append("[[agent]]")
             lines += [f"{k} = {toml_value(v)}" for k, v in entry.items()]
             lines.append("")

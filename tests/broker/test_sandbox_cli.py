@@ -124,3 +124,29 @@ def test_the_run_summary_counts_what_an_agent_left_behind(tmp_path: Path) -> Non
     assert "bob:" not in human.stdout.split("exit code 0")[-1]  # control: bob left nothing, and is not named
     summary = json.loads(conclave("run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / "s2"), "--json").stdout)
     assert {a["agent"]: a["leftovers"] for a in summary["agents"]} == {"alice": 1, "bob": 0}
+
+
+def test_a_work_tree_that_is_conclaves_own_source_is_refused_while_any_agent_is_boxed(tmp_path: Path) -> None:
+    """Developing conclave with conclave, from an install whose source is the work tree itself: no box
+    can let agents write the tree and keep conclave read-only, so `conclave run` says so and how to fix it."""
+    import shutil
+
+    from agents.harness import source_venv
+
+    root = Path(__file__).resolve().parents[2]
+    repo = make_repo(tmp_path)
+    for package in ("store", "broker", "memory", "locks", "agents", "scenarios"):
+        shutil.copytree(root / package, repo / package, ignore=shutil.ignore_patterns("__pycache__"))
+    python = source_venv(tmp_path / "v", repo)  # its sys.path names the work tree itself
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+
+    def run(body: str, state: str) -> subprocess.CompletedProcess[str]:
+        path = team(tmp_path, body)
+        argv = [str(python), "-I", "-m", "broker.cli", "run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / state)]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+
+    out = run('[[agent]]\nname = "alice"\ncommand = ["true"]\n', "s1")
+    assert out.returncode == 2 and "conclave's own installation" in out.stderr and "Install conclave outside the work tree" in out.stderr, out.stderr
+    # Control: with every agent unboxed there is nothing a box could promise, and it runs.
+    out = run('[[agent]]\nname = "alice"\ncommand = ["true"]\nsandbox = "off"\n', "s2")
+    assert out.returncode == 0, out.stderr
