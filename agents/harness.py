@@ -143,12 +143,16 @@ class Run:
         default_state: bool = False,
         state: Path | None = None,
         python: str | None = None,
+        accept_team: bool = True,
     ) -> None:
         self.root = root
         # ``repo``: an existing checkout (a clone, for a second broker on another "host").
         self.repo = repo if repo is not None else root / "repo" if reuse else make_repo(root, files)
         # ``python``: the interpreter the broker and the puppet agents run conclave with.
         self.python = python
+        # ``accept_team``: run with --accept-team (this harness rewrites the team file, with a new
+        # puppet control directory, for every run; a test of the team file's trust says False).
+        self.accept_team = accept_team
         # ``default_state``: no --state-dir, so the broker resolves it ($XDG_STATE_HOME/conclave/...).
         self.default_state = default_state
         self.state = default_state_dir(self.repo) if default_state else state or root / "state"
@@ -180,7 +184,8 @@ class Run:
         state = [] if self.default_state else ["--state-dir", str(self.state)]
         self.process = subprocess.Popen(
             conclave_argv("run", "--team", str(self.team_file), "--repo", str(self.repo),
-                          *state, "--grace", str(self.grace), "--json", python=self.python),
+                          *state, "--grace", str(self.grace), "--json", *(["--accept-team"] if self.accept_team else []),
+                          python=self.python),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

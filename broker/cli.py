@@ -9,6 +9,7 @@ cheap.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -57,6 +58,10 @@ def run(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Show only the first line and the summary, not the agents' output and the run's events.")
     ] = False,
+    accept_team: Annotated[
+        bool,
+        typer.Option("--accept-team", help="Accept the team file's trust-relevant changes since you last ran it (they are shown), and run."),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Start the broker on the repository, spawn the team, run until every agent exits (or Ctrl-C).
@@ -66,8 +71,10 @@ def run(
     (--quiet or --json: none of it; `conclave logs -f` shows it from another
     terminal).  Exit codes: 0 every agent exited 0; 1 an agent failed
     (nonzero exit, killed, gave up after restarts, could not start); 2 bad
-    usage (team file, not a git repository); 4 could not start (another
-    broker runs here); 5 stopped by `conclave stop`; 130 Ctrl-C; 143 SIGTERM.
+    usage (team file, not a git repository, its trust-relevant settings
+    changed since you last ran it -- shown, with how to accept them); 4 could
+    not start (another broker runs here); 5 stopped by `conclave stop`; 130
+    Ctrl-C; 143 SIGTERM.
     """
     import logging
 
@@ -101,6 +108,7 @@ def run(
                 )
     except ValueError as exc:
         die(str(exc), EXIT_USAGE)
+    _trust_team(target, team, team_spec, accept=accept_team)
     paths.ensure()
     logging.basicConfig(filename=paths.logs / "broker.log", level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     watch = not (quiet or json_out)
@@ -138,6 +146,45 @@ def run(
     if not _reader_gone(sys.stdout.fileno()):
         emit(target, _summary_json(summary), _print_summary)
     raise typer.Exit(summary.exit_code)
+
+
+def _trust_team(target: Target, file: Path, team_spec: Any, *, accept: bool) -> None:
+    """Run a team file only as the operator last accepted it: a first run records it; a trust-relevant
+    change is shown and refused (exit 2) unless ``accept`` (``--accept-team``) accepts it here."""
+    from broker import team_trust
+    from store.events import now
+
+    paths = target.paths()
+    verdict = team_trust.judge(team_spec, file, paths.state)
+    if verdict.changes and not accept:
+        how = f"`conclave team accept {file}` accepts them (or `conclave run --accept-team`)"
+        if target.json:
+            sys.stdout.write(json.dumps({"refused": "team_changed", "team": str(file), "changes": [c.to_json() for c in verdict.changes], "accept": how}) + "\n")
+        else:
+            say(f"{file} changed since you last ran it here; its trust-relevant settings now differ:")
+            for change in verdict.changes:
+                say(f"  {change.describe()}")
+        die(f"{file}: {len(verdict.changes)} trust-relevant change(s) since you last ran it (listed above); read them, then {how}", EXIT_USAGE)
+    if verdict.first or verdict.changes:
+        if verdict.changes:
+            _refuse_inside_an_agent("accept a team file's changes")
+        team_trust.accept(team_spec, file, paths.state, at=now())
+        if verdict.changes and not target.json:
+            say(f"accepted {len(verdict.changes)} change(s) to {file}:")
+            for change in verdict.changes:
+                say(f"  {change.describe()}")
+
+
+def _refuse_inside_an_agent(what: str) -> None:
+    """Only a person does ``what``: a process that descends from a running broker (an agent) never may."""
+    from broker.paths import StateError, broker_ancestor
+
+    try:
+        broker = broker_ancestor(os.getpid())
+    except StateError as exc:
+        die(str(exc))
+    if broker is not None:
+        die(f"this process descends from a running conclave broker (pid {broker}): an agent cannot {what}; the operator does, from their own terminal")
 
 
 def _reader_gone(fd: int) -> bool:
@@ -284,8 +331,49 @@ def _show_log_entries(entries: list[tuple[str, Any]], renderer: Any, json_out: b
         sys.stdout.flush()
 
 
-team_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Team files: check one without running it.")
+team_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Team files: check one without running it; accept its changes.")
 app.add_typer(team_app, name="team")
+
+
+@team_app.command("accept")
+def team_accept(
+    file: Annotated[Path, typer.Argument(help="The team file (TOML).")],
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Accept a team file's trust-relevant settings as they are now, showing what changed since you last ran it.
+
+    `conclave run` refuses a team file whose boxes, commands, environment,
+    policy or store changed since the operator last ran or accepted it here.
+    Exit 0 when accepted, 2 when the file is not valid.
+    """
+    from broker import composition, team_trust
+    from broker.team import TeamError, load
+    from store.events import now
+
+    target = Target(json_out, repo, state_dir)
+    paths = target.paths()
+    try:
+        team_spec = load(file, repo=paths.repo, rules=composition.team_rules())
+    except TeamError as exc:
+        die(str(exc), EXIT_USAGE)
+    _refuse_inside_an_agent("accept a team file's settings")
+    verdict = team_trust.judge(team_spec, file, paths.state)
+    team_trust.accept(team_spec, file, paths.state, at=now())
+    report = {"team": str(file), "state": str(paths.state), "first": verdict.first, "changes": [c.to_json() for c in verdict.changes]}
+
+    def human(r: dict[str, Any]) -> None:
+        if verdict.first:
+            say(f"accepted {file} as it is (it had not been run here)")
+        elif not verdict.changes:
+            say(f"{file} has no trust-relevant change since you last accepted it")
+        else:
+            say(f"accepted {len(verdict.changes)} change(s) to {file}:")
+            for change in verdict.changes:
+                say(f"  {change.describe()}")
+
+    emit(target, report, human)
 
 
 @team_app.command("check")
