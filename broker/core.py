@@ -15,6 +15,7 @@ import hashlib
 import itertools
 import os
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable, Protocol, Sequence, final
 
 import apsw
@@ -211,7 +212,18 @@ def store_backend(paths: StatePaths, team: Team | None) -> Backend:
         return SqliteBackend(paths.database)
     from store.postgres import PostgresBackend
 
-    return PostgresBackend(url)
+    return PostgresBackend(with_passfile(url, paths.pg_passfile))
+
+
+def with_passfile(url: str, passfile: Path) -> str:
+    """``url`` reading its password from ``passfile`` (libpq's ``passfile``) when that file exists and the
+    URL names no passfile of its own: the broker's password lives in its state directory, which no box
+    reads (docs/DEPLOYMENT.md), not in ``~/.pgpass`` or a team file."""
+    from urllib.parse import parse_qs, quote, urlsplit
+
+    if not passfile.is_file() or "passfile" in parse_qs(urlsplit(url).query):
+        return url
+    return f"{url}{'&' if urlsplit(url).query else '?'}passfile={quote(str(passfile), safe='/')}"
 
 
 def _check_operator_key(backend: Backend, digest: str, paths: StatePaths) -> None:

@@ -104,6 +104,12 @@ class StatePaths:
             f.write(url + "\n")
 
     @property
+    def pg_passfile(self) -> Path:
+        """The broker's PostgreSQL password, in libpq's passfile format (0600; docs/DEPLOYMENT.md):
+        used when it exists, since the state directory is in no box's grants."""
+        return self.state / "pgpass"
+
+    @property
     def operator_key_file(self) -> Path:
         return self.state / OPERATOR_KEY_NAME
 
