@@ -85,6 +85,8 @@ def _shown(field: str, value: Any) -> str:
         return "(a value not shown: its name says it is a secret)"
     if field == "[store] url" and isinstance(value, str):
         value = _without_password(value)
+    if field.endswith(".sandbox") and value is None:
+        return "(left out: the strongest this machine offers)"
     return json.dumps(value, sort_keys=True)
 
 

@@ -1,18 +1,25 @@
 """One agent's box: the launcher command line the supervisor runs, and what it cleans up after.
 
 :func:`build` turns a level (``strict``, ``landlock``, ``off``) into the
-launcher's options for one agent:
+launcher's options for one agent, from the one table of grants
+(:mod:`broker.sandbox.grants`: what a box may read, write, open and connect
+to, and why each is safe there):
 
-* **read**: the system, toolchains (``/opt``, ``/nix``, ...), conclave's own
-  installation, ``$HOME`` -- less the state directory, ``~/.ssh`` (keys for
-  ``ssh localhost``), ``~/.gnupg`` and ``/run/user/<uid>``;
-* **write**: its work tree, its own temporary space (a private ``/tmp`` in
-  ``strict``; a 0700 directory named in ``TMPDIR`` in ``landlock``), its own
-  per-agent directory, and what its preset declares (``SandboxNeeds``);
+* **read**: the system, toolchains (``/opt``, ``/nix``, and of ``$HOME`` only
+  the toolchain paths the table names), conclave's own installation, what
+  its preset declares and the team file's ``allow_read``;
+* **write**: its work tree, its own temporary space (a private ``/tmp`` and
+  home in ``strict``; a 0700 directory named in ``TMPDIR`` in ``landlock``),
+  its own per-agent directory, and what its preset declares or the team
+  file's ``allow_write`` -- never conclave's installation, which stays
+  read-only inside any of them (a read-only bind in ``strict``, a hole in the
+  write grant in ``landlock``);
+* **denied**: every conclave state directory of this user and every
+  credential of ``grants.HOME_SECRETS``, even inside a broader grant;
 * **strict** also hides deputies (private ``/tmp``, ``/dev/shm``,
-  ``/run/user/<uid>``; ``~/.ssh``, ``~/.gnupg``, ``~/.screen`` and container
-  sockets emptied) and makes ``.git/hooks`` and ``.git/config`` read-only,
-  so nothing an agent writes there runs later as the person;
+  ``/run/user/<uid>`` and home; container sockets emptied) and makes
+  ``.git/hooks`` and ``.git/config`` read-only, so nothing an agent writes
+  there runs later as the person;
 * every level strips the deputies' variables (:data:`DEPUTY_VARIABLES`) and
   makes the agent adopt its own orphans; a root broker's agents lose every
   capability.
@@ -54,8 +61,8 @@ DEPUTY_VARIABLES: Final = frozenset({
 #: not in its private home at all).
 HIDDEN: Final = ("/run/screen", "/var/run/screen", "/run/docker.sock", "/var/run/docker.sock", "/run/podman")
 DESCRIPTIONS: Final = {
-    "strict": "Landlock + namespaces (private /tmp, deputies hidden, .git/hooks read-only)",
-    "landlock": "Landlock only (a deputy's named socket can still be reached; .git/hooks writable)",
+    "strict": "Landlock + namespaces (private /tmp and home, deputies hidden, .git/hooks read-only)",
+    "landlock": "Landlock only (home closed but for toolchains; a deputy's named socket can still be reached; .git/hooks writable)",
     "off": "NO SANDBOX: this agent can read the operator key and the database as you",
 }
 

@@ -165,8 +165,8 @@ GRANTS: Final = (
     ),
     Grant(
         "the work tree", ("{repo}",), Access.WRITE, BOTH,
-        "shared by design: what agents change there is reviewed, locked and guarded at commit, never run by conclave; "
-        "what git takes from it is docs/ARCHITECTURE.md's; conclave's installation inside it stays read-only",
+        "shared by design: what agents change there is reviewed, locked and guarded at commit, never run by conclave "
+        "(what git may take from it: docs/ARCHITECTURE.md); conclave's installation inside it stays read-only",
     ),
     Grant(
         "its agent directory", ("{agent_dir}",), Access.WRITE, BOTH,
@@ -319,12 +319,16 @@ _ACCESS_WORDS: Final = {
 }
 
 
+#: Where docs/THREAT_MODEL.md holds the rendered table.
+DOC_MARKERS: Final = ("<!-- grants table: broker.sandbox.grants.render_markdown() -->", "<!-- end of grants table -->")
+
+
 def render_markdown(grants: Iterable[Grant] = GRANTS, home_secrets: Iterable[Secret] = HOME_SECRETS) -> str:
     """The table docs/THREAT_MODEL.md shows: every grant by level, then the home secrets no grant holds."""
     lines = ["| what | paths | strict | landlock | why it is safe there |", "| --- | --- | --- | --- | --- |"]
     for grant in grants:
         cells = [_ACCESS_WORDS[grant.access] if level in grant.levels else "—" for level in ("strict", "landlock")]
-        paths = ", ".join(f"`{p}`" for p in grant.paths)
+        paths = ", ".join(f"`{p.replace('{uid}', '<uid>')}`" for p in grant.paths)
         lines.append(f"| {grant.what} | {paths} | {cells[0]} | {cells[1]} | {grant.why} |")
     lines += ["", "| home secret (never in a box) | what it holds |", "| --- | --- |"]
     lines += [f"| `{s.path}` | {s.holds} |" for s in home_secrets]

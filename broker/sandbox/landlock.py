@@ -10,9 +10,10 @@ docs/THREAT_MODEL.md):
 
 * Rights are an allow-list, and a rule on a directory covers everything
   beneath it, across mounts.  A directory cannot be carved back out of a
-  granted one; :func:`punch_holes` emulates that for *read* rules by
-  granting the siblings along the way instead (``$HOME`` readable, the
-  private state and ``~/.ssh`` not).
+  granted one; :func:`punch_holes` emulates that by granting the siblings
+  along the way instead: a denied path inside a read grant (another state
+  directory inside an ``allow_read``), a read-only hole inside a write grant
+  (conclave's installation inside the work tree).
 * Rules name inodes when they are added, so mounts (a private ``/tmp``) must
   be in place before the ruleset is built; and a Landlocked process can no
   longer mount.

@@ -12,7 +12,7 @@ log): an agent never runs with less than it was promised.
 OPTIONS (repeatable where it makes sense):
   --ns                a user + mount namespace with a private /tmp, /dev/shm
                       and /run/user/<uid>
-  --hide PATH         (--ns) make PATH empty: ~/.ssh, a container socket, ...
+  --hide PATH         (--ns) make PATH empty: a container socket, a secret inside a grant, ...
   --pin PATH          (--ns) bind PATH over itself: a mount point cannot be renamed (.git)
   --read-only PATH    (--ns) bind PATH over itself read-only (.git/hooks)
   --keep PATH         (--ns) what a private or hidden directory must keep (bound back)

@@ -312,3 +312,12 @@ def test_each_kernel_mark_of_a_box_refuses_the_key_on_its_own(two_projects: dict
     plain.write_text(operator_attempt(key, socket))
     out = subprocess.run([sys.executable, "-I", str(plain)], capture_output=True, text=True, timeout=60)
     assert json.loads(out.stdout) == {"role": "operator"}, out.stderr
+
+
+def test_the_threat_models_table_is_the_one_the_code_uses() -> None:
+    """docs/THREAT_MODEL.md shows the grants as the code states them: rendered from the same table."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "THREAT_MODEL.md").read_text()
+    start, end = grants.DOC_MARKERS
+    assert start in doc and end in doc, "docs/THREAT_MODEL.md lost its grants table markers"
+    shown = doc.split(start, 1)[1].split(end, 1)[0].strip()
+    assert shown == grants.render_markdown().strip(), "regenerate it: python -c 'from broker.sandbox import grants; print(grants.render_markdown())'"
