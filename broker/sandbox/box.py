@@ -290,7 +290,7 @@ def _landlock_options(plan: grants.Plan) -> list[str]:
     options: list[str] = []
     for path in plan.read_only:
         if _inside_any(path, plan.write):
-            options += ["--hole", path]
+            options += ["--ro-hole", path]
     for path in plan.denied:
         options += ["--deny", path]
     return options

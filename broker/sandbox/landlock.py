@@ -10,10 +10,10 @@ docs/THREAT_MODEL.md):
 
 * Rights are an allow-list, and a rule on a directory covers everything
   beneath it, across mounts.  A directory cannot be carved back out of a
-  granted one; :func:`punch_holes` emulates that by granting the siblings
-  along the way instead: a denied path inside a read grant (another state
-  directory inside an ``allow_read``), a read-only hole inside a write grant
-  (conclave's installation inside the work tree).
+  granted one; :func:`punch_holes` emulates that for *read* rules by
+  granting the siblings along the way instead (``$HOME`` readable, the
+  private state and ``~/.ssh`` not), and :func:`carve_writes` for *write*
+  rules (the work tree writable, its ``.git`` not).
 * Rules name inodes when they are added, so mounts (a private ``/tmp``) must
   be in place before the ruleset is built; and a Landlocked process can no
   longer mount.
@@ -131,19 +131,17 @@ class Policy:
     ``deny``: paths that must stay unreadable although a ``read`` root holds
     them (a ``write`` root holding one is the caller's error:
     :func:`unenforceable`); ``connect``: named sockets reachable on ABI 9+;
-    ``holes``: paths inside a ``write`` root that stay read-only (conclave's
-    installation in the work tree): write is granted on their siblings along
-    the way instead (:func:`punch_holes`), so the directories on the way
-    are readable but nothing is created, removed or renamed in them.
+    ``read_only``: paths a ``write`` root holds that must stay read-only
+    (:func:`carve_writes`: the person's ``.git`` in a Landlock-only box).
     """
 
-    def __init__(self, read=(), write=(), devices=(), deny=(), connect=(), holes=()):  # type: ignore[no-untyped-def]
+    def __init__(self, read=(), write=(), devices=(), deny=(), connect=(), read_only=()):  # type: ignore[no-untyped-def]
         self.read = list(read)
         self.write = list(write)
         self.devices = list(devices)
         self.deny = list(deny)
         self.connect = list(connect)
-        self.holes = list(holes)
+        self.read_only = list(read_only)
 
 
 def _inside(path: str, base: str) -> bool:
@@ -151,29 +149,21 @@ def _inside(path: str, base: str) -> bool:
 
 
 def punch_holes(roots, deny):  # type: ignore[no-untyped-def]
-    """Rules for ``roots`` that leave out every ``deny`` path beneath them.
+    """Read rules for ``roots`` that leave out every ``deny`` path beneath them.
 
-    Landlock cannot take a directory back out of a granted one, so this
-    grants around it: returns ``(rules, along_the_way)``, where a root that
-    contains a denied path is replaced by rules on each of its entries
-    (recursively along the way).  For read roots the directories on the way
-    get READ_DIR only -- ``ls ~`` still works, but a file created there later
-    is not readable; for write roots with read-only holes they get READ --
-    the holes stay readable, and nothing is created or removed beside them.
-    A symbolic link among the entries gets no rule of its own: a rule would
-    land on its target, wherever an agent pointed it (``ln -s ~/.bashrc
-    tree/x`` before the next spawn); what it points at is granted only if
-    some other rule grants it.  A root the caller names *inside* a denied
-    path is kept (an explicit exception: an agent's own directory inside the
-    state directory).
+    Returns ``(read_rules, listing_only)``: a root that contains a denied
+    path is replaced by rules on each of its entries (recursively along the
+    way), and the directories on the way get READ_DIR only -- ``ls ~`` still
+    works, but a file created there later is not readable.  A symlink among
+    the entries that leads into a denied path is dropped; a root the caller
+    names *inside* a denied path is kept (an explicit exception: an agent's
+    own directory inside the state directory).
     """
     denied = [os.path.realpath(d) for d in deny if os.path.lexists(d)]
     rules: list[str] = []
     listing: list[str] = []
 
     def visit(root: str, named: bool) -> None:
-        if not named and os.path.islink(root):
-            return
         real = os.path.realpath(root)
         if any(_inside(real, d) for d in denied):
             if named:
@@ -196,12 +186,50 @@ def punch_holes(roots, deny):  # type: ignore[no-untyped-def]
     return rules, listing
 
 
+def carve_writes(roots, holes):  # type: ignore[no-untyped-def]
+    """Write rules for ``roots`` that leave every ``holes`` path beneath them read-only.
+
+    Returns ``(write_rules, read_rules)``.  Landlock cannot take a right back
+    beneath a granted directory, so a root that holds a hole is granted
+    *read* only and each of its entries is granted write -- except the hole
+    (read) and an entry on the way to one (visited the same way).  What that
+    costs, said where the boxes are described: in a directory on the way
+    nothing new can be made and no entry renamed or removed (the hole
+    cannot be moved aside for a writable one), though every file in it can
+    be written.  A symbolic link among the entries gets no rule (its
+    target is governed by its own).  A hole that does not exist is the
+    caller's to refuse.
+    """
+    real_holes = [os.path.realpath(h) for h in holes if os.path.lexists(h)]
+    writes: list[str] = []
+    reads: list[str] = []
+
+    def visit(path: str, root: bool) -> None:
+        if not root and os.path.islink(path):
+            return
+        real = os.path.realpath(path)
+        if any(_inside(real, h) for h in real_holes):
+            reads.append(real)
+        elif not any(_inside(h, real) and h != real for h in real_holes):
+            writes.append(real)
+        else:
+            reads.append(real)
+            try:
+                names = sorted(os.listdir(real))
+            except OSError:
+                return
+            for name in names:
+                visit(os.path.join(real, name), False)
+
+    for root in roots:
+        if os.path.lexists(root):
+            visit(root, True)
+    return writes, reads
+
+
 def unenforceable(policy: Policy) -> list[str]:
-    """Denied paths inside a write root (Landlock cannot take them back), and holes that are or
-    hold a write root (nothing would be left to grant around them)."""
-    real = lambda paths: [os.path.realpath(p) for p in paths if os.path.lexists(p)]  # noqa: E731
-    writes = real(policy.write)
-    return [d for d in real(policy.deny) for w in writes if _inside(d, w)] + [h for h in real(policy.holes) for w in writes if _inside(w, h)]
+    """Denied paths inside a write root: Landlock cannot take them back."""
+    return [d for d in policy.deny if os.path.lexists(d) for w in policy.write if _inside(os.path.realpath(d), os.path.realpath(w))]
 
 
 def _add_rule(ruleset: int, path: str, access: int) -> None:
@@ -232,7 +260,7 @@ def apply(policy: Policy) -> int:
     if abi < 1:
         raise LandlockError(95, "Landlock is not available on this kernel")
     if unenforceable(policy):
-        raise LandlockError(22, f"cannot keep {unenforceable(policy)} out of reach: they are inside a writable root or hold one")
+        raise LandlockError(22, f"cannot deny {unenforceable(policy)}: they are inside a writable root")
     fs = handled_fs(abi)
     scoped = (SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET) if abi >= 6 else 0
     attr = _RulesetAttr(fs, 0, scoped)
@@ -243,11 +271,11 @@ def apply(policy: Policy) -> int:
             _add_rule(ruleset, path, READ & fs)
         for path in listing:
             _add_rule(ruleset, path, FS_READ_DIR)
-        writes, along = punch_holes(policy.write, policy.holes)
+        writes, carved = carve_writes(policy.write, policy.read_only) if policy.read_only else (policy.write, [])
+        for path in carved:
+            _add_rule(ruleset, path, READ & fs)
         for path in writes:
             _add_rule(ruleset, path, (READ | WRITE | FS_RESOLVE_UNIX) & fs)
-        for path in along:
-            _add_rule(ruleset, path, READ & fs)
         for path in policy.devices:
             _add_rule(ruleset, path, DEVICE & fs)
         if fs & FS_RESOLVE_UNIX:

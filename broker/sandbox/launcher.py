@@ -20,8 +20,7 @@ OPTIONS (repeatable where it makes sense):
                       (symbolic links on their way too); what is not kept reads as absent
   --landlock          restrict with Landlock (after any mounts):
   --ro PATH  --rw PATH  --dev PATH  --deny PATH  --connect PATH
-  --hole PATH         a path inside an --rw root that stays read-only (write is
-                      granted on its siblings along the way instead)
+  --ro-hole PATH      (--landlock) keep PATH read-only although a --rw root holds it
   --drop-caps         empty the capability sets (an agent of a root broker)
   --subreaper         the agent adopts its own orphans (PR_SET_CHILD_SUBREAPER
                       survives exec): nothing it starts can leave its tree
@@ -44,7 +43,7 @@ PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 REFUSED = 126
-LISTS = ("ro", "rw", "dev", "deny", "connect", "hide", "pin", "read_only", "keep", "cgroup", "private_home", "hole")
+LISTS = ("ro", "rw", "dev", "deny", "connect", "hide", "pin", "read_only", "keep", "cgroup", "ro_hole", "private_home")
 FLAGS = ("ns", "landlock", "drop_caps", "subreaper")
 
 
@@ -143,7 +142,7 @@ def main(argv: list[str]) -> None:
         import landlock
 
         policy = landlock.Policy(
-            read=lists["ro"], write=lists["rw"], devices=lists["dev"], deny=lists["deny"], connect=lists["connect"], holes=lists["hole"]
+            read=lists["ro"], write=lists["rw"], devices=lists["dev"], deny=lists["deny"], connect=lists["connect"], read_only=lists["ro_hole"]
         )
         try:
             landlock.apply(policy)

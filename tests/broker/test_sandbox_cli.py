@@ -150,3 +150,56 @@ def test_a_work_tree_that_is_conclaves_own_source_is_refused_while_any_agent_is_
     # Control: with every agent unboxed there is nothing a box could promise, and it runs.
     out = run('[[agent]]\nname = "alice"\ncommand = ["true"]\nsandbox = "off"\n', "s2")
     assert out.returncode == 0, out.stderr
+
+
+def test_a_state_dir_inside_what_every_box_reads_is_refused(tmp_path: Path) -> None:
+    """/srv, /opt, /var/lib and the toolchains under home are read by every box, including boxes that
+    started before a state directory there was made (Landlock's grants are fixed at start)."""
+    repo = make_repo(tmp_path)
+    home = tmp_path / "home"
+    (home / ".cargo" / "bin").mkdir(parents=True)
+    path = team(tmp_path, '[[agent]]\nname = "alice"\ncommand = ["true"]\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    env["HOME"] = str(home)
+
+    def run(state: Path) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-I", "-m", "broker.cli", "run", "--team", str(path), "--repo", str(repo), "--state-dir", str(state)]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+
+    for state in (Path("/srv") / f"conclave-refused-{os.getpid()}", home / ".cargo" / "bin" / "state"):
+        out = run(state)
+        assert out.returncode == 2 and "which every agent's box may read" in out.stderr, (state, out.stderr)
+        assert not state.exists()  # refused before anything was made
+    # Control: a state directory of its own elsewhere runs.
+    assert run(tmp_path / "state").returncode == 0
+
+
+def test_a_box_whose_grants_would_hold_something_trusted_is_refused(tmp_path: Path) -> None:
+    """allow_write holding your home, a credential or another project's state directory; allow_read reaching
+    into a state directory a broker registered: refused at start, naming the path."""
+    repo = make_repo(tmp_path)
+    home = tmp_path / "home"
+    (home / ".aws").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    env.update(HOME=str(home), XDG_STATE_HOME=str(tmp_path / "xdg"))
+    other = tmp_path / "shared" / "other-state"
+
+    def run(body: str, state: str) -> subprocess.CompletedProcess[str]:
+        path = team(tmp_path, '[[agent]]\nname = "alice"\ncommand = ["true"]\n' + body)
+        argv = [sys.executable, "-I", "-m", "broker.cli", "run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / state)]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+
+    # Another project's broker registers its state directory.
+    assert run('sandbox = "off"\n', str(other.relative_to(tmp_path))).returncode == 0
+    refusals = {
+        f'allow_write = ["{home}"]\n': "holds your home directory",
+        f'allow_write = ["{home / ".aws"}"]\n': "which holds credentials",
+        f'allow_write = ["{tmp_path / "shared"}"]\n': "would let it write the state directory",
+        f'allow_read = ["{tmp_path / "shared"}"]\n': "would let it reach the state directory",
+    }
+    for body, words in refusals.items():
+        out = run(body, "s1")
+        assert out.returncode == 2 and words in out.stderr, (body, out.stderr)
+    # Control: a directory beside them is fine.
+    (tmp_path / "data").mkdir()
+    assert run(f'allow_write = ["{tmp_path / "data"}"]\nallow_read = ["{home / ".cargo"}"]\n', "s2").returncode == 0
