@@ -137,7 +137,9 @@ def test_a_work_tree_that_is_conclaves_own_source_is_refused_while_any_agent_is_
     repo = make_repo(tmp_path)
     for package in ("store", "broker", "memory", "locks", "agents", "scenarios"):
         shutil.copytree(root / package, repo / package, ignore=shutil.ignore_patterns("__pycache__"))
-    python = source_venv(tmp_path / "v", repo)  # its sys.path names the work tree itself
+    import trio
+
+    python = source_venv(tmp_path / "v", repo, packages=Path(trio.__file__).resolve().parents[1])  # its sys.path names the work tree itself
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
 
     def run(body: str, state: str) -> subprocess.CompletedProcess[str]:

@@ -3,9 +3,9 @@
 The very common setup -- ``python -m venv .venv && pip install conclave`` in the
 repository -- puts the interpreter conclave runs from, its site-packages and
 (for an editable install) its source inside the tree every agent writes.  A
-``.pth`` file there runs at every interpreter start, a ``sitecustomize.py`` on
-``sys.path`` too, and an edited ``broker/cli.py`` runs as the person at their
-next ``conclave`` command.  A strict box binds each of them read-only over
+``.pth`` file there runs at every interpreter start, a module shadowing a
+dependency earlier on ``sys.path`` at every import of it, and an edit of
+conclave's own code at the person's next ``conclave`` command.  A strict box binds each of them read-only over
 itself; a landlock box leaves them out of its write grant (write is granted on
 their siblings instead).  The control: an unboxed agent's plant runs.
 """
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+import trio
 
 from agents.harness import Run, make_repo, source_venv
 from broker.entry import conclave_argv
@@ -37,7 +38,8 @@ def venv_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     source = repo / "vendor" / "conclave"
     for package in PACKAGES:
         shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
-    python = source_venv(repo, source)  # repo/venv, its site-packages naming the vendored source first
+    # repo/venv, its site-packages naming the vendored source first, then where conclave's dependencies are.
+    python = source_venv(repo, source, packages=Path(trio.__file__).resolve().parents[1])
     # The broker and its agents run conclave from the tree.
     run = Run(root / "run", agents_at_every_level(), repo=repo, python=str(python))
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -59,7 +61,7 @@ def persons_next_conclave(python: Path) -> subprocess.CompletedProcess[str]:
 
 def plant(venv: dict[str, Any], agent: str, targets: list[list[str]] | None = None) -> list[str]:
     """``agent`` writes ``targets``; by default it plants, from its box, three things that would run as the person at their next
-    ``conclave``: a ``.pth`` in site-packages, a ``sitecustomize.py`` on ``sys.path``, and a line
+    ``conclave``: a ``.pth`` in site-packages, a ``typer.py`` shadowing a dependency, and a line
     appended to conclave's own ``broker/__init__.py``.  Returns what each attempt got."""
     run = venv["run"]
     marker = venv["markers"] / agent
@@ -78,7 +80,8 @@ def plant(venv: dict[str, Any], agent: str, targets: list[list[str]] | None = No
     )
     targets = targets or [
         [str(venv["site"] / f"zz-{agent}.pth"), f"import os; {code('pth')}\n"],
-        [str(venv["source"] / "sitecustomize.py"), f"{code('sitecustomize')}\n"],
+        # A module of the same name as a dependency, earlier on sys.path: conclave imports it.
+        [str(venv["source"] / "typer.py"), f"{code('shadow')}\n"],
         [str(venv["source"] / "broker" / "__init__.py"), f"\n{code('conclave')}\n"],  # conclave's own code, edited
     ]
     import json
@@ -102,4 +105,4 @@ def test_a_boxed_agent_cannot_plant_code_in_conclaves_installation(venv_run: dic
     assert plant(venv_run, "carol") == ["ok", "ok", "ok"]
     out = persons_next_conclave(venv_run["python"])
     ran = (venv_run["markers"] / "carol").read_text().splitlines() if (venv_run["markers"] / "carol").exists() else []
-    assert set(ran) == {"pth", "sitecustomize", "conclave"}, (ran, out.stderr)
+    assert set(ran) == {"pth", "shadow", "conclave"}, (ran, out.stderr)
