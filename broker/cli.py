@@ -85,16 +85,12 @@ def run(
     from broker.paths import StateError
     from broker.sandbox import box as sandbox_box
     from broker.sandbox import machine as sandbox_machine
-    from broker.team import TeamError, load
 
     target = Target(json_out, repo, state_dir)
     paths = target.paths()
     if paths.repo == Path("/"):
         die("refusing to run on / ; pass --repo DIR (a git repository)", EXIT_USAGE)
-    try:
-        team_spec = load(team, repo=paths.repo, rules=composition.team_rules())
-    except TeamError as exc:
-        die(str(exc), EXIT_USAGE)
+    team_spec = _load_team(team, paths)
     _require_git(paths.repo, repo)
     machine = sandbox_machine.probe()
     try:
@@ -335,6 +331,17 @@ team_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Team fi
 app.add_typer(team_app, name="team")
 
 
+def _load_team(file: Path, paths: Any) -> Any:
+    """The team file, checked as `conclave run` checks it; exit 2 naming what to fix."""
+    from broker import composition
+    from broker.team import TeamError, load
+
+    try:
+        return load(file, repo=paths.repo, rules=composition.team_rules())
+    except TeamError as exc:
+        die(str(exc), EXIT_USAGE)
+
+
 @team_app.command("accept")
 def team_accept(
     file: Annotated[Path, typer.Argument(help="The team file (TOML).")],
@@ -348,16 +355,12 @@ def team_accept(
     policy or store changed since the operator last ran or accepted it here.
     Exit 0 when accepted, 2 when the file is not valid.
     """
-    from broker import composition, team_trust
-    from broker.team import TeamError, load
+    from broker import team_trust
     from store.events import now
 
     target = Target(json_out, repo, state_dir)
     paths = target.paths()
-    try:
-        team_spec = load(file, repo=paths.repo, rules=composition.team_rules())
-    except TeamError as exc:
-        die(str(exc), EXIT_USAGE)
+    team_spec = _load_team(file, paths)
     _refuse_inside_an_agent("accept a team file's settings")
     verdict = team_trust.judge(team_spec, file, paths.state)
     team_trust.accept(team_spec, file, paths.state, at=now())
@@ -387,16 +390,11 @@ def team_check(
 
     Exit 0 when it is valid, 2 with what to fix when it is not.
     """
-    from broker import composition
     from broker.paths import git_toplevel
-    from broker.team import TeamError, load
 
     target = Target(json_out, repo, state_dir)
     paths = target.paths()
-    try:
-        team_spec = load(file, repo=paths.repo, rules=composition.team_rules())
-    except TeamError as exc:
-        die(str(exc), EXIT_USAGE)
+    team_spec = _load_team(file, paths)
     report = {
         "ok": True,
         "file": str(file),
