@@ -57,6 +57,9 @@ DEPUTY_VARIABLES: Final = frozenset({
     "WEZTERM_UNIX_SOCKET", "WEZTERM_PANE", "DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY",
     "DOCKER_HOST", "CONTAINER_HOST", "PODMAN_HOST", "GIT_ASKPASS", "SSH_ASKPASS",
 })  # fmt: skip
+#: The broker's own credentials, as libpq reads them from the environment it was started with
+#: (docs/DEPLOYMENT.md): never an agent's.  A team file's ``env`` may still give an agent its own.
+BROKER_CREDENTIAL_VARIABLES: Final = frozenset({"PGPASSWORD", "PGPASSFILE", "PGSERVICEFILE", "PGSSLKEY", "PGSSLCERT", "PGSSLROOTCERT"})
 #: Deputies' sockets outside /tmp and /run/user, emptied in a strict box (those under $HOME are
 #: not in its private home at all).
 HIDDEN: Final = ("/run/screen", "/var/run/screen", "/run/docker.sock", "/var/run/docker.sock", "/run/podman")
@@ -172,8 +175,8 @@ def levels(agents: Iterable[tuple[str, str | None]], machine: Machine, *, state_
 
 
 def clean_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` without the deputies' variables (at every level, ``off`` included)."""
-    return {k: v for k, v in env.items() if k not in DEPUTY_VARIABLES}
+    """``env`` without the deputies' variables and the broker's own credentials (at every level, ``off`` included)."""
+    return {k: v for k, v in env.items() if k not in DEPUTY_VARIABLES and k not in BROKER_CREDENTIAL_VARIABLES}
 
 
 def build(

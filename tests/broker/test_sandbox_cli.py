@@ -102,12 +102,13 @@ def test_deputies_variables_never_reach_an_agent(tmp_path: Path) -> None:
     path = team(tmp_path, f'[[agent]]\nname = "alice"\ncommand = ["sh", "-c", "env > {report}"]\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
     env.update(TMUX="/tmp/tmux-0/default,1,0", DBUS_SESSION_BUS_ADDRESS="unix:path=/run/user/0/bus", SSH_AUTH_SOCK="/tmp/ssh-x/agent.1",
-               VSCODE_IPC_HOOK_CLI="/run/user/0/vscode.sock", KEEP_ME="yes")
+               VSCODE_IPC_HOOK_CLI="/run/user/0/vscode.sock", KEEP_ME="yes",
+               PGPASSWORD="the-brokers-password", PGPASSFILE="/home/someone/broker.pgpass")  # the broker's own credentials
     out = subprocess.run([sys.executable, "-I", "-m", "broker.cli", "run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / "s")],
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     seen = dict(line.split("=", 1) for line in report.read_text().splitlines() if "=" in line)
-    assert not {"TMUX", "DBUS_SESSION_BUS_ADDRESS", "SSH_AUTH_SOCK", "VSCODE_IPC_HOOK_CLI"} & set(seen)
+    assert not {"TMUX", "DBUS_SESSION_BUS_ADDRESS", "SSH_AUTH_SOCK", "VSCODE_IPC_HOOK_CLI", "PGPASSWORD", "PGPASSFILE"} & set(seen)
     assert seen["KEEP_ME"] == "yes" and "CONCLAVE_TICKET" in seen  # control: the rest of the environment arrives
 
 
