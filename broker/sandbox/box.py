@@ -101,23 +101,28 @@ def check_grants(
         ValueError: naming the agent, the path, what it holds and what to do.
     """
     home = home if home is not None else os.environ.get("HOME")
+    # This run's state and the state roots, made or not (the broker makes them); registered ones that exist.
+    roots = [str(root) for root in paths_mod.state_roots()]
     others = [p for p in paths_mod.known_state_dirs() if os.path.lexists(p)]  # a stale entry names nothing
-    state_dirs = list(dict.fromkeys(os.path.realpath(p) for p in (str(state), *others)))
+    state_dirs = list(dict.fromkeys(os.path.realpath(p) for p in (str(state), *roots, *others)))
     secrets = [os.path.realpath(p) for p in grants.secrets(home)] if home and home != "/" else []
     conclave = installation()
+    this = os.path.realpath(state)
     for path in allow_read:
+        # Reading into a state directory is refused; one a read grant holds is carved out at spawn
+        # (the state roots exist by then: the broker makes them), this run's own refused for clarity.
         real = os.path.realpath(_expand_user(path, home))
         for known in state_dirs:
-            if grants.inside(real, known) or grants.inside(known, real):
+            if grants.inside(real, known) or (known == this and grants.inside(known, real)):
                 raise ValueError(f"agent {name!r}: allow_read {path} would let it reach the state directory {known}; allow something else")
     for key, path in [("the work tree", str(repo)), *(("allow_write", p) for p in allow_write)]:
         real = os.path.realpath(_expand_user(path, home))
         where = f"agent {name!r}: {key} {path}" if key == "allow_write" else f"agent {name!r}'s work tree {path}"
+        if home and home != "/" and grants.inside(os.path.realpath(home), real):
+            raise ValueError(f"{where} holds your home directory {home} (your credentials, your shell's start-up files): allow something narrower")
         for known in state_dirs:
             if grants.inside(real, known) or grants.inside(known, real):
                 raise ValueError(f"{where} would let it write the state directory {known}; allow something else")
-        if home and home != "/" and grants.inside(os.path.realpath(home), real):
-            raise ValueError(f"{where} holds your home directory {home} (your credentials, your shell's start-up files): allow something narrower")
         for secret in secrets:
             if grants.inside(secret, real) or grants.inside(real, secret):
                 raise ValueError(f"{where} would let it write {secret}, which holds credentials: allow something else")
@@ -260,7 +265,9 @@ def _strict_options(plan: grants.Plan, *, repo: Path, home: str | None, socket_p
     beneath them bound back (read grants read-only), deputies hidden, the git files read-only."""
     options = ["--ns"]
     private = list(plan.private)
-    if home and home in private and os.path.isdir(home):
+    # Home is private unless a grant names all of it (an allow_read of ~: then its secrets are carved out).
+    granted = {os.path.realpath(p) for p in (*plan.read, *plan.write)}
+    if home and home in private and os.path.isdir(home) and os.path.realpath(home) not in granted:
         options += ["--private-home", home]
     else:
         private = [p for p in private if p != home]

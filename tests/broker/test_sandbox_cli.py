@@ -179,7 +179,8 @@ def test_a_state_dir_inside_what_every_box_reads_is_refused(tmp_path: Path) -> N
 
 def test_a_box_whose_grants_would_hold_something_trusted_is_refused(tmp_path: Path) -> None:
     """allow_write holding your home, a credential or another project's state directory; allow_read reaching
-    into a state directory a broker registered: refused at start, naming the path."""
+    into a state directory a broker registered: refused at start, naming the path.  (An allow_read that
+    holds another project's state directory is granted with it carved out: tests/containment/test_grants.py.)"""
     repo = make_repo(tmp_path)
     home = tmp_path / "home"
     (home / ".aws").mkdir(parents=True)
@@ -198,7 +199,7 @@ def test_a_box_whose_grants_would_hold_something_trusted_is_refused(tmp_path: Pa
         f'allow_write = ["{home}"]\n': "holds your home directory",
         f'allow_write = ["{home / ".aws"}"]\n': "which holds credentials",
         f'allow_write = ["{tmp_path / "shared"}"]\n': "would let it write the state directory",
-        f'allow_read = ["{tmp_path / "shared"}"]\n': "would let it reach the state directory",
+        f'allow_read = ["{other / "logs"}"]\n': "would let it reach the state directory",
     }
     for body, words in refusals.items():
         out = run(body, "s1")

@@ -101,13 +101,12 @@ BATCH = textwrap.dedent(
     import errno, json, sys
     def result(fn, path):
         try:
-            fn(path)
-            return {"ok": True}
+            return {"ok": True, "data": fn(path)}
         except OSError as exc:
             return {"ok": False, "error": errno.errorcode.get(exc.errno, str(exc.errno))}
     def read(path):
         with open(path, "rb") as f:
-            f.read(64)
+            return f.read(64).decode("utf-8", "replace")
     def write(path):
         with open(path, "a") as f:
             f.write("planted\\n")
@@ -115,6 +114,11 @@ BATCH = textwrap.dedent(
     print(json.dumps([result(actions[what], path) for what, path in json.loads(sys.argv[1])]))
     """
 )
+
+
+def leaked(result: dict[str, Any]) -> bool:
+    """Did a read get a planted secret's bytes?  (A strict box may show an emptied file instead of none.)"""
+    return result["ok"] and "SECRET" in (result.get("data") or "")
 
 
 def attempts(run: Run, agent: str, what: str, targets: list[Path]) -> list[dict[str, Any]]:
@@ -321,3 +325,24 @@ def test_the_threat_models_table_is_the_one_the_code_uses() -> None:
     assert start in doc and end in doc, "docs/THREAT_MODEL.md lost its grants table markers"
     shown = doc.split(start, 1)[1].split(end, 1)[0].strip()
     assert shown == grants.render_markdown().strip(), "regenerate it: python -c 'from broker.sandbox import grants; print(grants.render_markdown())'"
+
+
+def test_an_allow_read_of_all_of_home_still_keeps_every_secret_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator may grant all of home (allow_read = ["~"]): the secrets are carved out of it all the same."""
+    home = tmp_path / "home"
+    secrets = [plant(Path(p), f"# SECRET {p}\n") for p in grants.secrets(str(home))]
+    (home / "notes.txt").write_text("the person's notes\n")
+    (home / ".gitconfig").write_text("[user]\n\tname = someone\n\temail = someone@example.invalid\n")
+    monkeypatch.setenv("HOME", str(home))
+    run = Run(tmp_path / "run", agents_at_every_level(allow_read=[str(home)]))
+    try:
+        run.start()
+        for agent in BOXED:
+            got = attempts(run, agent, "read", [home / "notes.txt", *secrets])
+            assert got[0]["ok"], (agent, got[0])  # the grant holds: the rest of home is readable
+            for path, result in zip(secrets, got[1:]):
+                assert not leaked(result), (agent, path, result)  # absent, refused, or emptied (bound over by /dev/null)
+        # Control: unboxed, the secrets are files of the uid.
+        assert all(leaked(r) for r in attempts(run, "carol", "read", secrets))
+    finally:
+        run.close()
