@@ -131,7 +131,10 @@ def box_overhead(tmp: Path, rounds: int = 100) -> dict[str, list[float]]:
     """What the box adds to one spawn: the launcher and its setup, then `true`, against `true` alone.
 
     Interleaved, one spawn of each in turn, from a fresh thread each time (as trio spawns).
+    Besides the wall time of each (``level``), the CPU time the spawn's processes used
+    (``cpu:level``, user + system): what a loaded machine cannot inflate as much.
     """
+    import resource
     import threading
 
     from broker.sandbox import box, machine
@@ -148,19 +151,25 @@ def box_overhead(tmp: Path, rounds: int = 100) -> dict[str, list[float]]:
                               socket_path=tmp / "box.sock", session=f"bench-{level}")
             argv[level] = list(built.argv)
             boxes.append(built)
-    samples: dict[str, list[float]] = {k: [] for k in argv}
+    samples: dict[str, list[float]] = {k: [] for k in argv} | {f"cpu:{k}": [] for k in argv}
 
     def spawn(command: list[str], out: list[float]) -> None:
         t0 = time.perf_counter()
         subprocess.run(command, cwd=repo, check=True)
         out.append(time.perf_counter() - t0)
 
+    def cpu() -> float:
+        used = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return used.ru_utime + used.ru_stime
+
     for _ in range(rounds):
         for name, command in argv.items():
             got: list[float] = []
+            before = cpu()
             worker = threading.Thread(target=spawn, args=(command, got))
             worker.start()
             worker.join()
+            samples[f"cpu:{name}"].append(cpu() - before)
             samples[name] += got
     for built in boxes:
         built.release()
@@ -218,7 +227,13 @@ def main() -> None:
         strongest = machine.probe().strongest
         overhead = box_overhead(tmp)
         plain = statistics.median(overhead.pop("plain"))
+        plain_cpu = statistics.median(overhead.pop("cpu:plain"))
+        cpu_rows = {level[4:]: overhead.pop(level) for level in list(overhead) if level.startswith("cpu:")}
         rows.append(("spawn `true`, no box (baseline) p50", f"{plain * 1000:.1f} ms", "baseline"))
+        for level, samples in cpu_rows.items():
+            added = statistics.median(samples) - plain_cpu
+            rows.append((f"CPU time of a spawn in a {level} box p50", f"{statistics.median(samples) * 1000:.1f} ms", f"+{added * 1000:.1f} ms over a bare spawn"))
+            results[f"box_added_cpu_ms_{level}"] = added * 1000
         for level, samples in overhead.items():
             added = statistics.median(samples) - plain
             rows.append((f"spawn `true` in a {level} box p50 / p90", f"{statistics.median(samples) * 1000:.1f} / {pct(samples, .9) * 1000:.1f} ms", f"+{added * 1000:.1f} ms (target <= +20 ms)"))
