@@ -283,7 +283,11 @@ def _strict_options(plan: grants.Plan, *, repo: Path, home: str | None, socket_p
     writable = _landlock_writes("strict", plan)
     read_only = [p for p in plan.read if p in kept and p not in plan.write]  # bound back under a writable tmpfs
     read_only += [p for p in plan.read_only if _inside_any(p, writable)]  # conclave inside a write grant
-    for path in dict.fromkeys([*read_only, *git_files]):
+    real = {p: os.path.realpath(p) for p in read_only}
+    # A read-only bind covers what lies beneath it: one per outermost path (the interpreter's
+    # directories under ~/.pyenv come back read-only with it).
+    outermost = [p for p in read_only if not any(q != p and real[q] != real[p] and grants.inside(real[p], real[q]) for q in read_only)]
+    for path in dict.fromkeys([*outermost, *git_files]):
         if os.path.lexists(path):
             options += ["--read-only", path]
     # A denied path under a private mount is absent unless a grant brought it back; then it is hidden again.
