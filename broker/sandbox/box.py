@@ -271,6 +271,8 @@ def _strict_options(plan: grants.Plan, *, repo: Path, home: str | None, socket_p
         options += ["--private-home", home]
     else:
         private = [p for p in private if p != home]
+    # Both spellings: a home (or /tmp) may be a symbolic link, and grants come resolved or not.
+    private = list(dict.fromkeys([*private, *(os.path.realpath(p) for p in private)]))
     for path in HIDDEN:
         options += ["--hide", path]
     # What lives under a private mount comes back; the rest of it is simply not in the box.

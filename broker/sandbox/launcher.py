@@ -119,12 +119,14 @@ def main(argv: list[str]) -> None:
             namespaces.enter()
             # Opened in the new namespace (a bind source must be a mount of it), before anything covers them.
             kept = namespaces.open_kept(lists["keep"])
-            links = namespaces.links_on_the_way(lists["private_home"], lists["keep"])
             uid = os.getuid()
+            homes = [os.path.realpath(p) for p in lists["private_home"]]  # before anything covers its way
+            links = namespaces.links_on_the_way(["/tmp", "/dev/shm", f"/run/user/{uid}", *homes], [*lists["keep"], *lists["private_home"]])
             for path, mode in (("/tmp", "1777"), ("/dev/shm", "1777"), (f"/run/user/{uid}", "0700")):
                 namespaces.private_tmpfs(path, mode, kept)
-            for path in lists["private_home"]:
-                namespaces.private_home(path, kept, links)
+            for path in homes:
+                namespaces.private_home(path, kept)
+            namespaces.relink(links)
             namespaces.private_ptys()
             for path in lists["hide"]:
                 namespaces.hide(path, kept)

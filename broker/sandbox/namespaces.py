@@ -100,8 +100,9 @@ def private_tmpfs(path: str, mode: str, keep: dict[str, int]) -> bool:
 
 
 def links_on_the_way(bases, paths) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    """Symbolic links between each of ``bases`` and the ``paths`` beneath it, with their targets
-    (``~/.nvm`` -> ``/opt/nvm``), read before a private mount covers them."""
+    """Symbolic links between each of ``bases`` (the private mounts) and the ``paths`` kept beneath
+    it, with their targets (``~/.nvm`` -> ``/opt/nvm``, a home in /tmp that is a link), read before
+    a private mount covers them; :func:`relink` makes them again afterwards."""
     links: dict[str, str] = {}
     for base in bases:
         base = base.rstrip("/")
@@ -112,25 +113,28 @@ def links_on_the_way(bases, paths) -> dict[str, str]:  # type: ignore[no-untyped
             for part in path[len(base) + 1 :].split("/"):
                 current = f"{current}/{part}"
                 if os.path.islink(current):
-                    # Keyed by where it will be made: its real directory (a home may itself be a link).
+                    # Keyed by where it will be made: its real directory; then on from where it leads.
                     links[os.path.join(os.path.realpath(os.path.dirname(current)), part)] = os.readlink(current)
-                    break  # what lies beyond is found (and kept) by its real path
+                    current = os.path.realpath(current)
     return links
 
 
-def private_home(path: str, keep: dict[str, int], links: dict[str, str]) -> bool:
-    """An empty tmpfs (0700) over the home directory ``path``; the kept paths beneath are bound
-    back and the symbolic links on their way made again.  A home under another private mount
+def private_home(real: str, keep: dict[str, int]) -> bool:
+    """An empty tmpfs (0700) over the home directory ``real`` (resolved before anything was
+    mounted); the kept paths beneath are bound back.  A home under another private mount
     (``/tmp``) is made first: the agent's shell and tools expect it to be there."""
-    real = os.path.realpath(path)
     os.makedirs(real, mode=0o700, exist_ok=True)
     _mount("tmpfs", real, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
     _restore(real, keep)
+    return True
+
+
+def relink(links: dict[str, str]) -> None:
+    """Make again the symbolic links :func:`links_on_the_way` found (where a private mount hid them)."""
     for link, target in sorted(links.items()):
-        if link.startswith(real.rstrip("/") + "/") and not os.path.lexists(link):
+        if not os.path.lexists(link):
             os.makedirs(os.path.dirname(link), exist_ok=True)
             os.symlink(target, link)
-    return True
 
 
 def private_ptys() -> None:

@@ -346,3 +346,27 @@ def test_an_allow_read_of_all_of_home_still_keeps_every_secret_out(tmp_path: Pat
         assert all(leaked(r) for r in attempts(run, "carol", "read", secrets))
     finally:
         run.close()
+
+
+def test_a_home_reached_through_a_symbolic_link_is_private_all_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$HOME may be a link (/home -> /usr/home): the work tree inside it still comes back, the secrets still do not."""
+    real = tmp_path / "real-home"
+    (real / ".cargo" / "bin").mkdir(parents=True)
+    (real / ".cargo" / "bin" / "tool").write_text("# a toolchain\n")
+    secret = plant(real / ".pgpass", "# SECRET the database password\n")
+    (tmp_path / "home").symlink_to(real)
+    (tmp_path / "nvm").mkdir()  # a toolchain that is itself a link out of home
+    (tmp_path / "nvm" / "node").write_text("# node\n")
+    (real / ".nvm").symlink_to(tmp_path / "nvm")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    run = Run(tmp_path / "home" / "project", agents_at_every_level())  # the work tree under home, named through the link
+    try:
+        run.start()
+        for agent in BOXED:
+            home = tmp_path / "home"
+            secret_read, tool_read, node_read = attempts(run, agent, "read", [home / ".pgpass", home / ".cargo" / "bin" / "tool", home / ".nvm" / "node"])
+            assert not leaked(secret_read) and tool_read["ok"] and node_read["ok"], (agent, secret_read, tool_read, node_read)
+            assert attempt(run, agent, "write", run.repo / "notes.txt")["ok"], agent  # its work tree came back
+        assert leaked(attempts(run, "carol", "read", [secret])[0])  # control: unboxed, it is a file of the uid
+    finally:
+        run.close()
