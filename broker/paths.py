@@ -359,8 +359,9 @@ def register_state_dir(state: Path) -> None:
     roots = state_roots()
     if not roots:
         return
-    for root in roots:  # made now, so every box built from now on is kept out of what is made there later
-        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # Made now, so every box built from now on is kept out of what is made there later.  (Only the
+    # root this broker uses: the other is denied when it exists, and made by whoever uses it.)
+    roots[0].mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(roots[0] / STATE_REGISTRY_NAME, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

@@ -101,7 +101,7 @@ def check_grants(
         ValueError: naming the agent, the path, what it holds and what to do.
     """
     home = home if home is not None else os.environ.get("HOME")
-    # This run's state and the state roots, made or not (the broker makes them); registered ones that exist.
+    # This run's state and the state roots, made or not (a broker makes its own); registered ones that exist.
     roots = [str(root) for root in paths_mod.state_roots()]
     others = [p for p in paths_mod.known_state_dirs() if os.path.lexists(p)]  # a stale entry names nothing
     state_dirs = list(dict.fromkeys(os.path.realpath(p) for p in (str(state), *roots, *others)))
