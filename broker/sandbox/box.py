@@ -95,7 +95,8 @@ def check_grants(
     """Refuse, before anything runs, a boxed agent whose grants would hold something trusted:
     a write grant holding a state directory, your home, a credential or conclave's own
     installation (or conclave's installation holding the write grant, where no box can keep it
-    read-only), and a read grant reaching into a state directory.
+    read-only), an ``allow_write`` holding or inside what your own tools run from home
+    (:func:`broker.sandbox.grants.run_from_home`), and a read grant reaching into a state directory.
 
     Raises:
         ValueError: naming the agent, the path, what it holds and what to do.
@@ -126,6 +127,14 @@ def check_grants(
         for secret in secrets:
             if grants.inside(secret, real) or grants.inside(real, secret):
                 raise ValueError(f"{where} would let it write {secret}, which holds credentials: allow something else")
+        if key == "allow_write":
+            entry = grants.run_from_home(real, home) if home and home != "/" else None
+            if entry is not None:
+                raise ValueError(
+                    f"{where} would let it write {entry}, which your own shell and tools run or trust outside every box "
+                    "(start-up files, programs, plugins, caches): a file it put there would run as you. Allow a "
+                    "directory of its own, and point the tool there in the agent's env (e.g. PIP_CACHE_DIR, npm_config_cache)"
+                )
         for part in conclave:
             # Beneath a write grant it is kept read-only (a read-only bind, or a hole in the grant);
             # a grant that is conclave, or lies inside it, cannot be.

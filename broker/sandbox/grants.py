@@ -120,6 +120,13 @@ HOME_SECRETS: Final = (
     Secret("~/.zshrc", "shell start-up, often exporting API keys"),
 )
 
+#: What your own processes run or trust from home, outside every box, besides the secrets: every
+#: entry of home whose name begins with a dot (shell start-up files, tools' configurations and
+#: caches -- ~/.cache/pip, ~/.npm --, ~/.local's programs, editors' plugins, direnv's allow list),
+#: these names, and where each toolchain row lies.  No write grant holds or lies inside one: a
+#: program, a plugin or a cached wheel an agent put there would run as you at your next command.
+HOME_RUN: Final = ("~/bin",)
+
 #: System paths every box reads (root-owned, read-only to the user).
 SYSTEM_READ: Final = (
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/srv",
@@ -196,8 +203,9 @@ GRANTS: Final = (
     ),
     Grant(
         "the team file's allow_write", ("{allow_write}",), Access.WRITE, BOTH,
-        "the operator's choice, accepted with the team file; one that holds a secret, a state directory or "
-        "conclave's installation is refused",
+        "the operator's choice, accepted with the team file; one that holds a secret, a state directory, "
+        "conclave's installation or what your own tools run from home (a dot entry such as ~/.cache or "
+        "~/.local/bin, ~/bin, a toolchain row, or where a link there leads) is refused",
     ),
     Grant(
         "home", ("~",), Access.PRIVATE, STRICT,
@@ -296,6 +304,28 @@ def toolchains(home: str) -> list[str]:
     """Every toolchain path under ``home`` the table grants (whether it exists or not)."""
     context = Context(home=home, uid=os.getuid())
     return [p for g in GRANTS if g.home for t in g.paths for p in expand(t, context)]
+
+
+def run_from_home(path: str, home: str) -> str | None:
+    """The entry of ``home`` your own processes run or trust (:data:`HOME_RUN`) that ``path`` is, lies
+    inside or holds -- or where a link there leads (a dot entry, a toolchain row); None when there is none."""
+    real, real_home = os.path.realpath(path), os.path.realpath(home)
+    context = Context(home=home, uid=os.getuid())
+    rows = [*toolchains(home), *(p for t in HOME_RUN for p in expand(t, context))]
+    named = {os.path.relpath(p, home).split(os.sep)[0] for p in rows}
+    if real != real_home and inside(real, real_home):
+        first = os.path.relpath(real, real_home).split(os.sep)[0]
+        if first.startswith(".") or first in named:
+            return os.path.join(home, first)
+    try:
+        dotted = [e.path for e in os.scandir(home) if e.name.startswith(".")]
+    except OSError:
+        dotted = []
+    for entry in (*dotted, *rows):
+        target = os.path.realpath(entry)
+        if os.path.lexists(entry) and (inside(real, target) or inside(target, real)):
+            return entry
+    return None
 
 
 def secrets(home: str) -> list[str]:

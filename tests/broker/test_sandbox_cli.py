@@ -178,12 +178,17 @@ def test_a_state_dir_inside_what_every_box_reads_is_refused(tmp_path: Path) -> N
 
 
 def test_a_box_whose_grants_would_hold_something_trusted_is_refused(tmp_path: Path) -> None:
-    """allow_write holding your home, a credential or another project's state directory; allow_read reaching
+    """allow_write holding your home, a credential, another project's state directory or what your own tools
+    run from home (a dot entry such as pip's cache or ~/.local/bin, ~/bin, and where a link there leads); allow_read reaching
     into a state directory a broker registered: refused at start, naming the path.  (An allow_read that
     holds another project's state directory is granted with it carved out: tests/containment/test_grants.py.)"""
     repo = make_repo(tmp_path)
     home = tmp_path / "home"
     (home / ".aws").mkdir(parents=True)
+    # Where your own shell finds programs: ~/.local/bin is a link to a directory outside home.
+    (tmp_path / "programs").mkdir()
+    (home / ".local").mkdir()
+    (home / ".local" / "bin").symlink_to(tmp_path / "programs")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
     env.update(HOME=str(home), XDG_STATE_HOME=str(tmp_path / "xdg"))
     other = tmp_path / "shared" / "other-state"
@@ -200,10 +205,17 @@ def test_a_box_whose_grants_would_hold_something_trusted_is_refused(tmp_path: Pa
         f'allow_write = ["{home / ".aws"}"]\n': "which holds credentials",
         f'allow_write = ["{tmp_path / "shared"}"]\n': "would let it write the state directory",
         f'allow_read = ["{other / "logs"}"]\n': "would let it reach the state directory",
+        # A wheel planted in pip's cache, a program on your PATH: run as you at your next command.
+        f'allow_write = ["{home / ".cache" / "pip"}"]\n': "your own shell and tools run or trust",
+        f'allow_write = ["{home / "bin"}"]\n': "your own shell and tools run or trust",
+        f'allow_write = ["{tmp_path / "programs"}"]\n': "your own shell and tools run or trust",
     }
     for body, words in refusals.items():
         out = run(body, "s1")
         assert out.returncode == 2 and words in out.stderr, (body, out.stderr)
     # Control: a directory beside them is fine.
     (tmp_path / "data").mkdir()
-    assert run(f'allow_write = ["{tmp_path / "data"}"]\nallow_read = ["{home / ".cargo"}"]\n', "s2").returncode == 0
+    (home / "projects" / "data").mkdir(parents=True)
+    body = f'allow_write = ["{tmp_path / "data"}", "{home / "projects" / "data"}"]\nallow_read = ["{home / ".cargo"}"]\n'
+    out = run(body, "s2")
+    assert out.returncode == 0, out.stderr

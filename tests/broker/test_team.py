@@ -32,6 +32,9 @@ GOOD = '[[agent]]\nname = "alice"\ncommand = ["true"]\n'
         ('[[agent]]\nname = "alice"\ncommand = ["true"]\ncwd = "no/such/dir"\n', "cwd 'no/such/dir' is not a directory in the repository"),
         ('[[agent]]\nname = "alice"\ncommand = ["true"]\nenv = {CONCLAVE_TICKET = "x"}\n', "CONCLAVE_"),
         ('[[agent]]\nname = "alice"\ncommand = ["true"]\nprompt = "do it"\n', "prompt is the task for a preset agent"),
+        # Every agent's box reads the work tree, and so the team file: the broker's password is never there.
+        (GOOD + '[store]\nurl = "postgresql://broker_p:hunter2@db.example/conclave"\n', "[store] url carries a password"),
+        (GOOD + '[store]\nurl = "postgresql://broker_p@db.example/conclave?password=hunter2"\n', "[store] url carries a password"),
         ("[[agent]\n", "not valid TOML"),
         ("", "no agents"),
     ],
@@ -50,6 +53,13 @@ def test_good_team_file_parses(tmp_path):
     parsed = load(team, repo=tmp_path, rules=team_rules())
     assert [a.name for a in parsed.agents] == ["alice", "bob"]
     assert parsed.agents[1].command == ("sh", "-c", "true") and parsed.agents[1].may_spawn == 2
+
+
+def test_a_store_url_without_a_password_is_accepted(tmp_path):
+    """Control for the password refusal: the same URL, its password left to the broker's passfile."""
+    team = tmp_path / "team.toml"
+    team.write_text(GOOD + '[store]\nurl = "postgresql://broker_p@db.example/conclave?sslmode=require"\n')
+    assert load(team, repo=tmp_path, rules=team_rules()).store_url == "postgresql://broker_p@db.example/conclave?sslmode=require"
 
 
 def test_a_cwd_that_exists_is_accepted(tmp_path):
