@@ -102,6 +102,8 @@ def run(
                 sandbox_box.check_grants(
                     agent.name, repo=paths.repo, state=paths.state, allow_read=agent.allow_read, allow_write=agent.allow_write
                 )
+        boxed = {a.name: a.allow_write for a in team_spec.agents if chosen[a.name] != "off"}
+        sandbox_box.check_repointable(paths.repo, boxed)
     except ValueError as exc:
         die(str(exc), EXIT_USAGE)
     _trust_team(target, team, team_spec, accept=accept_team)

@@ -146,6 +146,35 @@ def check_grants(
                 )
 
 
+def check_repointable(repo: Path, allow_write: Mapping[str, Iterable[str]]) -> None:
+    """Refuse a write grant a box could point elsewhere: an ``allow_write`` (of boxed agents, by
+    name) lying beneath the work tree or another agent's ``allow_write`` -- a box that writes the
+    place around it can put a symbolic link there, and the next box built from the same grant (its
+    restart, a child it spawns) would get write access wherever the link leads, ``~/.bashrc``'s
+    directory included -- or holding the work tree, which it could move aside for such a link.
+
+    Raises:
+        ValueError: naming the agent, the path, what holds it and what to do.
+    """
+    tree = os.path.realpath(repo)
+    places = [("the work tree", tree)] + [(f"agent {n!r}'s allow_write", os.path.realpath(p)) for n, ps in allow_write.items() for p in ps]
+    for name, paths in allow_write.items():
+        for path in paths:
+            real = os.path.realpath(path)
+            if real != tree and grants.inside(tree, real):
+                raise ValueError(
+                    f"agent {name!r}: allow_write {path} holds the work tree {repo}: the agent could move the tree aside and put a "
+                    "symbolic link in its place for the next box. Allow something narrower"
+                )
+            for where, place in places:
+                if real != place and grants.inside(real, place):
+                    raise ValueError(
+                        f"agent {name!r}: allow_write {path} lies inside {where} ({place}), where a boxed agent can replace it "
+                        "with a symbolic link and so give the next box built from it (a restart, a child) write access wherever "
+                        "the link leads. Leave it out (what lies there is writable already) or allow a directory outside both"
+                    )
+
+
 def check_state_dir(state: Path, home: str | None = None) -> None:
     """Refuse a state directory that lies inside what every box reads (the system, the toolchains
     under home, conclave's installation): a box that started before it existed could read it.

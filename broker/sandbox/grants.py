@@ -205,7 +205,8 @@ GRANTS: Final = (
         "the team file's allow_write", ("{allow_write}",), Access.WRITE, BOTH,
         "the operator's choice, accepted with the team file; one that holds a secret, a state directory, "
         "conclave's installation or what your own tools run from home (a dot entry such as ~/.cache or "
-        "~/.local/bin, ~/bin, a toolchain row, or where a link there leads) is refused",
+        "~/.local/bin, ~/bin, a toolchain row, or where a link there leads) is refused, and so is one a box could "
+        "re-point with a symbolic link (beneath the work tree or another agent's allow_write, or holding the tree)",
     ),
     Grant(
         "home", ("~",), Access.PRIVATE, STRICT,

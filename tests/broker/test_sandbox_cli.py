@@ -219,3 +219,37 @@ def test_a_box_whose_grants_would_hold_something_trusted_is_refused(tmp_path: Pa
     body = f'allow_write = ["{tmp_path / "data"}", "{home / "projects" / "data"}"]\nallow_read = ["{home / ".cargo"}"]\n'
     out = run(body, "s2")
     assert out.returncode == 0, out.stderr
+
+
+def test_a_write_grant_a_box_could_re_point_is_refused(tmp_path: Path) -> None:
+    """An allow_write beneath the work tree or beneath another agent's allow_write, or one holding the
+    tree: a box that writes around it could put a symbolic link in its place, and the next box built
+    from it (a restart, a child) would write where the link leads (the attack, carried out:
+    tests/containment/test_grants.py::test_a_box_built_from_a_re_pointed_write_grant_writes_where_the_link_leads).
+    Refused at start, naming the path; the same grants side by side run."""
+    repo = make_repo(tmp_path / "work")
+    (repo / "build").mkdir()
+    shared = tmp_path / "shared"
+    (shared / "inner").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+
+    def run(bob: str, alice: str = "", state: str = "s") -> subprocess.CompletedProcess[str]:
+        body = f'[[agent]]\nname = "alice"\ncommand = ["true"]\n{alice}[[agent]]\nname = "bob"\ncommand = ["true"]\n{bob}'
+        path = team(tmp_path, body)
+        argv = [sys.executable, "-I", "-m", "broker.cli", "run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / state)]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+
+    refusals = {
+        ('allow_write = ["build"]\n', ""): "lies inside the work tree",
+        (f'allow_write = ["{shared / "inner"}"]\n', f'allow_write = ["{shared}"]\n'): "lies inside agent 'alice'",
+        (f'allow_write = ["{repo.parent}"]\n', ""): "holds the work tree",
+    }
+    for (bob, alice), words in refusals.items():
+        out = run(bob, alice)
+        assert out.returncode == 2 and words in out.stderr, (bob, alice, out.stderr)
+    # Control: the same directory granted to both, and one beside the tree, run; an agent that is not
+    # boxed writes everything anyway, so its grant holds nothing back.
+    controls = [(f'allow_write = ["{shared}"]\n', f'allow_write = ["{shared}"]\n'), (f'allow_write = ["{shared / "inner"}"]\n', f'sandbox = "off"\nallow_write = ["{shared}"]\n')]
+    for n, (bob, alice) in enumerate(controls):
+        out = run(bob, alice, state=f"ok{n}")
+        assert out.returncode == 0, (bob, alice, out.stderr)

@@ -370,3 +370,32 @@ def test_a_home_reached_through_a_symbolic_link_is_private_all_the_same(tmp_path
         assert leaked(attempts(run, "carol", "read", [secret])[0])  # control: unboxed, it is a file of the uid
     finally:
         run.close()
+
+
+def test_a_box_built_from_a_re_pointed_write_grant_writes_where_the_link_leads(tmp_path: Path) -> None:
+    """Why no write grant may lie where a box writes (``conclave run`` refuses it:
+    tests/broker/test_sandbox_cli.py::test_a_write_grant_a_box_could_re_point_is_refused): a box
+    is built from a grant's path at each spawn, and follows a symbolic link found there.  The
+    attack: a box able to write around its grant (an ``allow_write = ["build"]`` inside the work
+    tree) replaces the directory with a link to ``~/.local/bin`` and spawns a child; the child's box
+    writes a program into the person's PATH.  Here the test replaces the grant for the box, as the
+    refused team file would have let it, and each boxed parent's child writes through the link."""
+    person_bin = tmp_path / "home" / ".local" / "bin"  # stands for the person's PATH
+    person_bin.mkdir(parents=True)
+    grants_of = {name: tmp_path / f"scratch-{name}" for name in BOXED}
+    for path in grants_of.values():
+        path.mkdir()
+    agents = [{**a, "may_spawn": 1, "allow_write": [str(grants_of[a["name"]])]} for a in agents_at_every_level() if a["name"] in BOXED]
+    run = Run(tmp_path / "run", agents)
+    try:
+        run.start()
+        for name, grant in grants_of.items():
+            # Before: the parent's own box cannot write the person's PATH.
+            assert not attempt(run, name, "write", person_bin / f"{name}-parent")["ok"], name
+            grant.rmdir()
+            grant.symlink_to(person_bin)  # what a box that writes around its grant would do
+            child = run.spawn_puppet(name, "child")
+            got = attempt_child(child, "write", grant / f"{name}-child")
+            assert got["ok"] and (person_bin / f"{name}-child").exists(), (name, got)
+    finally:
+        run.close()
