@@ -120,8 +120,12 @@ def run(
             else:
                 say(line)
     sys.stdout.flush()
+    import time
+
+    from broker import unreviewed
     from store.events import ChainRefused
 
+    started_ns = time.time_ns()
     try:
         summary = trio.run(
             lambda: run_broker(
@@ -141,8 +145,9 @@ def run(
         die(f"the broker will not run: {refused}; `conclave memory verify` says more", EXIT_NOT_STARTED)
     # The reader went away (`conclave run | head`): nothing to print to, and the run's own
     # outcome is still the exit code (rich would exit 1 on the broken pipe).
+    shown = {**_summary_json(summary), "unreviewed": unreviewed.changed_since(paths.repo, started_ns)}
     if not _reader_gone(sys.stdout.fileno()):
-        emit(target, _summary_json(summary), _print_summary)
+        emit(target, shown, _print_summary)
     raise typer.Exit(summary.exit_code)
 
 
@@ -236,6 +241,10 @@ def _print_summary(summary: dict[str, Any]) -> None:
     for o in summary["agents"]:
         if o.get("leftovers"):
             say(f"{o['agent']}:{o['session']} left {o['leftovers']} process(es) behind; killed at its exit")
+    from broker.unreviewed import describe
+
+    for line in describe(summary.get("unreviewed", [])):
+        say(line)
 
 
 def _outcome_words(o: dict[str, Any]) -> str:

@@ -253,3 +253,45 @@ def test_a_write_grant_a_box_could_re_point_is_refused(tmp_path: Path) -> None:
     for n, (bob, alice) in enumerate(controls):
         out = run(bob, alice, state=f"ok{n}")
         assert out.returncode == 0, (bob, alice, out.stderr)
+
+
+FORGE_PYC = """
+import importlib.util, os, struct, sys
+# The attack: a .pyc of other code, its header claiming the real source's time and size, so your
+# next `python` in the tree runs it; git ignores __pycache__, so `git status` stays clean.
+source = os.stat("mod.py")
+evil = compile("import pathlib; pathlib.Path('RAN').write_text('the agent ran as you')\\nVALUE = 'forged'\\n", "mod.py", "exec")
+import marshal
+header = importlib.util.MAGIC_NUMBER + struct.pack("<III", 0, int(source.st_mtime) & 0xFFFFFFFF, source.st_size & 0xFFFFFFFF)
+os.makedirs("__pycache__", exist_ok=True)
+with open(importlib.util.cache_from_source("mod.py"), "wb") as f:
+    f.write(header + marshal.dumps(evil))
+os.utime(importlib.util.cache_from_source("mod.py"), (0, 0))  # an old time does not hide it: ctime moves
+open("README.md", "a").write("a tracked change, which git shows\\n")
+"""
+
+
+def test_ignored_files_an_agent_changed_are_listed_after_the_run(tmp_path: Path) -> None:
+    """Review does not see what git ignores: a boxed agent forges a .pyc (your next `python` in the tree
+    runs it; `git status` shows only its tracked edit).  The run's summary names every ignored file changed
+    during the run; ignored files nobody touched, and tracked changes (git shows those), are not named (the controls)."""
+    repo = make_repo(tmp_path, {".gitignore": "__pycache__/\n.venv/\n", "mod.py": "VALUE = 'reviewed'\n", "README.md": "scratch\n"})
+    (repo / ".venv").mkdir()
+    (repo / ".venv" / "old.pth").write_text("")  # ignored, and untouched during the run
+    import time
+
+    time.sleep(0.2)
+    path = team(tmp_path, f'[[agent]]\nname = "alice"\ncommand = ["{sys.executable}", "-I", "-c", {json.dumps(FORGE_PYC)}]\n')
+    out = conclave("run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / "s"), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["unreviewed"] == ["__pycache__/mod.cpython-311.pyc".replace("311", f"{sys.version_info[0]}{sys.version_info[1]}")]
+    # The attack, as the person meets it: git shows the tracked change only, and their python runs the agent's code.
+    assert subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True).stdout == " M README.md\n"
+    ran = subprocess.run([sys.executable, "-c", "import mod; print(mod.VALUE)"], cwd=repo, capture_output=True, text=True)
+    assert ran.stdout.strip() == "forged" and (repo / "RAN").exists(), ran.stderr
+    # The human summary says so.
+    (repo / "RAN").unlink()
+    human = conclave("run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / "s"))
+    assert human.returncode == 0, human.stderr
+    assert "1 file(s) git ignores changed in the work tree during the run" in human.stdout and "__pycache__/mod." in human.stdout
+    assert "old.pth" not in human.stdout and "README.md" not in human.stdout
