@@ -86,6 +86,13 @@ def run(
     from broker.sandbox import box as sandbox_box
     from broker.sandbox import machine as sandbox_machine
 
+    # Before conclave runs git at all: no PATH entry a box could fill (the work tree, found without git).
+    around = Path(repo if repo is not None else os.getcwd()).resolve()
+    os.environ["PATH"], dropped = sandbox_box.safe_search_path(
+        os.environ.get("PATH", ""),
+        [str(p) for p in (around, *around.parents) if p == around or (p / ".git").exists()],
+        keep=sandbox_box.installation(),
+    )
     target = Target(json_out, repo, state_dir)
     paths = target.paths()
     if paths.repo == Path("/"):
@@ -102,11 +109,15 @@ def run(
                 sandbox_box.check_grants(
                     agent.name, repo=paths.repo, state=paths.state, allow_read=agent.allow_read, allow_write=agent.allow_write
                 )
-        boxed = {a.name: a.allow_write for a in team_spec.agents if chosen[a.name] != "off"}
-        sandbox_box.check_repointable(paths.repo, boxed)
+        boxed = [a for a in team_spec.agents if chosen[a.name] != "off"]
+        sandbox_box.check_repointable(paths.repo, {a.name: a.allow_write for a in boxed}, {a.name: a.allow_read for a in boxed})
     except ValueError as exc:
         die(str(exc), EXIT_USAGE)
     _trust_team(target, team, team_spec, accept=accept_team)
+    # The broker runs git by name, and its agents inherit its PATH: no entry a box could fill.
+    writable = [str(paths.repo), *(p for a in team_spec.agents if chosen[a.name] != "off" for p in a.allow_write)]
+    os.environ["PATH"], more = sandbox_box.safe_search_path(os.environ.get("PATH", ""), writable, keep=sandbox_box.installation())
+    dropped += more
     paths.ensure()
     logging.basicConfig(filename=paths.logs / "broker.log", level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     watch = not (quiet or json_out)
@@ -119,6 +130,8 @@ def run(
                 console().print(cell(line), style="bold red")
             else:
                 say(line)
+        if dropped:
+            say(f"  PATH without {', '.join(repr(d) for d in dropped)}: agents can write there (the broker and every agent would run what they put there)")
     sys.stdout.flush()
     import time
 

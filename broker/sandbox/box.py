@@ -146,12 +146,13 @@ def check_grants(
                 )
 
 
-def check_repointable(repo: Path, allow_write: Mapping[str, Iterable[str]]) -> None:
+def check_repointable(repo: Path, allow_write: Mapping[str, Iterable[str]], allow_read: Mapping[str, Iterable[str]] = {}) -> None:
     """Refuse a write grant a box could point elsewhere: an ``allow_write`` (of boxed agents, by
     name) lying beneath the work tree or another agent's ``allow_write`` -- a box that writes the
     place around it can put a symbolic link there, and the next box built from the same grant (its
     restart, a child it spawns) would get write access wherever the link leads, ``~/.bashrc``'s
     directory included -- or holding the work tree, which it could move aside for such a link.
+    An ``allow_read`` there likewise (read access to what home holds beyond the listed secrets).
 
     Raises:
         ValueError: naming the agent, the path, what holds it and what to do.
@@ -166,13 +167,40 @@ def check_repointable(repo: Path, allow_write: Mapping[str, Iterable[str]]) -> N
                     f"agent {name!r}: allow_write {path} holds the work tree {repo}: the agent could move the tree aside and put a "
                     "symbolic link in its place for the next box. Allow something narrower"
                 )
-            for where, place in places:
-                if real != place and grants.inside(real, place):
-                    raise ValueError(
-                        f"agent {name!r}: allow_write {path} lies inside {where} ({place}), where a boxed agent can replace it "
-                        "with a symbolic link and so give the next box built from it (a restart, a child) write access wherever "
-                        "the link leads. Leave it out (what lies there is writable already) or allow a directory outside both"
-                    )
+            _refuse_repointable(name, "allow_write", path, places)
+    for name, paths in allow_read.items():
+        for path in paths:
+            _refuse_repointable(name, "allow_read", path, places)
+
+
+def _refuse_repointable(name: str, key: str, path: str, places: list[tuple[str, str]]) -> None:
+    real = os.path.realpath(path)
+    for where, place in places:
+        if real != place and grants.inside(real, place):
+            raise ValueError(
+                f"agent {name!r}: {key} {path} lies inside {where} ({place}), where a boxed agent can replace it with a "
+                f"symbolic link and so give the next box built from it (a restart, a child) access wherever the link leads. "
+                "Leave it out, or grant the enclosing directory itself, or one outside both"
+            )
+
+
+def safe_search_path(search_path: str, writable: Iterable[str], keep: Iterable[str] = ()) -> tuple[str, list[str]]:
+    """``search_path`` (a ``PATH``) without the entries a box could fill: a relative one (``.``, ``bin``,
+    the empty entry), or one beneath ``writable`` (the work tree, a boxed agent's ``allow_write``) unless
+    it lies in ``keep`` (conclave's installation, read-only in every box).  Returns the path and what
+    was dropped.  A program an agent put there would otherwise run as the broker -- every ``git`` it
+    runs -- and in every other agent's box as that agent."""
+    writable = [os.path.realpath(w) for w in writable]
+    keep = [os.path.realpath(k) for k in keep]
+    kept: list[str] = []
+    dropped: list[str] = []
+    for entry in search_path.split(os.pathsep) if search_path else []:
+        real = os.path.realpath(entry) if os.path.isabs(entry) else None
+        if real is None or (any(grants.inside(real, w) for w in writable) and not any(grants.inside(real, k) for k in keep)):
+            dropped.append(entry)
+        else:
+            kept.append(entry)
+    return os.pathsep.join(kept), dropped
 
 
 def check_state_dir(state: Path, home: str | None = None) -> None:

@@ -199,7 +199,8 @@ GRANTS: Final = (
     Grant(
         "the team file's allow_read", ("{allow_read}",), Access.READ, BOTH,
         "the operator's choice, accepted with the team file (`conclave team accept`); secrets and state "
-        "directories inside are carved out",
+        "directories inside are carved out; one a box could re-point with a symbolic link (beneath the work tree "
+        "or a boxed agent's allow_write) is refused",
     ),
     Grant(
         "the team file's allow_write", ("{allow_write}",), Access.WRITE, BOTH,

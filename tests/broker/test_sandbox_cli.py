@@ -243,6 +243,7 @@ def test_a_write_grant_a_box_could_re_point_is_refused(tmp_path: Path) -> None:
         ('allow_write = ["build"]\n', ""): "lies inside the work tree",
         (f'allow_write = ["{shared / "inner"}"]\n', f'allow_write = ["{shared}"]\n'): "lies inside agent 'alice'",
         (f'allow_write = ["{repo.parent}"]\n', ""): "holds the work tree",
+        (f'allow_read = ["{shared / "inner"}"]\n', f'allow_write = ["{shared}"]\n'): "allow_read",
     }
     for (bob, alice), words in refusals.items():
         out = run(bob, alice)
@@ -295,3 +296,40 @@ def test_ignored_files_an_agent_changed_are_listed_after_the_run(tmp_path: Path)
     assert human.returncode == 0, human.stderr
     assert "1 file(s) git ignores changed in the work tree during the run" in human.stdout and "__pycache__/mod." in human.stdout
     assert "old.pth" not in human.stdout and "README.md" not in human.stdout
+
+
+def test_path_entries_agents_can_write_are_dropped_for_the_broker_and_its_agents(tmp_path: Path) -> None:
+    """The attack: your PATH names a directory of the work tree (direnv's `PATH_add bin`, an npm bin, `.`);
+    an agent puts a `git` there, and the broker -- unboxed -- runs it, as does every other agent's `git
+    status` in its own box.  conclave run drops such entries (and says so); the control: the same
+    program in a PATH directory no box writes is found and run, by the broker and by the agent."""
+    repo = make_repo(tmp_path)
+    real_git = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True).stdout.strip()
+    ran = tmp_path / "ran"
+
+    def plant(directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        fake = directory / "git"
+        fake.write_text(f'#!/bin/sh\necho "$*" >> {ran}\nexec {real_git} "$@"\n')
+        fake.chmod(0o755)
+
+    tools = tmp_path / "tools"  # a directory of programs no box writes (its box may read it)
+    path = team(tmp_path, f'[[agent]]\nname = "bob"\ncommand = ["sh", "-c", "command -v git > where.txt"]\nallow_read = ["{tools}"]\n')
+    for where, state, dropped in [(repo / "bin", "s1", True), (tools, "s2", False)]:
+        plant(where)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+        env["PATH"] = f"{where}{os.pathsep}{env['PATH']}"
+        out = subprocess.run(
+            [sys.executable, "-I", "-m", "broker.cli", "run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / state)],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        agent_found = (repo / "where.txt").read_text().strip()
+        if dropped:
+            assert f"PATH without '{where}'" in out.stdout, out.stdout
+            assert not ran.exists(), ran.read_text()  # the broker never ran the planted git
+            assert agent_found != str(where / "git"), agent_found
+        else:
+            assert ran.exists() and "PATH without" not in out.stdout  # control: an entry no box writes is kept and used
+            assert agent_found == str(where / "git")
+        (where / "git").unlink()
