@@ -3,7 +3,7 @@
     .venv/bin/python bench/box_compare.py /work/main .          # 3 alternations of 40 rounds (default)
     .venv/bin/python bench/box_compare.py A B --rounds 60 --turns 5
 
-Each turn builds each tree's boxes (``box.build``, as ``broker_bench.box_overhead``
+Each turn builds each tree's boxes (``box.build``, as ``spawn_bench.box_overhead``
 does) in a process of its own (so each imports its own ``broker``), one tree
 after the other, and prints the
 p50 wall time and CPU time (user + system) a spawn at each level adds over a

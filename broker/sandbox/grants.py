@@ -112,6 +112,7 @@ HOME_SECRETS: Final = (
     Secret("~/.mozilla", "Firefox profiles: cookies, saved passwords"),
     Secret("~/.config/google-chrome", "Chrome profiles: cookies, saved passwords"),
     Secret("~/.config/chromium", "Chromium profiles: cookies, saved passwords"),
+    Secret("~/.screen", "GNU screen's sockets: a deputy that runs commands in your sessions"),
     Secret("~/.bash_history", "commands typed with secrets on them"),
     Secret("~/.zsh_history", "commands typed with secrets on them"),
     Secret("~/.psql_history", "SQL typed with secrets in it"),
