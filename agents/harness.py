@@ -147,6 +147,7 @@ class Run:
         state: Path | None = None,
         python: str | None = None,
         accept_team: bool = True,
+        prefix: Sequence[str] = (),
     ) -> None:
         self.root = root
         # ``repo``: an existing checkout (a clone, for a second broker on another "host").
@@ -173,6 +174,8 @@ class Run:
             lines.append("")
         self.team_file.write_text("\n".join(lines) + extra_toml)
         self.grace = grace
+        #: Run the broker through this command first (a namespace with a small file system, say).
+        self.prefix = list(prefix)
         self.process: subprocess.Popen[str] | None = None
         self.summary: dict[str, Any] | None = None
         self._puppets: dict[str, Puppet] = {}
@@ -186,7 +189,7 @@ class Run:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
         state = [] if self.default_state else ["--state-dir", str(self.state)]
         self.process = subprocess.Popen(
-            conclave_argv("run", "--team", str(self.team_file), "--repo", str(self.repo),
+            self.prefix + conclave_argv("run", "--team", str(self.team_file), "--repo", str(self.repo),
                           *state, "--grace", str(self.grace), "--json", *(["--accept-team"] if self.accept_team else []),
                           python=self.python),
             stdout=subprocess.PIPE,

@@ -25,6 +25,7 @@ import attrs
 import trio
 
 from broker.identity import PeerCredentials, Principal
+from broker.limits import Activity
 from broker.operator_probe import OperatorProbe, box_probe_in_force
 from broker.optable import OpSpec, OpTable
 from broker.paths import ENV_STORE_URL, StatePaths, StateError
@@ -146,6 +147,8 @@ class BrokerCore:
         self.ops: dict[str, OpSpec] = {}
         self.extensions: dict[str, Any] = {}
         self.supervisor: AgentSupervisor | None = None
+        #: When each trust domain last printed or called (the idle timers read it).
+        self.activity = Activity()
         self._ended: list[EndedListener] = []
         self._closed: list[ConnectionListener] = []
         self._settlers: list[Callable[[], Awaitable[None]]] = []

@@ -139,6 +139,11 @@ def editions(conn: apsw.Connection, lineage: int) -> list[ClaimRow]:
 _TWINS: Final = f"SELECT {_COLUMNS} FROM claims WHERE text_key = ? AND tier IN ('unverified', 'trusted', 'disputed') ORDER BY id"
 
 
+def twins(conn: apsw.Connection, key: str, *, besides: int | None) -> list[ClaimRow]:
+    """Live claims with the same words as ``key`` (but ``besides``), oldest first, read now."""
+    return [ClaimRow(*r) for r in conn.execute(_TWINS, (key,)) if r[0] != besides]
+
+
 def twins_later(conn: apsw.Connection, key: str, *, besides: int | None, then: Callable[[list[ClaimRow]], None]) -> None:
     """Live claims with the same words as ``key`` (but ``besides``), handed to ``then`` once read.
 
