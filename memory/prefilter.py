@@ -63,6 +63,7 @@ from typing import Final, final
 
 import attrs
 
+from memory import multilingual
 from memory.lookalikes import judge
 
 
@@ -92,6 +93,9 @@ def check_claim(text: str, scope: str) -> Rejection | None:
         found = rule(judged)
         if found is not None:
             return found
+    other = multilingual.check(text)
+    if other is not None:
+        return Rejection(other.rule, other.detail)
     if seen.mixed is not None:
         return Rejection("mixed_script", seen.mixed)
     if scope == "general":
@@ -104,10 +108,15 @@ def check_note(text: str) -> Rejection | None:
     seen = judge(text)
     if seen.hidden is not None:
         return Rejection("injection", seen.hidden)
-    found = _secret(seen.text) or _injection(seen.text)
+    found = _secret(seen.text) or _injection(seen.text) or _multilingual_injection(text)
     if found is None and seen.mixed is not None:
         return Rejection("mixed_script", seen.mixed)
     return found
+
+
+def _multilingual_injection(text: str) -> Rejection | None:
+    other = multilingual.check(text, injection_only=True)
+    return None if other is None else Rejection(other.rule, other.detail)
 
 
 # -- secret ---------------------------------------------------------------------
