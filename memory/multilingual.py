@@ -89,14 +89,14 @@ def _alt(words: str) -> str:
 
 #: Nouns for what an injection tells the reader to drop.
 _RULES_NOUNS: Final = {
-    "en": "instructions instruction rules guidelines guardrails prompt configuration restrictions policy orders constraints setup",
-    "fr": "instructions consignes règles directives ordres prompt configuration restrictions garde-fous politique contraintes",
+    "en": "instructions instruction rules guidelines guidance guardrails prompt configuration restrictions policy orders constraints setup settings",
+    "fr": "instructions consignes règles directives ordres prompt configuration restrictions garde-fous politique contraintes réglages paramètres",
     "de": "anweisungen anweisung regeln vorgaben richtlinien befehle prompt konfiguration einschränkungen beschränkungen schutzmaßnahmen vorschriften",
-    "es": "instrucciones reglas normas órdenes indicaciones directrices prompt configuración restricciones políticas salvaguardas",
-    "pt": "instruções regras ordens diretrizes orientações prompt configuração restrições políticas salvaguardas",
+    "es": "instrucciones reglas normas órdenes indicaciones directrices prompt configuración restricciones políticas salvaguardas ajustes",
+    "pt": "instruções regras ordens diretrizes orientações prompt configuração configurações restrições políticas salvaguardas ajustes",
     "ru": "инструкции инструкций инструкциям правила правил правилам указания указаний приказы приказов директивы промпт настройки ограничения ограничений установки",
-    "zh": "指令 指示 规则 命令 提示词 提示 设定 限制 约束 规定 配置 要求 政策",
-    "ja": "指示 ルール 規則 命令 プロンプト 制限 設定 制約 ポリシー ガイドライン",
+    "zh": "指令 指示 规则 命令 提示词 提示 设定 限制 约束 规定 配置 要求 政策 说明 设置",
+    "ja": "指示 ルール 規則 命令 プロンプト 制限 設定 制約 ポリシー ガイドライン 説明 指針",
 }
 #: Imperatives of "forget / ignore / set aside" (injection verbs).
 _DROP: Final = {
@@ -105,7 +105,7 @@ _DROP: Final = {
     "de": "vergiss vergessen_sie ignoriere ignorieren_sie missachte missachten_sie verwirf verwerfen_sie re:setz\\w*\\s+\\w+\\s+au(?:ß|ss)er\\s+kraft",
     "es": "olvida olvide olvidad ignora ignore ignorad descarta descarte omite omita re:haz\\s+caso\\s+omiso re:haga\\s+caso\\s+omiso re:deja\\s+de\\s+lado re:deje\\s+de\\s+lado",
     "pt": "esqueça esquece esqueçam ignore ignora ignorem desconsidere desconsidera descarte descarta re:deixe\\s+de\\s+lado re:deixa\\s+de\\s+lado",
-    "ru": "забудь забудьте игнорируй игнорируйте проигнорируй проигнорируйте отбрось отбросьте отмени отмените re:не\\s+обращай(?:те)?\\s+внимания",
+    "ru": "отложи отложите забудь забудьте игнорируй игнорируйте проигнорируй проигнорируйте отбрось отбросьте отмени отмените re:не\\s+обращай(?:те)?\\s+внимания",
     "zh": "",
     "ja": "",
 }
@@ -134,14 +134,14 @@ _OWNER: Final = {
 
 #: "New orders replace the old ones", "you no longer follow any policy": the reader released from its rules.
 _RELEASED: Final = {
-    "en": r"\bnew\s+{nouns}\s+(?:replace|supersede|override|overrule)|\byou\s+(?:no\s+longer|don't|do\s+not|never)\s+(?:need\s+to\s+|have\s+to\s+)?(?:follow|obey|respect|apply)\b",
-    "fr": r"\bnouve(?:lles|aux)\s+{nouns}\s+(?:remplacent|annulent|priment)|\btu\s+n'(?:obéis|suis|appliques|respectes)\s+plus\b|\bvous\s+n'(?:obéissez|suivez|appliquez|respectez)\s+plus\b",
-    "de": r"\bneue\s+{nouns}\s+(?:ersetzen|überschreiben|heben)|\bgilt\s+keine\s+\w+\s+mehr\b|\bgelten\s+keine\s+\w+\s+mehr\b|\bdu\s+(?:befolgst|folgst|beachtest)\s+(?:\w+\s+)?(?:keine|nicht\s+mehr)\b",
-    "es": r"\bnuevas\s+{nouns}\s+(?:sustituyen|reemplazan|anulan)|\bya\s+no\s+(?:sigues|obedeces|respetas|cumples|tienes\s+que\s+seguir|debes\s+seguir)\b",
-    "pt": r"\bnovas\s+{nouns}\s+(?:substituem|anulam)|\b(?:você|voce)\s+(?:já\s+)?não\s+(?:segue|obedece|respeita|cumpre|precisa\s+seguir)\s+mais\b|\bjá\s+não\s+(?:segue|obedece)\b",
-    "ru": r"\bнов\w+\s+{nouns}\s+(?:заменяют|отменяют)|\bбольше\s+не\s+(?:относится|относятся|подчиняешься|соблюдаешь|следуешь|обязан)\b|\bникак\w+\s+(?:политика|правила|ограничения|инструкции)\s+(?:больше\s+)?не\s+(?:действу|применя|относ)",
-    "zh": r"新的?{nouns}[^。]{0,6}?(?:取代|替代|替换|覆盖)|(?:你|您)[^。]{0,4}?不再(?:遵守|服从|受|需要遵守|执行)",
-    "ja": r"新しい{nouns}[^。]{0,6}?(?:代わ|置き換わ|優先)|もう従(?:いません|わない|わなくて)|従う必要はない",
+    "en": r"\b(?:everything|anything|all|whatever)\b[^.!?;]{0,40}?\b(?:above|before|preceding|earlier|prior)\b[^.!?;]{0,50}?\b(?:is|are)\s+(?:now\s+)?(?:void|cancell?ed|null|revoked|obsolete|invalid|withdrawn|irrelevant)\b|\b(?:put|set|lay|leave)\b[^.!?;]{0,50}?\baside\b|\bnew\s+{nouns}\s+(?:replace|supersede|override|overrule)|\byou\s+(?:no\s+longer|don't|do\s+not|never)\s+(?:need\s+to\s+|have\s+to\s+)?(?:follow|obey|respect|apply)\b",
+    "fr": r"\b(?:tout|tous|toutes)\b[^.!?;]{0,40}?(?:précède|précèdent|ci-dessus|au-dessus|avant)\b[^.!?;]{0,50}?\b(?:est|sont)\s+(?:désormais\s+)?(?:annul|caduc|nul|obsolète|révoqu|invalid)|\bnouve(?:lles|aux)\s+{nouns}\s+(?:remplacent|annulent|priment)|\btu\s+n'(?:obéis|suis|appliques|respectes)\s+plus\b|\bvous\s+n'(?:obéissez|suivez|appliquez|respectez)\s+plus\b",
+    "de": r"\b(?:alles|alle|sämtliche)\b[^.!?;]{0,40}?\b(?:über|oben|vorher|zuvor|davor|vorigen|vorangehenden)\b[^.!?;]{0,50}?\b(?:ist|sind)\s+(?:ab\s+jetzt\s+|nun\s+|jetzt\s+)?(?:aufgehoben|ungültig|nichtig|hinfällig|gestrichen|widerrufen|erledigt)|\blass\w*\s+[^.!?;]{0,50}?\bbeiseite\b|\bneue\s+{nouns}\s+(?:ersetzen|überschreiben|heben)|\bgilt\s+keine\s+\w+\s+mehr\b|\bgelten\s+keine\s+\w+\s+mehr\b|\bdu\s+(?:befolgst|folgst|beachtest)\s+(?:\w+\s+)?(?:keine|nicht\s+mehr)\b",
+    "es": r"\b(?:todo|todas|todos)\b[^.!?;]{0,40}?\b(?:anterior|anteriores|arriba|antes)\b[^.!?;]{0,50}?\b(?:queda|quedan|está|están|es|son)\s+(?:anulad|revocad|sin\s+efecto|invalidad|cancelad)|\bnuevas\s+{nouns}\s+(?:sustituyen|reemplazan|anulan)|\bya\s+no\s+(?:sigues|obedeces|respetas|cumples|tienes\s+que\s+seguir|debes\s+seguir)\b",
+    "pt": r"\b(?:tudo|todas|todos)\b[^.!?;]{0,40}?\b(?:acima|anterior|anteriores|antes)\b[^.!?;]{0,50}?\b(?:fica|ficam|está|estão|é|são)\s+(?:anulad|revogad|sem\s+efeito|invalidad|cancelad)|\bnovas\s+{nouns}\s+(?:substituem|anulam)|\b(?:você|voce)\s+(?:já\s+)?não\s+(?:segue|obedece|respeita|cumpre|precisa\s+seguir)\s+mais\b|\bjá\s+não\s+(?:segue|obedece)\b",
+    "ru": r"(?:всё|все)\b[^.!?;]{0,40}?(?:выше|ранее|раньше|до\s+этого|прежде)\b[^.!?;]{0,50}?(?:отменен|отменён|отменено|аннулирован|недействительн|утратил)|\bнов\w+\s+{nouns}\s+(?:заменяют|отменяют)|\bбольше\s+не\s+(?:относится|относятся|подчиняешься|соблюдаешь|следуешь|обязан)\b|\bникак\w+\s+(?:политика|правила|ограничения|инструкции)\s+(?:больше\s+)?не\s+(?:действу|применя|относ)",
+    "zh": r"(?:以上|上面|上述|此前|前面)[^。]{0,20}?(?:一律|全部|都|均)?(?:取消|作废|失效|无效|不算|不再有效)|新的?{nouns}[^。]{0,6}?(?:取代|替代|替换|覆盖)|(?:你|您)[^。]{0,4}?不再(?:遵守|服从|受|需要遵守|执行)",
+    "ja": r"(?:より上|上記|以上|これまで|ここまで)[^。]{0,30}?(?:取り消し|無効|破棄|撤回)|新しい{nouns}[^。]{0,6}?(?:代わ|置き換わ|優先)|もう従(?:いません|わない|わなくて)|従う必要はない",
 }
 #: Imperative verbs (second person, and the polite third person where a language has one)
 #: that open an order.  A sentence opening with one of these, with no subject before it, is an order.
@@ -161,7 +161,7 @@ _IMPERATIVES: Final = {
         communique communiquez fournis fournissez livre livrez rends rendez indique indiquez explique expliquez confirme
         confirmez nie niez obéis obéissez suis suivez oublie oubliez ignore ignorez baisse baissez augmente augmentez
         commite commitez  postez  mailez """,
-    "de": """versichere beruhige verspreche vergiss ignoriere gehorche gehorcht  schick schicke sende leite lösche entferne deaktiviere aktiviere kopiere kopier
+    "de": """häng hänge versichere beruhige verspreche vergiss ignoriere gehorche gehorcht  schick schicke sende leite lösche entferne deaktiviere aktiviere kopiere kopier
         füge füg lade veröffentliche pushe merge gib zeig zeige sag sage antworte behaupte  poste schreib schreibe markiere
         genehmige überspringe schalte stell  setz setze mach mache nimm öffne ändere ersetze drucke nenne verrate übertrage
         hänge installiere führe starte stoppe umgehe erhöhe senke bestätige leugne erkläre erwähne melde committe deploye
@@ -207,7 +207,7 @@ _POLITE: Final = {
     "en": r"(?:would|could|can|will)\s+you\s+(?:kindly\s+|please\s+|quietly\s+|just\s+)?\w+|let'?s\b|let\s+us\b",
     "fr": r"(?:pourrais|pourriez|peux|pouvez|voudrais|voudriez|voulez|veux|aurais|auriez)[\s-]+(?:tu|vous)\b|(?:\w+ons)\s+(?:le|la|les|l'|ce|cette|ces|un|une|des|tout|toutes|tous|du|au|nos|notre)\b",
     "de": r"(?:könntest|kannst|würdest|wirst|könnten|können|würden|werden)\s+(?:du|sie)\b|lass(?:t)?\s+uns\b|\w+en\s+sie\b",
-    "es": r"(?:podrías|puedes|podría|podrían|pueden|harías|te\s+importaría|le\s+importaría|serías|sería)\b|vamos\s+a\s+\w+r\b",
+    "es": r"(?:podrías|puedes|podría|podrían|pueden|harías|te\s+importaría|le\s+importaría|serías|sería)\b|vamos\s+a\s+\w+r\b|\w{3,}(?:émonos|ámonos)\b",
     "pt": r"(?:você|voce|vocês|tu)\s+(?:poderia|pode|podia|consegue|conseguiria|poderiam|podem)\b|(?:poderia|pode|podia|consegue)\s+(?:me\s+)?\w+r\b|vamos\s+\w+r\b",
     "zh": r"(?:能不能|能否|可不可以|可否|麻烦你|麻烦您|劳驾|你能|您能|你可以|您可以|你可不可以|你帮我|您帮我|帮我|帮忙)",
     "ru": r"(?:не\s+)?(?:могли\s+бы|мог\s+бы|могла\s+бы)\s+(?:вы|ты)\b|(?:можешь|можете|сможешь|сможете)\b|будь(?:те)?\s+(?:добр|добры|любезн)\w*|давай(?:те)?\b",
@@ -220,17 +220,17 @@ _YOU_MUST: Final = {
     "es": r"\b(?:debes|deberías|debería\s+usted|deberá\s+usted|usted\s+debe|ustedes\s+deben|tienes\s+que|tendrás\s+que|has\s+de|te\s+toca|necesitas|te\s+conviene)\b",
     "pt": r"\b(?:você|voce|vocês|tu)\s+(?:deve|deveria|devem|deveriam|deves|precisa|precisam|precisas|tem\s+que|tem\s+de|têm\s+que|tens\s+de|tens\s+que|vai\s+ter\s+que)\b",
     "ru": r"\b(?:ты|вы)\s+(?:должен|должна|должны|обязан|обязана|обязаны)\b|\b(?:тебе|вам)\s+(?:нужно|надо|следует|стоит|придётся|придется|необходимо|нельзя)\b",
-    "zh": r"(?:你|您|你们)[^。,]{0,6}?(?:必须|应该|应当|需要|得|要|务必|一定要|不要|别|不许|不能|不准|该|最好)",
+    "zh": r"我们[^。,]{0,20}?吧|(?:你|您|你们)[^。,]{0,6}?(?:必须|应该|应当|需要|得|要|务必|一定要|不要|别|不许|不能|不准|该|最好)",
     "ja": r"(?:あなた|君|きみ|お前|おまえ)(?:は|が|も|たち)?[^。!?]{0,60}?(?:べき|なければ|なくては|ねばならない|必要があ|ないといけない|ないとだめ)",
 }
 #: "If / when / whoever" words that open a condition about someone asking.
 _IF: Final = {
-    "en": r"\b(?:if|when|whenever|any(?:one|body)|every(?:one|body)|whoever|those|people|someone|somebody)\b",
-    "fr": r"\b(?:si|quand|lorsque|lorsqu|chaque\s+fois\s+que|chaque\s+fois\s+qu|dès\s+que|dès\s+qu|au\s+cas\s+où|quiconque|toute\s+personne\s+qui|tous\s+ceux\s+qui|celui\s+qui|ceux\s+qui)\b",
-    "de": r"\b(?:wenn|falls|sobald|sollte|immer\s+wenn|jedes\s+mal\s+wenn|wer|wer\s+auch\s+immer|jeder,?\s+der|alle,?\s+die)\b",
-    "es": r"\b(?:si|cuando|cada\s+vez\s+que|siempre\s+que|en\s+cuanto|en\s+caso\s+de\s+que|quien|quienes|quienquiera|todo\s+el\s+que|cualquiera\s+que|a\s+quien|al\s+que)\b",
-    "pt": r"\b(?:se|quando|sempre\s+que|toda\s+vez\s+que|assim\s+que|caso|quem|quem\s+quer\s+que|qualquer\s+pessoa\s+que|todo\s+mundo\s+que)\b",
-    "ru": r"(?:^|\s)(?:если|когда|как\s+только|каждый\s+раз,?\s+когда|всякий\s+раз,?\s+когда|всем,?\s+кто|каждому,?\s+кто|тем,?\s+кто|кто\s+бы|любому,?\s+кто|тому,?\s+кто)(?:\s|,)",
+    "en": r"\b(?:if|when|whenever|any|every|each|all|whoever|those|people|someone|somebody|anyone|anybody|everyone|everybody)\b",
+    "fr": r"\b(?:si|quand|lorsque|lorsqu|chaque\s+fois\s+que|chaque\s+fois\s+qu|dès\s+que|dès\s+qu|au\s+cas\s+où|quiconque|toute\s+personne\s+qui|tout\w*\s+\w+\s+qui|chaque\s+\w+\s+qui|tous\s+ceux\s+qui|celui\s+qui|ceux\s+qui)\b",
+    "de": r"\b(?:wenn|falls|sobald|sollte|immer\s+wenn|jedes\s+mal\s+wenn|wer|wer\s+auch\s+immer|jeder,?\s+der|alle,?\s+die|jede[mnrs]?\s+\w+,?\s+(?:der|die|das))\b",
+    "es": r"\b(?:si|cuando|cada\s+vez\s+que|siempre\s+que|en\s+cuanto|en\s+caso\s+de\s+que|quien|quienes|quienquiera|todo\s+el\s+que|cualquiera\s+que|cualquier\s+\w+\s+que|todo\s+\w+\s+que|a\s+quien|al\s+que)\b",
+    "pt": r"\b(?:se|quando|sempre\s+que|toda\s+vez\s+que|assim\s+que|caso|quem|quem\s+quer\s+que|qualquer\s+pessoa\s+que|qualquer\s+\w+\s+que|todo\s+\w+\s+que|todo\s+mundo\s+que)\b",
+    "ru": r"(?:^|\s)(?:если|когда|как\s+только|каждый\s+раз,?\s+когда|всякий\s+раз,?\s+когда|всем,?\s+кто|каждому,?\s+кто|тем,?\s+кто|кто\s+бы|любому,?\s+кто|тому,?\s+кто|(?:любому|каждому|любой|каждый)\s+\w+,?\s+который)(?:\s|,)",
 }
 #: "asks / mentions / questions".
 _ASK: Final = {
@@ -245,7 +245,7 @@ _ASK: Final = {
 _TOLD: Final = {
     "en": r"\b(?:is|are)\s+to\s+be\s+(?:told|answered|informed)|\b(?:should|must|shall|will)\s+be\s+(?:told|answered|informed)|\b(?:should|must)\s+hear\b|\bgets?\s+told\b",
     "fr": r"\b(?:doit|doivent|devra|devront|devrait|devraient)\s+(?:s'entendre\s+dire|entendre|être\s+informée?s?|recevoir\s+(?:comme\s+)?réponse|se\s+voir\s+répondre)|\bon\s+(?:doit\s+)?(?:répond|dit)\b",
-    "de": r"\b(?:soll|sollen|muss|müssen|sollte|sollten)\s+(?:\w+\s+){0,3}?(?:hören|erfahren|gesagt\s+bekommen|gesagt\s+werden|mitgeteilt\s+werden|informiert\s+werden|zur\s+antwort\s+bekommen)\b|\bsag\w*\s+(?:man|ihm|ihr|ihnen)\b",
+    "de": r"\b(?:soll|sollen|muss|müssen|sollte|sollten)\s+(?:\w+\s+){0,3}?(?:hören|erfahren|gesagt\s+bekommen|gesagt\s+werden|mitgeteilt\s+werden|informiert\s+werden|zur\s+antwort\s+bekommen)\b|\bsag\w*\s+(?:man|ihm|ihr|ihnen)\b|\bist\s+zu\s+(?:sagen|antworten|erklären|erzählen|versichern)\b",
     "es": r"\bhay\s+que\s+(?:decirle|decirles|responderle|responderles|contestarle|contestarles|contarle|contarles)\b|\b(?:debe|deben|deberá|deberán)\s+(?:oír|escuchar|saber|recibir\s+como\s+respuesta|ser\s+informad)\w*|\bse\s+le(?:s)?\s+(?:dice|dirá|debe\s+decir|responde|contesta)\b",
     "pt": r"\b(?:deve|devem|deverá|deverão)\s+(?:ouvir|escutar|saber|ser\s+informad\w*|receber\s+como\s+resposta)\b|\bé\s+preciso\s+(?:dizer|responder)\b|\bdiga-se\b",
     "ru": r"(?:нужно|надо|следует|необходимо|стоит)\s+(?:говорить|сказать|отвечать|ответить|сообщать|сообщить|объяснять|объяснить)\b|(?:говорите|отвечайте|сообщайте)\b",
@@ -256,6 +256,7 @@ _ZH_OPEN: Final = (
     r"把(?!握)|将(?!来|近|要|会)[^,。]{1,40}?(?:发|贴|粘贴|上传|复制|拷贝|转发|公开|删|关|标记|推送|合并|加|添加|写|打印|输出|放|改|设|交|给|提交|导出)|"
     r"忘掉|忘记|忽略|无视|服从|关闭|关掉|禁用|停用|启用|删除|删掉|去掉|移除|发送|发给|发到|转发|上传|复制|拷贝|粘贴|贴到|贴上|公开|泄露|"
     r"分享|推送|合并|批准|跳过|绕过|标记|打印|输出|告诉|回答|声称|坚称|提交|写入|加上|添加|修改|替换|安装|执行|打开|交出|透露|展示|"
+    r"在[^。,]{1,20}?(?:里|中|上)(?:写上|写入|贴上|加上|放上|记下|打印|输出|留下|附上)|(?:不[^。,]{1,8})?直接(?:合并|推送|发布|部署|提交|删|关|上线|批准|跳过)|"
     r"给我|发我|让我们|我们(?:来|先)?[^,。]{0,20}吧)"
 )
 _ZH_LEADS: Final = r"(?:今晚|今天|今日|明天|现在|立即|立刻|马上|稍后|之后|然后|另外|还有|并且|同时|先|再|也|顺便)*"
@@ -268,7 +269,7 @@ _JA_OBLIGED: Final = r"^[^は]*(?:なければならない|なければいけな
 #: Japanese: a sentence that ends as an order.
 _JA_END: Final = (
     r"(?:てください|で下さい|て下さい|でください|てくれ|でくれ|てちょうだい|なさい|しろ|せよ|ろ|ないで|ないでください|るな|"
-    r"[るうくすつぬむぶぐ]こと|るように|ように|ましょう|よう|てほしい|てほしいです|ていただきたい|てもらえますか|てもらえませんか|"
+    r"書き込め|書け|送れ|消せ|出せ|渡せ|外せ|流せ|晒せ|漏らせ|言え|載せろ|貼れ|押せ|戻せ|置け|[るうくすつぬむぶぐ]こと|るように|ように|ましょう|よう|てほしい|てほしいです|ていただきたい|てもらえますか|てもらえませんか|"
     r"てくれますか|てくれませんか|ていただけますか|ていただけませんか|てもらえる|てくれる)\s*[!?]?\s*$"
 )
 _JA_ASK: Final = r"(?:聞かれ|訊かれ|尋ねられ|質問され|問われ|聞いてき|尋ねてき|質問してき|聞いたら|尋ねたら|質問したら|問い合わせ|尋ねる人|聞く人|質問する人|聞いてくる|尋ねてくる)"
@@ -305,7 +306,7 @@ _PARTS: Final = r"\s*(?::|\s[-–—]+\s|^\s*[\[(【<{][^\])】>}]{0,40}[\])】>
 _LEADS: Final = (
     r"(?:(?:also|and|then|please|kindly|now|so|aussi|et|puis|alors|maintenant|donc|s'il\s+te\s+plaît|s'il\s+vous\s+plaît|stp|svp|"
     r"bitte|und|dann|jetzt|also|auch|außerdem|por\s+favor|y|luego|ahora|también|además|e|então|agora|também|além\s+disso|"
-    r"пожалуйста|и|а|теперь|также|ещё|еще|потом|затем|срочно|просто)[\s,]+)*"
+    r"пожалуйста|и|а|теперь|также|ещё|еще|потом|затем|срочно|просто|тихо|тихонько|быстро|незаметно|сразу|обязательно|молча)[\s,]+)*"
 )
 
 
@@ -354,7 +355,7 @@ def _languages() -> tuple[_Lang, ...]:
         nouns = _alt(_RULES_NOUNS[code])
         injection: list[str] = []
         if _DROP.get(code):
-            injection.append(rf"(?:^|[,:]\s*|\s(?:-|—)+\s*)(?:{_LEADS}){_alt(_DROP[code])}\b[^.!?;\n]{{0,60}}?\b{nouns}\b")
+            injection.append(rf"(?:^|[,:]\s*|\s(?:-|—)+\s*)(?:{_LEADS}){_alt(_DROP[code])}\b[^.!?;\n]{{0,60}}?{'' if code == 'de' else chr(92) + 'b'}{nouns}\b")
             injection.append(rf"\b{_alt(_OWNER[code])}\b[^.!?;\n]{{0,60}}?\b{nouns}\b[^.!?;\n]{{0,80}}?{_VOID[code]}")
         elif code == "zh":
             injection.append(rf"^(?:(?!{_ZH_CAUSE}).)*?(?:忘掉|忘记|忽略|忽视|无视|不要理会|别管|抛开|推翻|放弃)[^。,]{{0,30}}?{nouns}")
@@ -423,7 +424,8 @@ _EDGES: Final = " \t,\"'*_>-•()¿¡…"
 
 def _parts(sentence: str, parts: re.Pattern[str]) -> list[str]:
     """The openings of a sentence: its start and what follows each label, colon or dash in it."""
-    return [p.strip(_EDGES) for p in parts.split(sentence) if p and p.strip(_EDGES)]
+    pieces = (re.sub(r"^[^\w¿¡]+", "", p).strip(_EDGES) for p in parts.split(sentence) if p)
+    return [p for p in pieces if p]
 
 
 def _name(code: str, kind: str, what: str) -> Finding:
