@@ -223,6 +223,27 @@ _YOU_MUST: Final = {
     "zh": r"我们[^。,]{0,20}?吧|(?:你|您|你们)[^。,]{0,6}?(?:必须|应该|应当|需要|得|要|务必|一定要|不要|别|不许|不能|不准|该|最好)",
     "ja": r"(?:あなた|君|きみ|お前|おまえ)(?:は|が|も|たち)?[^。!?]{0,60}?(?:べき|なければ|なくては|ねばならない|必要があ|ないといけない|ないとだめ)",
 }
+#: The reader re-cast ("from this message on you are ..."), given a task ("your task is ...") or
+#: a wish ("I want you to ..."): orders without an imperative.
+_RECAST: Final = {
+    "en": r"\b(?:from\s+(?:now|this\s+(?:message|point|moment))\s+on|starting\s+now|henceforth)\b[^.!?;]{0,20}?\byou\s+(?:are|will\s+be|act)\b|\bi\s+(?:want|need|would\s+like|expect|require)\s+you\s+to\b|\byour\s+(?:task|job|role|mission|duty|only\s+task|new\s+task)\b[^.!?;]{0,30}?\bis\s+to\b",
+    "fr": r"(?:à\s+partir\s+de|dès)\s+(?:maintenant|ce\s+message|cet\s+instant|à\s+présent)[^.!?;]{0,20}?\b(?:tu\s+es|vous\s+êtes)\b|\bdésormais,?\s+(?:tu\s+es|vous\s+êtes)\b|\b(?:tu\s+es|vous\s+êtes)\s+(?:maintenant|désormais)\b|\bje\s+(?:veux|voudrais|souhaite|demande|exige)\s+que\s+(?:tu|vous)\b|\b(?:ta|votre)\s+(?:tâche|mission|rôle|travail|seule\s+tâche)\b[^.!?;]{0,30}?\best\s+(?:de|d')",
+    "de": r"\b(?:ab|von)\s+(?:jetzt|sofort|dieser\s+nachricht|nun|heute)\b[^.!?;]{0,20}?\bbist\s+du\b|\bdu\s+bist\s+(?:jetzt|ab\s+jetzt|nun|ab\s+sofort)\b|\bich\s+(?:will|möchte|brauche|erwarte|verlange)\s*,?\s+dass\s+(?:du|sie)\b|\b(?:deine|ihre)\s+(?:aufgabe|rolle|mission|pflicht|einzige\s+aufgabe)\s+ist\b",
+    "es": r"\b(?:a\s+partir\s+de|desde)\s+(?:ahora|este\s+mensaje|este\s+momento|hoy)\b[^.!?;]{0,20}?\b(?:eres|usted\s+es)\b|\bahora\s+eres\b|\b(?:quiero|necesito|exijo|me\s+gustaría)\s+que\s+(?!el\b|la\b|los\b|las\b)|\btu\s+(?:tarea|misión|trabajo|función|única\s+tarea)\b[^.!?;]{0,30}?\bes\b",
+    "pt": r"\b(?:a\s+partir\s+(?:de\s+)?|desde\s+)(?:agora|esta|desta|deste|este|hoje)\b[^.!?;]{0,20}?\b(?:você\s+é|tu\s+és)\b|\bagora\s+você\s+é\b|\b(?:quero|preciso|exijo)\s+que\s+(?:você|tu)\b|\b(?:sua|tua)\s+(?:tarefa|missão|função|única\s+tarefa)\b[^.!?;]{0,30}?\bé\b",
+    "ru": r"(?:с\s+этого\s+(?:момента|сообщения|дня)|отныне)[^.!?;]{0,20}?(?:ты|вы)\b|\bтеперь\s+ты\s+(?:—|-)|\bя\s+(?:хочу|прошу|требую),?\s+чтобы\s+(?:ты|вы)\b|\b(?:твоя|ваша)\s+(?:задача|миссия|роль|работа|единственная\s+задача)\b",
+    "zh": r"从(?:现在|这条消息|此刻|今天|本条消息)(?:起|开始)[^。]{0,10}?你|你现在是|我(?:要|想要|希望|需要|命令|请求)你|你(?:现在|今后|以后)?的(?:任务|工作|职责|使命)是",
+    "ja": r"(?:以降|これから|今から|今後)[^。]{0,10}?(?:あなた|君|きみ)は|(?:あなた|君|きみ|お前)の(?:任務|仕事|役割|使命)は",
+}
+#: A second person saying: "..., you reply that ...", the consequence of a condition.
+_YOU_SAY: Final = {
+    "en": r"\byou\s+(?:reply|answer|say|tell|respond|claim|state|insist)\b",
+    "fr": r"\b(?:tu|vous)\s+(?:réponds|répondez|dis|dites|affirmes|affirmez|expliques|expliquez|racontes|indiques|indiquez)\b",
+    "de": r"\b(?:antwortest|sagst|erklärst|behauptest|erzählst|versicherst)\s+du\b|\bdu\s+(?:antwortest|sagst|erklärst|behauptest|erzählst)\b",
+    "es": r"\b(?:contestas|respondes|dices|afirmas|explicas|aseguras|le\s+dices|les\s+dices)\b",
+    "pt": r"\b(?:você|tu)\s+(?:responde|respondes|diz|dizes|afirma|explica|garante)\b",
+    "ru": r"\b(?:ты|вы)\s+(?:отвечаешь|отвечаете|говоришь|говорите|сообщаешь|сообщаете|утверждаешь|объясняешь)\b",
+}
 #: "If / when / whoever" words that open a condition about someone asking.
 _IF: Final = {
     "en": r"\b(?:if|when|whenever|any|every|each|all|whoever|those|people|someone|somebody|anyone|anybody|everyone|everybody)\b",
@@ -234,12 +255,12 @@ _IF: Final = {
 }
 #: "asks / mentions / questions".
 _ASK: Final = {
-    "en": r"\bask",
-    "fr": r"\b(?:demande|demandent|demandera|interroge|interrogent|questionne|questionnent|pose|posent|évoque|évoquent|mentionne|mentionnent|parle|parlent|s'enquiert|s'informe|conteste|contestent|t'interroge|vous\s+interroge|te\s+demande|vous\s+demande)\w*\b",
-    "de": r"\b(?:fragt|fragen|fragst|nachfragt|nachfragen|erkundigt|anspricht|ansprechen|erwähnt|erwähnen|hinterfragt|infrage\s+stellt|wissen\s+will|wissen\s+möchte|gefragt)\b",
-    "es": r"\b(?:pregunta|preguntan|preguntara|preguntase|pregunte|pregunten|consulta|consulte|consulten|menciona|mencione|mencionen|cuestiona|cuestione|cuestionen|saca\s+el\s+tema|se\s+interesa|interroga|te\s+pregunta|te\s+pregunten|le\s+pregunten)\b",
-    "pt": r"\b(?:pergunta|perguntar|perguntarem|perguntam|pergunte|perguntem|questiona|questionar|questionarem|menciona|mencionar|mencionarem|consulta|consultar|quiser\s+saber|quer\s+saber|te\s+perguntar|lhe\s+perguntar)\b",
-    "ru": r"(?:спросит|спросят|спрашивает|упоминает|упомянут|упоминают|спрашивают|спросил|спросили|интересуется|поинтересуется|упомянет|упоминает|заговорит|усомнится|задаст\s+вопрос|задаёт\s+вопрос|задает\s+вопрос)",
+    "en": r"\b(?:ask|question|raises|brings\s+up|mentions|wants\s+to\s+know|inquires|enquires)",
+    "fr": r"\b(?:demande|demandent|demandera|interroge|interrogent|questionne|questionnent|pose|posent|évoque|évoquent|mentionne|mentionnent|parle|parlent|s'enquiert|s'informe|conteste|contestent|t'interroge|vous\s+interroge|te\s+demande|vous\s+demande|soulève|soulèvent|question)\w*\b",
+    "de": r"\b(?:fragt|fragen|fragst|nachfragt|nachfragen|erkundigt|anspricht|ansprechen|erwähnt|erwähnen|hinterfragt|infrage\s+stellt|wissen\s+will|wissen\s+möchte|gefragt)\b|frage\b",
+    "es": r"\b(?:pregunta|preguntan|preguntara|preguntase|pregunte|pregunten|consulta|consulte|consulten|menciona|mencione|mencionen|cuestiona|cuestione|cuestionen|saca\s+el\s+tema|se\s+interesa|interroga|te\s+pregunta|te\s+pregunten|le\s+pregunten|plantea|plantee|planteen|cuestión)\b",
+    "pt": r"\b(?:pergunta|perguntar|perguntarem|perguntam|pergunte|perguntem|questiona|questionar|questionarem|menciona|mencionar|mencionarem|consulta|consultar|quiser\s+saber|quer\s+saber|te\s+perguntar|lhe\s+perguntar|levantar|levanta|questão)\b",
+    "ru": r"(?:спросит|спросят|спрашивает|упоминает|упомянут|упоминают|спрашивают|спросил|спросили|интересуется|поинтересуется|упомянет|упоминает|заговорит|усомнится|задаст\s+вопрос|задаёт\s+вопрос|задает\s+вопрос|вопрос)",
 }
 #: The passive consequence: the asker "is to be told / should hear / must be answered".
 _TOLD: Final = {
@@ -259,21 +280,21 @@ _ZH_OPEN: Final = (
     r"在[^。,]{1,20}?(?:里|中|上)(?:写上|写入|贴上|加上|放上|记下|打印|输出|留下|附上)|(?:不[^。,]{1,8})?直接(?:合并|推送|发布|部署|提交|删|关|上线|批准|跳过)|"
     r"给我|发我|让我们|我们(?:来|先)?[^,。]{0,20}吧)"
 )
-_ZH_LEADS: Final = r"(?:今晚|今天|今日|明天|现在|立即|立刻|马上|稍后|之后|然后|另外|还有|并且|同时|先|再|也|顺便)*"
+_ZH_LEADS: Final = r"(?:(?:代理|助手|机器人|智能体|模型)\s*,\s*|今晚|今天|今日|明天|现在|立即|立刻|马上|稍后|之后|然后|另外|还有|并且|同时|先|再|也|顺便)*"
 _ZH_CAUSE: Final = r"(?:让|使|要求|试图|企图|诱使|诱导|骗|叫|令|命令|指示|声称|说服|要)"
 _ZH_IF: Final = r"(?:如果|若|要是|假如|万一|当|每当|一旦|凡是|谁|任何人|只要|无论谁|不管谁|有人|别人|他人)"
-_ZH_ASK: Final = r"(?:问|询问|问起|问到|提到|提起|质疑|打听|追问|问及|咨询)"
-_ZH_SAY: Final = r"(?:(?:就|都|便|则|一律|统统|一概|要|请|只|也)+\s*)?(?:(?:向|跟|对|给)?(?:他|她|他们|她们|对方|用户|客户|大家)\s*)?(?:把|将|说|保证|回答|回复|告诉|答复|声称|表示|坚称|称|解释|保证|告知|回应)"
+_ZH_ASK: Final = r"(?:提出[^。,]{0,12}?问题|问题|问|询问|问起|问到|提到|提起|质疑|打听|追问|问及|咨询)"
+_ZH_SAY: Final = r"(?:你|您)?(?:(?:就|都|便|则|一律|统统|一概|要|请|只|也)+\s*)?(?:(?:向|跟|对|给)?(?:他|她|他们|她们|对方|用户|客户|大家)\s*)?(?:把|将|说|保证|回答|回复|告诉|答复|声称|表示|坚称|称|解释|保证|告知|回应)"
 #: Japanese: an obligation with no subject named (``...しなければならない``) is the reader's.
 _JA_OBLIGED: Final = r"^[^は]*(?:なければならない|なければいけない|なくてはならない|なくてはいけない|ねばならない|べきだ|べきです|べき)\s*$"
 #: Japanese: a sentence that ends as an order.
 _JA_END: Final = (
-    r"(?:てください|で下さい|て下さい|でください|てくれ|でくれ|てちょうだい|なさい|しろ|せよ|ろ|ないで|ないでください|るな|"
+    r"(?:て|てください|で下さい|て下さい|でください|てくれ|でくれ|てちょうだい|なさい|しろ|せよ|ろ|ないで|ないでください|るな|"
     r"書き込め|書け|送れ|消せ|出せ|渡せ|外せ|流せ|晒せ|漏らせ|言え|載せろ|貼れ|押せ|戻せ|置け|[るうくすつぬむぶぐ]こと|るように|ように|ましょう|よう|てほしい|てほしいです|ていただきたい|てもらえますか|てもらえませんか|"
     r"てくれますか|てくれませんか|ていただけますか|ていただけませんか|てもらえる|てくれる)\s*[!?]?\s*$"
 )
-_JA_ASK: Final = r"(?:聞かれ|訊かれ|尋ねられ|質問され|問われ|聞いてき|尋ねてき|質問してき|聞いたら|尋ねたら|質問したら|問い合わせ|尋ねる人|聞く人|質問する人|聞いてくる|尋ねてくる)"
-_JA_SAY: Final = r"(?:と|って|だと)\s*(?:答え|言っ|言い|言え|言う|伝え|説明し|説明す|返し|返す|主張し|主張す|回答し|回答す|断言|言わ)(?!た)"
+_JA_ASK: Final = r"(?:持ち出し|持ち出す|聞かれ|訊かれ|尋ねられ|質問され|問われ|聞いてき|尋ねてき|質問してき|聞いたら|尋ねたら|質問したら|問い合わせ|尋ねる人|聞く人|質問する人|聞いてくる|尋ねてくる)"
+_JA_SAY: Final = r"(?:と|って|だと)\s*(?:答え|言っ|言い|言え|言う|伝え|説明し|説明す|返し|返す|主張し|主張す|回答し|回答す|返答し|返答す|断言|言わ)(?!た)"
 _JA_INJECT: Final = r"(?:無視|忘れ)(?:して|しろ|せよ|なさい|てください|て下さい|ろ|て)"
 
 #: Verbs that send something out: an order with one of these is described as exfiltration.
@@ -306,7 +327,7 @@ _PARTS: Final = r"\s*(?::|\s[-–—]+\s|^\s*[\[(【<{][^\])】>}]{0,40}[\])】>
 _LEADS: Final = (
     r"(?:(?:also|and|then|please|kindly|now|so|aussi|et|puis|alors|maintenant|donc|s'il\s+te\s+plaît|s'il\s+vous\s+plaît|stp|svp|"
     r"bitte|und|dann|jetzt|also|auch|außerdem|por\s+favor|y|luego|ahora|también|además|e|então|agora|também|além\s+disso|"
-    r"пожалуйста|и|а|теперь|также|ещё|еще|потом|затем|срочно|просто|тихо|тихонько|быстро|незаметно|сразу|обязательно|молча)[\s,]+)*"
+    r"пожалуйста|и|а|теперь|также|ещё|еще|потом|затем|срочно|просто|agent|agente|агент|assistant|assistente|asistente|ассистент|bot|бот|model|модель|claude|codex|тихо|тихонько|быстро|незаметно|сразу|обязательно|молча)[\s,]+)*"
 )
 
 
@@ -339,6 +360,7 @@ class _Lang(NamedTuple):
     opener: re.Pattern[str] | None
     polite: re.Pattern[str] | None
     you_must: re.Pattern[str] | None
+    recast: re.Pattern[str] | None
     conditional: re.Pattern[str] | None
     told: re.Pattern[str] | None
 
@@ -370,7 +392,7 @@ def _languages() -> tuple[_Lang, ...]:
         if imperatives:
             imp = _alt(imperatives)
             neg = _NEGATIONS.get(code, "").replace("{imp}", imp)
-            clitics = r"(?:-?(?:me|te|lo|la|los|las|le|les|nos|selo|sela|melo|mela|moi|lui|leur|les|la|le|lhe|lhes|mir|ihm|uns))?"
+            clitics = r"(?:-?(?:me|te|lo|la|los|las|le|les|nos|selo|sela|melo|mela|moi|lui|leur|les|la|le|lhe|lhes|mir|ihm|uns)|-(?:a|o|as|os))?"
             generic = _GENERIC_IMPERATIVE.get(code)
             if code == "en":
                 imp = rf"{imp}\s+(?:\w+\s+)?{_alt(_EN_OBJECTS)}"
@@ -399,8 +421,9 @@ def _languages() -> tuple[_Lang, ...]:
                 _fold(opener) if opener else None,
                 _fold(rf"^{_GERMAN_LEADS if code == 'de' else _LEADS}(?:{_POLITE[code]})") if code in _POLITE else None,
                 _fold(_YOU_MUST[code] + (f"|{_JA_OBLIGED}" if code == "ja" else "")) if code in _YOU_MUST else None,
+                _fold(_RECAST[code]) if code in _RECAST else None,
                 _fold(conditional) if conditional else None,
-                _fold(_TOLD[code]) if code in _TOLD else None,
+                _fold(_TOLD[code] + (f"|{_YOU_SAY[code]}" if code in _YOU_SAY else "")) if code in _TOLD else None,
             )
         )
     return tuple(out)
@@ -417,6 +440,12 @@ def _unquote(text: str, quotes: re.Pattern[str], reported: re.Pattern[str]) -> s
     if reported.search(outside) and re.search(r"\w{2,}", outside):
         return quotes.sub(" … ", text)
     return re.sub(r"[«»\"„“「」『』]", " ", text)
+
+
+def _unreport(sentence: str, reported: re.Pattern[str]) -> str:
+    """``sentence`` up to the colon after a reporting word ("the attacker wrote: ..."): what follows is reported."""
+    colon = sentence.find(":")
+    return sentence[:colon] if colon > 0 and reported.search(sentence[:colon]) else sentence
 
 
 _EDGES: Final = " \t,\"'*_>-•()¿¡…"
@@ -464,7 +493,7 @@ def check(text: str, *, injection_only: bool = False) -> Finding | None:
     if injection_only:
         return None
     for sentence in sentences:
-        openings = _parts(sentence, parts_re)
+        openings = _parts(_unreport(sentence, reported), parts_re)
         for lang in langs:
             if lang.conditional is not None and (match := lang.conditional.search(sentence)):
                 after = sentence[match.end():]
@@ -473,6 +502,8 @@ def check(text: str, *, injection_only: bool = False) -> Finding | None:
                 ordered = lang.opener is not None and any(lang.opener.search(p) for p in pieces if p)
                 if lang.code in ("zh", "ja") or told or ordered:
                     return _name(lang.code, "conditional", "a conditional instruction to the reader (when asked ..., answer ...)")
+            if lang.recast is not None and lang.recast.search(sentence):
+                return _name(lang.code, "you_must", "the reader given a new role or task")
             if lang.you_must is not None and lang.you_must.search(sentence):
                 return _name(lang.code, "you_must", "an instruction addressed to the reader")
             for opening in openings:
