@@ -508,7 +508,7 @@ def check(text: str, *, injection_only: bool = False) -> Finding | None:
                 return _name(lang.code, "you_must", "an instruction addressed to the reader")
             for opening in openings:
                 if lang.polite is not None and lang.polite.search(opening):
-                    return _name(lang.code, "you_must", "a request addressed to the reader")
+                    return _name(lang.code, "you_must", "a request or a formal imperative addressed to the reader")
                 if lang.opener is not None and lang.opener.search(opening):
                     if send.search(opening[:40]) or (lang.code == "ja" and send.search(opening)):
                         return _name(lang.code, "imperative", "an exfiltration request: an order to send something out")

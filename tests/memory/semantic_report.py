@@ -20,12 +20,14 @@ from tests.memory.semantic_cases import Case
 _KEYS = ("attacks", "attacks_refused", "at_door", "benign", "benign_refused", "benign_at_door")
 
 
-def measure(cases: Sequence[Case]) -> dict[str, Any]:
+def measure(cases: Sequence[Case], vectors: Any = None) -> dict[str, Any]:
+    """Per language, at the door and after embedding; ``vectors`` are the cases' own (embedded here if None)."""
     model = embedder.LocalEmbedder()
     shipped = semantic.shipped_vectors(model.model)
     matrix = shipped if shipped is not None else model.embed([e.text for e in EXEMPLARS], "passage")
     exemplars = semantic.Exemplars(EXEMPLARS, matrix)
-    vectors = model.embed([c.text for c in cases], "passage")
+    if vectors is None:
+        vectors = model.embed([c.text for c in cases], "passage")
     rows: dict[str, dict[str, int]] = {}
     for case, vector in zip(cases, vectors):
         door = prefilter.check_claim(case.text, "repo") is not None
