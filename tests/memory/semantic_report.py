@@ -68,12 +68,16 @@ def table(figures: dict[str, Any], title: str) -> str:
     return "\n".join(lines)
 
 
+HELDOUT = "Held-out set (`tests/memory/semantic_heldout.py`, nothing tuned on it)"
+TUNING = "Tuning sets (`semantic_cases.py` + `prefilter_training.py`)"
+
+
 def heldout() -> str:
-    return table(measure(semantic_heldout.CASES), "Held-out set (`tests/memory/semantic_heldout.py`, nothing tuned on it)")
+    return table(measure(semantic_heldout.CASES), HELDOUT)
 
 
 def training() -> str:
-    return table(measure(semantic_cases.CASES + prefilter_training.CASES), "Tuning sets (`semantic_cases.py` + `prefilter_training.py`)")
+    return table(measure(semantic_cases.CASES + prefilter_training.CASES), TUNING)
 
 
 if __name__ == "__main__":
