@@ -8,7 +8,8 @@ turn: with the multilingual rules (``memory.multilingual``), and with them
 switched off in this process (the English rules alone, as before issue 24's
 second round).  Texts: the benchmark corpus (English claims that all pass,
 ``bench/memory_corpus.py``) and the labelled sets in eight languages (half of
-them refused).  Printed: microseconds per claim for each, and their ratio.
+them refused).  Printed: CPU microseconds per claim for each (CPU time, so that
+other processes on a loaded machine do not count), and their ratio.
 The broker's whole ``remember`` is measured by ``bench/memory_write.py``
 (docs/BENCHMARKS.md puts the two side by side).
 """
@@ -31,10 +32,10 @@ from tests.memory import prefilter_training, semantic_cases, semantic_heldout  #
 
 
 def per_claim_us(texts: list[str]) -> float:
-    start = time.perf_counter()
+    start = time.process_time()
     for text in texts:
         prefilter.check_claim(text, "repo")
-    return (time.perf_counter() - start) / len(texts) * 1e6
+    return (time.process_time() - start) / len(texts) * 1e6
 
 
 def main() -> None:
@@ -67,7 +68,7 @@ def main() -> None:
         print(json.dumps(out, indent=2))
     else:
         for name, r in out.items():
-            print(f"{name} ({r['texts']} texts): English rules {r['english_only_us']} us/claim, with the multilingual rules {r['multilingual_us']} us/claim ({r['ratio']}x)")
+            print(f"{name} ({r['texts']} texts): English rules {r['english_only_us']} us CPU/claim, with the multilingual rules {r['multilingual_us']} us CPU/claim ({r['ratio']}x)")
 
 
 if __name__ == "__main__":

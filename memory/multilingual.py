@@ -463,17 +463,36 @@ def _name(code: str, kind: str, what: str) -> Finding:
 
 
 @lru_cache(maxsize=1)
-def _function_words() -> dict[str, frozenset[str]]:
-    return {code: frozenset(judge(words).text.split()) for code, words in _FUNCTION_WORDS.items()}
+def _function_words() -> dict[str, tuple[str, ...]]:
+    """Each function word (folded) and the languages it belongs to."""
+    owners: dict[str, list[str]] = {}
+    for code, words in _FUNCTION_WORDS.items():
+        for word in judge(words).text.split():
+            owners.setdefault(word, []).append(code)
+    return {word: tuple(codes) for word, codes in owners.items()}
 
 
-def _present(judged: str, langs: tuple[_Lang, ...]) -> tuple[_Lang, ...]:
-    """The languages whose rules apply to ``judged``: by script, and for Latin script by function words."""
-    words = re.findall(r"[a-z']+", judged)
-    counts = {code: sum(w in vocabulary for w in words) for code, vocabulary in _function_words().items()}
+_LATIN_WORD: Final = re.compile(r"[a-z']+")
+_CYRILLIC: Final = re.compile("[\u0400-\u04ff]")
+_HAN: Final = re.compile("[\u3400-\u9fff\uf900-\ufaff\u3000-\u303f\uff00-\uffef]")
+_KANA: Final = re.compile("[\u3040-\u30ff\u31f0-\u31ff]")
+
+
+def _present(text: str, judged: str, langs: tuple[_Lang, ...]) -> tuple[_Lang, ...]:
+    """The languages whose rules apply: Russian, Chinese, Japanese by their scripts in ``text`` (as
+    written: judging folds Cyrillic look-alikes to Latin); the Latin-script ones by function words."""
+    owners = _function_words()
+    counts = dict.fromkeys(_FUNCTION_WORDS, 0)
+    for word in _LATIN_WORD.findall(judged):
+        for code in owners.get(word, ()):
+            counts[code] += 1
     floor = max(1, counts["en"])
-    latin = {code for code, n in counts.items() if n >= floor} | ({"en"} if counts["en"] or not any(counts.values()) else set())
-    return tuple(lang for lang in langs if lang.code in latin or lang.code in ("ru", "zh", "ja"))
+    present = {code for code, n in counts.items() if n >= floor} | ({"en"} if counts["en"] or not any(counts.values()) else set())
+    if _CYRILLIC.search(text):
+        present.add("ru")
+    if _HAN.search(text) or _KANA.search(text):
+        present |= {"zh", "ja"}
+    return tuple(lang for lang in langs if lang.code in present)
 
 
 def check(text: str, *, injection_only: bool = False) -> Finding | None:
@@ -482,10 +501,12 @@ def check(text: str, *, injection_only: bool = False) -> Finding | None:
     With ``injection_only`` (evidence and reasons, which may quote orders), only the injection rules.
     """
     send, reported, quotes, backquoted, sentence_re, parts_re = _shared()
-    judged = judge(text.lower()).text
+    # ASCII text is its own judgement (nothing to normalise or fold); the rest is judged lower-cased,
+    # as the word lists were (an upper-case Cyrillic letter folds unlike its lower-case twin).
+    judged = text.lower() if text.isascii() else judge(text.lower()).text
     judged = _unquote(backquoted.sub(" `cmd` ", judged), quotes, reported)
     sentences = [s.strip() for s in sentence_re.findall(judged) if s.strip()]
-    langs = _present(judged, _languages())
+    langs = _present(text, judged, _languages())
     for lang in langs:
         for pattern in lang.injection:
             if any(pattern.search(s) for s in sentences):
