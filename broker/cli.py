@@ -17,6 +17,7 @@ from typing import Annotated, Any, List, Optional
 import typer
 
 from broker.clikit import EXIT_USAGE, JsonOpt, RepoOpt, StateOpt, Target, call, cell, console, die, emit, say, table
+from broker.literal import visible
 
 app = typer.Typer(
     name="conclave",
@@ -89,6 +90,12 @@ def run(
     except TeamError as exc:
         die(str(exc), EXIT_USAGE)
     _require_git(paths.repo, repo)
+    from broker.sandbox import gitlayout
+
+    try:
+        layout = gitlayout.check(paths.repo)
+    except gitlayout.GitLayoutError as exc:
+        die(f"conclave run: {exc}", EXIT_USAGE)
     machine = sandbox_machine.probe()
     try:
         chosen = sandbox_box.levels(((a.name, a.sandbox) for a in team_spec.agents), machine, state_in_work_tree=paths.inside_work_tree())
@@ -116,6 +123,7 @@ def run(
             lambda: run_broker(
                 paths, team_spec, features=composition.features(), machine=machine, grace=grace,
                 terminal=sys.stdout.fileno() if watch else None, colour=watch and _colour(),
+                layout=layout, unboxed="off" in chosen.values(),
             )
         )  # fmt: skip
     except (BrokerAlreadyRunning, StateError) as exc:
@@ -174,6 +182,7 @@ def _summary_json(summary: Any) -> dict[str, Any]:
         "exit_code": summary.exit_code,
         "failed": [f"{o.agent}:{o.session}" for o in summary.failed],
         "agents": [attrs.asdict(o) for o in summary.outcomes],
+        "git": [attrs.asdict(n) for n in summary.git],
     }
 
 
@@ -186,6 +195,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
     for o in summary["agents"]:
         if o.get("leftovers"):
             say(f"{o['agent']}:{o['session']} left {o['leftovers']} process(es) behind; killed at its exit")
+    for note in summary.get("git", []):
+        # Paths and messages in a note are agents' words: shown literally.
+        say(visible(f"git: {note['principal']}: {note['text']}"))
 
 
 def _outcome_words(o: dict[str, Any]) -> str:

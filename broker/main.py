@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Callable, ContextManager, Final, Sequence, final
 
@@ -22,7 +23,9 @@ from broker.core import BrokerCore, Feature, open_core
 from broker.identity import make_child_subreaper
 from broker.output import EXTENSION as VIEW, RunView, Terminal
 from broker.paths import BrokerAlreadyRunning, StatePaths
-from broker.sandbox import sweep
+from broker.sandbox import guardhook, sweep
+from broker.sandbox.gitlayout import Layout
+from broker.sandbox.gitviews import GitNote, GitViews
 from broker.sandbox.machine import Machine
 from broker.server import bind, serve
 from broker.supervisor import AgentOutcome, Supervisor
@@ -49,6 +52,8 @@ class RunSummary:
     outcomes: tuple[AgentOutcome, ...]
     stopped_by: str | None  # "SIGINT", "SIGTERM", "operator", or None when the team finished
     run: int = 0  # the run's number on this state directory (run-N.jsonl, conclave agents --run N)
+    #: What git saw that the person should know: refused bring-ins, commits agents left behind.
+    git: tuple[GitNote, ...] = ()
 
     @property
     def failed(self) -> tuple[AgentOutcome, ...]:
@@ -82,12 +87,17 @@ async def run_broker(
     on_ready: Callable[[BrokerCore], None] | None = None,
     terminal: int | None = None,
     colour: bool = False,
+    layout: Layout | None = None,
+    unboxed: bool = False,
 ) -> RunSummary:
     """Run a broker for ``team`` until every agent exits or it is stopped.
 
     ``terminal`` is the file descriptor the run is shown on (agents' output
     and the run's events, see :mod:`broker.output`), or None to show nothing
     (``--quiet``, ``--json``); the run journal is written either way.
+    ``layout`` is the repository's (``broker.sandbox.gitlayout.check``): with it the broker keeps
+    every boxed agent's git directory (:class:`GitViews`), and, when ``unboxed`` agents run,
+    puts the guard in the person's hooks directory for the run.
     """
     with broker_lock(paths):
         if not make_child_subreaper():
@@ -106,11 +116,19 @@ async def run_broker(
             core.extensions[VIEW] = view
             supervisor = Supervisor(core, socket_path=socket_path, machine=machine, grace=grace, view=view)
             core.supervisor = supervisor
+            git: GitViews | None = None
+            guard: guardhook.InstalledGuard | None = None
             try:
+                if layout is not None:
+                    git = core.extensions["git"] = _git_views(paths, team, layout, view)
+                    if unboxed:
+                        guard = _install_guard(paths, layout, socket_path)
                 async with trio.open_nursery() as nursery:
                     await nursery.start(serve, core, listener)
                     nursery.start_soon(_reap_orphans, supervisor)
                     await nursery.start(view.run, core)
+                    if git is not None:
+                        await nursery.start(git.run)
                     view.started(paths.repo, [a.name for a in team.agents])
                     run_scope = trio.CancelScope()
 
@@ -131,6 +149,10 @@ async def run_broker(
                 with trio.CancelScope(shield=True):
                     view.close()
                     _kill_orphans()
+                    if guard is not None:
+                        guardhook.uninstall(guard)
+                    if git is not None:
+                        git.close()
                     _remove_socket(paths, socket_path)
                     await core.record(
                         "broker.stop",
@@ -143,7 +165,28 @@ async def run_broker(
             outcomes=tuple(supervisor.outcomes),
             stopped_by=stopped_by[0] if stopped_by else None,
             run=run_number,
+            git=tuple(git.notes) if git is not None else (),
         )
+
+
+def _git_views(paths: StatePaths, team: Team, layout: Layout, view: RunView) -> GitViews:
+    """The owner of the agents' git directories; its notes go to the run view as they happen."""
+    team_file = None
+    if team.source is not None:
+        source = Path(os.path.realpath(team.source))
+        if source.is_relative_to(os.path.realpath(paths.repo)):
+            team_file = str(source.relative_to(os.path.realpath(paths.repo)))
+    git = GitViews(layout, paths.state, python=sys.executable, team_file=team_file)
+    git.on_note = lambda note: view.git(note.kind, note.text, principal=note.principal if ":" in note.principal else None)
+    return git
+
+
+def _install_guard(paths: StatePaths, layout: Layout, socket_path: Path) -> guardhook.InstalledGuard | None:
+    """The guard in the person's hooks directory, for unboxed agents (they use the person's .git)."""
+    try:
+        return guardhook.install(layout, python=sys.executable, state=str(paths.state), socket_path=str(socket_path), key_file=str(paths.operator_key_file))
+    except guardhook.GuardError as exc:
+        raise BrokerAlreadyRunning(f"the git guard for unboxed agents cannot be installed: {exc}") from None
 
 
 def _next_run_number(conn) -> int:  # type: ignore[no-untyped-def]

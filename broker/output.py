@@ -182,6 +182,10 @@ class RunView:
             first = first[:119] + "\u2026"
         self._note("mail", f"mail to the operator, message {message_id} (thread {thread}): {first}  [conclave msg inbox]", principal=sender)
 
+    def git(self, kind: str, text: str, *, principal: str | None = None) -> None:
+        """Something about git the person should see now: a refused bring-in, commits an agent left."""
+        self._note(f"git_{kind}", text, principal=principal, failed=kind == "refused")
+
     def stopping(self, reason: str, agents: int, grace: float) -> None:
         """The run was told to stop (a signal, or the operator's ``conclave stop``)."""
         now = trio.current_time()

@@ -34,6 +34,7 @@ from broker.paths import ENV_REPO, ENV_SOCKET, ENV_STATE_DIR, ENV_TICKET
 from broker.registry import LiveAgent
 from broker.sandbox import box as sandbox
 from broker.sandbox import sweep
+from broker.sandbox.gitviews import GitViews
 from broker.sandbox.machine import Machine
 from broker.spec import AgentSpec, SandboxNeeds, SpecError, validate_name
 from broker.team import Team
@@ -228,8 +229,9 @@ class Supervisor:
                 needs = preset.sandbox_needs(spec)
             agent_dir = self.core.paths.agent_dir(principal.agent, principal.session)
             agent_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            level = spec.sandbox or self.machine.strongest
             box = sandbox.build(
-                spec.sandbox or self.machine.strongest,
+                level,
                 command,
                 machine=self.machine,
                 repo=self.core.paths.repo,
@@ -239,10 +241,12 @@ class Supervisor:
                 session=principal.session,
                 read=(*needs.read, *spec.allow_read),
                 write=(*needs.write, *spec.allow_write),
+                git=self._git_box(level, principal),
             )
             env.update(box.env)
         except BaseException:
             self.core.registry.end(principal)  # its ticket dies with the spawn that never happened
+            self._retire_git_now(principal)
             raise
         started = events.now()
         log_file = open(log_path, "ab")
@@ -268,6 +272,7 @@ class Supervisor:
             log_file.close()
             self.core.registry.end(principal)
             box.release()
+            self._retire_git_now(principal)
             error = f"could not start {command[0]!r}: {exc.strerror or exc}"
             await self._persist_start(live, None, started, attempt, command, box.level)
             await self._persist_end(principal, None, SPAWN_FAILED, error, 0)
@@ -308,6 +313,9 @@ class Supervisor:
                 self.core.registry.end(principal)
                 await self._persist_end(principal, process.pid, code, "stopped by the broker" if cancelled else None, leftovers)
                 await self.core.principal_ended(principal)
+                git = self._git()
+                if git is not None:
+                    await git.retire(principal.session, principal.key)
                 spec = live.spec
                 revoked = principal.key in self._revoked
                 restart = spec.restart == "on-failure" and code != 0 and principal.parent is None and attempt < spec.max_restarts and not revoked
@@ -317,6 +325,28 @@ class Supervisor:
         if restart:
             await trio.sleep(RESTART_BACKOFF * (attempt + 1))
             await self._start(spec, parent=None, name=spec.name, attempt=attempt + 1)
+
+    # -- git -------------------------------------------------------------------------
+
+    def _git(self) -> GitViews | None:
+        git = self.core.extensions.get("git")
+        return git if isinstance(git, GitViews) else None
+
+    def _git_box(self, level: str, principal: Principal) -> sandbox.GitBox | None:
+        """The box's git: its own git directory in a strict box (made now), the protected paths at every level."""
+        git = self._git()
+        if git is None or level == "off":
+            return None
+        layout = git.layout
+        agent_git_dir = git.create(principal.session).path if level == "strict" else None
+        return sandbox.GitBox(layout.repo, layout.git_dir, agent_git_dir, layout.protected)
+
+    def _retire_git_now(self, principal: Principal) -> None:
+        """A spawn that never started: its git directory holds nothing of its own."""
+        git = self._git()
+        view = git.dirs.pop(principal.session, None) if git is not None else None
+        if view is not None:
+            view.remove()
 
     def _report(self, outcome: AgentOutcome) -> None:
         self.outcomes.append(outcome)

@@ -222,6 +222,8 @@ class LockTable:
         self._counts = dict.fromkeys(("granted", "released", "refused", "deadlocks", "timeouts", "expired", "forced", "lost"), 0)
         #: Told of every release, whatever its cause (locks.shared gives the host's hold back).
         self.on_release: Callable[[Sequence[Holding]], None] | None = None
+        #: Paths in the tree no agent may lock exclusively (the team file: trusted configuration).
+        self.trusted: dict[str, Resource] = {}
 
     # -- the owner task -------------------------------------------------------
 
@@ -295,6 +297,15 @@ class LockTable:
                     ErrorCode.NOT_FOUND,
                     f"no slot named {r.slot_name!r} (declared: {declared}); add a [[slot]] table with name and capacity to the team file",
                 )
+        if mode is Mode.EXCLUSIVE:
+            for r in resources:
+                for why, trusted in self.trusted.items():
+                    if r.is_filesystem and overlaps(trusted, r):
+                        raise ConclaveError(
+                            ErrorCode.FORBIDDEN,
+                            f"{r.key} covers {trusted.key}, {why}: no agent may lock it exclusively, edit it through the lock rules or commit it; "
+                            "lock narrower paths (the operator changes it)",
+                        )
         self._refuse_twice(holder, keys)
         return Request(owner, tuple(resources), mode, ttl, scope, connection, keys, holder)
 

@@ -16,6 +16,10 @@ OPTIONS (repeatable where it makes sense):
   --pin PATH          (--ns) bind PATH over itself: a mount point cannot be renamed (.git)
   --read-only PATH    (--ns) bind PATH over itself read-only (.git/hooks)
   --keep SOCKET       (--ns) a socket a private or hidden directory must keep
+  --bind SRC DST      (--ns) bind directory SRC over DST (the agent's git directory over .git)
+  --bind-ro SRC DST   (--ns) the same, read-only (the person's objects inside it); binds are
+                      made in order, after the others, from sources opened before any mount
+  --ro-hole PATH      (--landlock) keep PATH read-only although a --rw root holds it
   --landlock          restrict with Landlock (after any mounts):
   --ro PATH  --rw PATH  --dev PATH  --deny PATH  --connect PATH
   --drop-caps         empty the capability sets (an agent of a root broker)
@@ -40,7 +44,8 @@ PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 REFUSED = 126
-LISTS = ("ro", "rw", "dev", "deny", "connect", "hide", "pin", "read_only", "keep", "cgroup")
+LISTS = ("ro", "rw", "dev", "deny", "connect", "hide", "pin", "read_only", "keep", "cgroup", "ro_hole")
+PAIRS = ("bind", "bind_ro")
 FLAGS = ("ns", "landlock", "drop_caps", "subreaper")
 
 
@@ -52,11 +57,15 @@ def fail(message: str) -> None:
 
 def parse(argv: list[str]) -> tuple[dict[str, list[str]], set[str], list[str]]:
     lists: dict[str, list[str]] = {k: [] for k in LISTS}
+    lists["binds"] = []  # type: ignore[assignment]  # (source, target, read-only) in order
     flags: set[str] = set()
     i = 1
     while i < len(argv) and argv[i] != "--":
         key = argv[i][2:].replace("-", "_")
-        if key in lists and i + 1 < len(argv):
+        if key in PAIRS and i + 2 < len(argv):
+            lists["binds"].append((argv[i + 1], argv[i + 2], key == "bind_ro"))  # type: ignore[arg-type]
+            i += 3
+        elif key in lists and i + 1 < len(argv):
             lists[key].append(argv[i + 1])
             i += 2
         elif key in FLAGS:
@@ -116,6 +125,7 @@ def main(argv: list[str]) -> None:
             namespaces.enter()
             # Opened in the new namespace (a bind source must be a mount of it), before anything covers them.
             kept = namespaces.open_kept(lists["keep"])
+            binds = namespaces.open_binds(lists["binds"])
             uid = os.getuid()
             for path, mode in (("/tmp", "1777"), ("/dev/shm", "1777"), (f"/run/user/{uid}", "0700")):
                 namespaces.private_tmpfs(path, mode, kept)
@@ -126,6 +136,8 @@ def main(argv: list[str]) -> None:
                 namespaces.pin(path)
             for path in lists["read_only"]:
                 namespaces.read_only(path)
+            for source, target, read_only in binds:
+                namespaces.bind(source, target, read_only=read_only)
             # Look the working directory up again: the one inherited may sit under a mount
             # made since (a work tree in /tmp, bound back over the private tmpfs), where a
             # relative path would miss the read-only views.
@@ -135,7 +147,9 @@ def main(argv: list[str]) -> None:
     if "landlock" in flags:
         import landlock
 
-        policy = landlock.Policy(read=lists["ro"], write=lists["rw"], devices=lists["dev"], deny=lists["deny"], connect=lists["connect"])
+        policy = landlock.Policy(
+            read=lists["ro"], write=lists["rw"], devices=lists["dev"], deny=lists["deny"], connect=lists["connect"], read_only=lists["ro_hole"]
+        )
         try:
             landlock.apply(policy)
         except OSError as exc:
