@@ -6,14 +6,16 @@ there asks the broker, before the agent's branch moves, to bring the commit
 in (``git.bring_in``).  The broker trusts nothing but the commit id and the
 branch name, and holds :attr:`GitViews.lock` throughout.  In order:
 
-1. the agent must hold the ``git`` lock exclusively;
-2. the new objects are copied into the person's store, verified
+1. the new objects are copied into the person's store, verified
    (:mod:`broker.sandbox.gitcopy`): read in a Landlock domain that sees only
    the two object stores, written by ``unpack-objects --strict``, then
-   checked for connectivity in the person's repository alone;
+   checked for connectivity in the person's repository alone (a commit
+   refused below leaves only unreachable objects, which ``git gc`` prunes);
+2. the agent must hold the ``git`` lock exclusively;
 3. every new commit's changes (against its first parent) are read from the
    person's store: the agent needs an exclusive lock covering each path
-   (the same rule as ``lock.check_commit``), and some changes are refused
+   (the same rule as ``lock.check_commit``; every missing lock is named at
+   once), and some changes are refused
    whatever the locks -- a gitlink (a nested repository, mode 160000), a
    ``.gitmodules``, a ``.gitattributes`` line that sets a ``filter``,
    ``diff`` or ``merge`` driver (or ``binary``, ``working-tree-encoding``, a
@@ -148,7 +150,6 @@ async def bring_in(call: Call, table: LockTable, args: UpdatesArgs) -> dict[str,
     async with git.lock:
         for update in wanted:
             try:
-                _need_git_lock(table, call)
                 facts = await trio.to_thread.run_sync(_analyse_copy, git, view, update)
                 _judge(git, table, call, facts, index_flags=view.index_flags())
                 outcome = await trio.to_thread.run_sync(_apply, git, view, facts)
@@ -172,7 +173,6 @@ async def check(call: Call, table: LockTable, args: UpdatesArgs) -> dict[str, An
     async with git.lock:
         for update in _checked(args.updates):
             try:
-                _need_git_lock(table, call)
                 facts = await trio.to_thread.run_sync(_analyse, git, update)
                 _judge(git, table, call, facts, index_flags=git.person_index_flags())
             except Refusal as exc:
@@ -209,12 +209,6 @@ def _checked(updates: Iterable[Update]) -> list[Update]:
     if not out:
         raise ConclaveError(ErrorCode.INVALID_ARGS, "name at least one branch update")
     return out
-
-
-def _need_git_lock(table: LockTable, call: Call) -> None:
-    report = table.check_commit(call.principal, [])
-    if not report["allowed"]:
-        raise Refusal(ErrorCode.LOCKED, _lock_words(call.principal.key, report["missing"]))
 
 
 def _lock_words(principal: str, missing: list[dict[str, Any]]) -> str:

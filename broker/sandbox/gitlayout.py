@@ -130,7 +130,8 @@ def _config(git: Path) -> list[tuple[str, str, str, str]]:
     for i in range(0, len(fields) - 2, 3):
         scope, origin, item = (f.decode(errors="surrogateescape") for f in fields[i : i + 3])
         key, _, value = item.partition("\n")
-        entries.append((scope, origin, key, value))
+        if scope != "command":  # the broker's own -c options (gitrun.SAFE_OPTIONS), not the person's
+            entries.append((scope, origin, key, value))
     return entries
 
 
