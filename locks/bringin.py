@@ -229,7 +229,7 @@ def _lock_words(principal: str, missing: list[dict[str, Any]]) -> str:
 def _analyse_copy(git: GitViews, view: AgentGitDir, update: Update) -> Facts:
     tips = git.person_tips()
     try:
-        gitcopy.copy(git.layout, view.objects, [update.new], tips.values())
+        gitcopy.copy(git.layout, view.objects, [update.new], tips.values(), scratch=git.scratch)
     except gitrun.GitFailed as exc:
         raise Refusal(ErrorCode.REJECTED, f"commit {update.new[:12]} was not brought in: {exc}") from None
     return _analyse(git, update, tips)

@@ -5,8 +5,10 @@ a link, and its ``info/alternates`` may name any other object store on the
 machine the broker can read (another project's private history).  So the
 objects are read by a ``git pack-objects`` in a Landlock domain of its own
 (the sandbox launcher, no namespaces) that may read only the system's
-programs and libraries, the person's git directory and the agent's objects
--- a link pointing anywhere else fails to open.  Its pack is written into
+programs and libraries, the person's object store (and its own alternates)
+and the agent's objects -- a link pointing anywhere else fails to open.  It
+runs in an empty git directory of the broker's (:func:`reader_git_dir`), so
+it reads none of the person's configuration either.  Its pack is written into
 the person's store by ``git unpack-objects --strict``, which rehashes every
 object and checks it as ``fsck`` does (a path named ``.git``, a bad
 ``.gitmodules``, broken links), without the agent's objects in sight; then
@@ -32,16 +34,38 @@ READER_SYSTEM: Final = ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/etc", "/ni
 TIMEOUT: Final = 600
 
 
-def reader_prefix(layout: Layout, agent_objects: Path) -> list[str]:
+def reader_git_dir(layout: Layout, scratch: Path) -> Path:
+    """An empty git directory of the broker's own (the reader's ``GIT_DIR``): no config, hooks or refs of anyone's."""
+    path = scratch / "reader.git"
+    if not (path / "HEAD").exists():
+        for sub in ("refs", "objects"):
+            (path / sub).mkdir(parents=True, exist_ok=True)
+        version = "0" if layout.object_format == "sha1" else "1"
+        extra = "" if layout.object_format == "sha1" else f"[extensions]\n\tobjectformat = {layout.object_format}\n"
+        (path / "config").write_text(f"[core]\n\trepositoryformatversion = {version}\n\tbare = true\n{extra}")
+        (path / "HEAD").write_text("ref: refs/heads/main\n")
+    return path
+
+
+def _alternates(objects: Path) -> list[str]:
+    """The object stores the person's own store borrows from (``objects/info/alternates``)."""
+    try:
+        lines = (objects / "info" / "alternates").read_text().splitlines()
+    except OSError:
+        return []
+    return [os.path.normpath(objects / line) for line in lines if line.strip() and not line.startswith("#")]
+
+
+def reader_prefix(layout: Layout, agent_objects: Path, reader: Path) -> list[str]:
     """The launcher options that box a git reading ``agent_objects``: read-only, nothing else in sight."""
     options = ["--landlock"]
-    for path in (*READER_SYSTEM, str(layout.git_dir), str(agent_objects)):
+    for path in (*READER_SYSTEM, str(reader), str(layout.objects), *_alternates(layout.objects), str(agent_objects)):
         if os.path.exists(path):
             options += ["--ro", path]
     return [*launcher_argv(), *options, "--dev", "/dev/null", "--"]
 
 
-def copy(layout: Layout, agent_objects: Path, tips: Iterable[str], have: Iterable[str]) -> None:
+def copy(layout: Layout, agent_objects: Path, tips: Iterable[str], have: Iterable[str], *, scratch: Path) -> None:
     """Bring the objects ``tips`` need, beyond what ``have`` already reach, into the person's store.
 
     Raises:
@@ -50,11 +74,14 @@ def copy(layout: Layout, agent_objects: Path, tips: Iterable[str], have: Iterabl
     """
     tips, have = list(tips), list(have)
     revs = "".join(f"{t}\n" for t in tips) + "".join(f"^{h}\n" for h in have)
+    reader = reader_git_dir(layout, scratch)
     reader_env = gitrun.environment(
-        layout.git_dir, None, {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(agent_objects), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
-    )
+        reader, None,
+        {"GIT_OBJECT_DIRECTORY": str(layout.objects), "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(agent_objects),
+         "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"},
+    )  # fmt: skip
     pack = subprocess.Popen(
-        [*reader_prefix(layout, agent_objects), _git_program(), *gitrun.argv("pack-objects", "--revs", "--stdout", "-q")[1:]],
+        [*reader_prefix(layout, agent_objects, reader), _git_program(), *gitrun.argv("pack-objects", "--revs", "--stdout", "-q")[1:]],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=reader_env, cwd="/",
     )  # fmt: skip
     unpack = subprocess.Popen(

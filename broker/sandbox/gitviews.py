@@ -108,7 +108,7 @@ class GitViews:
         agent = principal.rpartition(":")[0].replace("/", "__")
         kept: dict[str, str] = {}
         try:
-            gitcopy.copy(self.layout, view.objects, pending.values(), self.tips.values())
+            gitcopy.copy(self.layout, view.objects, pending.values(), self.tips.values(), scratch=self.scratch)
             for ref, tip in pending.items():
                 name = f"{LEFT_REFS}/{agent}/{view.session}/{ref.removeprefix('refs/heads/')}"
                 gitrun.run(self.layout.git_dir, None, ["update-ref", name, tip, ""])
