@@ -110,6 +110,8 @@ class Facts:
     tip: str | None
     commits: list[Commit]
     problems: list[str] = attrs.Factory(list)
+    #: The commit is already on the person's branch (the agent moved back): nothing is brought in, no lock needed.
+    behind: bool = False
 
     @property
     def paths(self) -> list[str]:
@@ -151,14 +153,15 @@ async def bring_in(call: Call, table: LockTable, args: UpdatesArgs) -> dict[str,
         for update in wanted:
             try:
                 facts = await trio.to_thread.run_sync(_analyse_copy, git, view, update)
-                _judge(git, table, call, facts, index_flags=view.index_flags())
+                if not facts.behind:
+                    _judge(git, table, call, facts, index_flags=view.index_flags())
                 outcome = await trio.to_thread.run_sync(_apply, git, view, facts)
             except Refusal as exc:
                 await _refused(call, git, update, str(exc))
                 raise ConclaveError(exc.code, str(exc)) from None
             await call.core.record("git.brought_in", actor=call.principal.key, subject=update.ref, payload=outcome)
             messages.append(outcome["message"])
-            settle = settle or outcome["replayed"]
+            settle = settle or outcome["settle"]
     return {"messages": messages, "settle": settle}
 
 
@@ -174,7 +177,8 @@ async def check(call: Call, table: LockTable, args: UpdatesArgs) -> dict[str, An
         for update in _checked(args.updates):
             try:
                 facts = await trio.to_thread.run_sync(_analyse, git, update)
-                _judge(git, table, call, facts, index_flags=git.person_index_flags())
+                if not facts.behind:
+                    _judge(git, table, call, facts, index_flags=git.person_index_flags())
             except Refusal as exc:
                 await _refused(call, git, update, str(exc))
                 raise ConclaveError(exc.code, str(exc)) from None
@@ -249,6 +253,9 @@ def _analyse(git: GitViews, update: Update, tips: dict[str, str] | None = None) 
     parents = [tuple(line.split()) for line in listed.splitlines() if line]
     commits = _changes(git, [(p[0], p[1:]) for p in parents])
     facts = Facts(update.ref, update.new, tips.get(update.ref), commits)
+    if not commits and facts.tip is not None and _is_ancestor(git, update.new, facts.tip):
+        facts.behind = True
+        return facts
     facts.problems = _content_problems(git, facts)
     added = sorted(nested_repositories(layout.repo) - git.nested_at_start)
     if added:
@@ -338,6 +345,7 @@ def _driver_lines(git: GitViews, oid: str) -> list[str]:
 
 
 def _judge(git: GitViews, table: LockTable, call: Call, facts: Facts, *, index_flags: set[tuple[str, str]]) -> None:
+    """Refuse, naming every missing lock and every problem at once."""
     staged = []
     missing: list[dict[str, Any]] = []
     for text in facts.paths:
@@ -347,8 +355,6 @@ def _judge(git: GitViews, table: LockTable, call: Call, facts: Facts, *, index_f
             missing.append({"resource": text, "kind": "path", "why": str(exc), "held_by": []})
     report = table.check_commit(call.principal, staged)
     missing = report["missing"] + missing
-    if missing:
-        raise Refusal(ErrorCode.LOCKED, _lock_words(call.principal.key, missing))
     problems = list(facts.problems)
     if index_flags:
         listed = ", ".join(f"{visible(path)} ({flag})" for path, flag in sorted(index_flags)[:SHOWN])
@@ -356,8 +362,10 @@ def _judge(git: GitViews, table: LockTable, call: Call, facts: Facts, *, index_f
             f"the index marks entries so that git status and git diff look away from them: {listed}; "
             "clear them (git update-index --no-assume-unchanged / --no-skip-worktree PATH, git reset PATH) and commit again"
         )
-    if problems:
-        raise Refusal(ErrorCode.REJECTED, "; ".join(problems))
+    words = [_lock_words(call.principal.key, missing)] if missing else []
+    words += [f"refused: {p}" for p in problems]
+    if words:
+        raise Refusal(ErrorCode.LOCKED if missing else ErrorCode.REJECTED, "\n".join(words))
 
 
 # -- moving the person's branch (worker thread) --------------------------------------------------
@@ -373,9 +381,10 @@ def _apply(git: GitViews, view: AgentGitDir, facts: Facts) -> dict[str, Any]:
         final = facts.new
     elif _is_ancestor(git, tip, facts.new):
         final = facts.new
-    elif _is_ancestor(git, facts.new, tip):
+    elif facts.behind:
         view.remember(facts.ref, facts.new)
-        return {"new": facts.new, "final": tip, "commits": 0, "replayed": False, "message": f"{facts.new[:12]} is already on {facts.ref}"}
+        # Nothing to bring: the agent's branch goes back to a commit the person has; once it has, it follows the tip.
+        return {"new": facts.new, "final": tip, "commits": 0, "replayed": False, "settle": True, "message": f"{facts.new[:12]} is already on {facts.ref}"}
     else:
         final = _replay(git, facts, tip)
         replayed = True
@@ -394,7 +403,7 @@ def _apply(git: GitViews, view: AgentGitDir, facts: Facts) -> dict[str, Any]:
     git.follow_all(skip=view.session)
     count = len(facts.commits)
     how = f"replayed onto {tip[:12]} (the branch had moved) as {final[:12]}" if replayed else f"now at {final[:12]}"
-    return {"new": facts.new, "final": final, "tip": tip, "commits": count, "replayed": replayed,
+    return {"new": facts.new, "final": final, "tip": tip, "commits": count, "replayed": replayed, "settle": replayed,
             "message": f"brought {count} commit(s) into {facts.ref}: {how}"}  # fmt: skip
 
 
@@ -411,7 +420,10 @@ def _replay(git: GitViews, facts: Facts, tip: str) -> str:
     """
     layout = git.layout
     series = facts.commits
-    if not series or any(len(c.parents) != 1 for c in series):
+    if not series:
+        raise Refusal(ErrorCode.CONFLICT, f"{facts.ref} is at {tip[:12]} and {facts.new[:12]} does not descend from it: "
+                                          "moving the branch there would drop the person's commits")  # fmt: skip
+    if any(len(c.parents) != 1 for c in series):
         raise Refusal(ErrorCode.CONFLICT, f"{facts.ref} moved since your commits' base, and they include a merge: "
                                           "update your branch (git merge or rebase onto it) and commit again")  # fmt: skip
     base = series[0].parents[0]

@@ -133,5 +133,7 @@ def connected(layout: Layout, tips: Iterable[str], have: Iterable[str]) -> None:
 
 
 def _last(err: bytes) -> str:
-    lines = [line for line in err.decode(errors="replace").splitlines() if line.strip()]
-    return lines[-1] if lines else "no message"
+    """What git said, in brief: its error lines (fsck names the object and the check), else its last line."""
+    lines = [line.strip() for line in err.decode(errors="replace").splitlines() if line.strip()]
+    errors = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
+    return "; ".join(errors[:3]) if errors else lines[-1] if lines else "no message"

@@ -73,6 +73,8 @@ class AgentGitDir:
         self.known: dict[str, list[str]] = {}
         self.replayed: dict[str, dict[str, str]] = {}
         self.dirty = False
+        #: Why the last look could not follow (logged once, not every look).
+        self.stuck = ""
 
     @property
     def objects(self) -> Path:
@@ -113,7 +115,8 @@ class AgentGitDir:
     def follow(self, tips: dict[str, str], scratch: Path) -> list[str]:
         """Move every branch with nothing pending to the person's tip; return what could not be done yet.
 
-        Raises nothing: a lock the agent's git holds (:class:`Busy`) leaves the branch for the next look.
+        Raises nothing: a lock the agent's git holds (:class:`Busy`) leaves the branch for the next look,
+        and a link where the broker would write is never written through.
         """
         left: list[str] = []
         head = gitfiles.head_branch(self.fd)
@@ -123,11 +126,14 @@ class AgentGitDir:
                 self.remember(ref, tip)
                 continue
             if shown is not None and shown not in self.known.get(ref, ()) and shown not in self.replayed.get(ref, {}):
-                continue  # the agent's own commits: pending
+                continue  # the agent's own commits (or something that is no ref at all): pending
             try:
                 self.move(ref, shown, tip, scratch, reindex=ref == head)
             except Busy as exc:
                 left.append(f"{ref}: {exc}")
+            except OSError as exc:
+                # A link or a file where a directory of refs should be: the agent's own doing; its branch stays.
+                left.append(f"{ref}: {exc.strerror or exc} (not written through)")
         self.dirty = bool(left)
         return left
 

@@ -244,10 +244,29 @@ def branch_tips(git_fd: int) -> dict[str, str]:
 
 
 def read_one_ref(git_fd: int, ref: str) -> str | None:
-    """One ref's object id (loose, else packed); None when missing or symbolic."""
-    raw = read_beneath(git_fd, ref)
-    if raw is not None:
-        return read_ref_file(raw)
+    """One ref's object id: loose, else packed; None when it is neither.
+
+    A loose ref that is there but not a plain file holding an object id -- a link, a directory,
+    a symbolic ref, a link among the directories on its way -- reads as ``""``: not a commit
+    the broker knows, so it is never written over as if it were (and never read through).
+    """
+    head, _, name = ref.rpartition("/")
+    try:
+        parent = open_dir_beneath(git_fd, head)
+    except FileNotFoundError:
+        parent = -1
+    except OSError:
+        return ""
+    if parent >= 0:
+        try:
+            try:
+                st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            except FileNotFoundError:
+                st = None
+            if st is not None:
+                return (read_ref_file(read_at(parent, name)) or "") if stat.S_ISREG(st.st_mode) else ""
+        finally:
+            os.close(parent)
     return parse_packed_refs(read_at(git_fd, "packed-refs", limit=LARGE)).get(ref)
 
 

@@ -147,9 +147,10 @@ class GitViews:
         for session, view in list(self.dirs.items()):
             if session == skip:
                 continue
-            left = view.follow(self.tips, self.scratch)
-            if left:
-                log.info("agent git directory %s not followed yet: %s", session, "; ".join(left))
+            left = "; ".join(view.follow(self.tips, self.scratch))
+            if left and left != view.stuck:
+                log.info("agent git directory %s not followed yet: %s", session, left)
+            view.stuck = left
 
     def person_tips(self) -> dict[str, str]:
         """The person's branches now: ``refs/heads/NAME -> oid``."""
