@@ -142,7 +142,7 @@ ROUTES: dict[str, tuple[str, str]] = {
         f" && GIT_INDEX_FILE=$I git update-index --cacheinfo 100644,$B,route/c.txt"
         f" && C=$(echo 'route: am' | git {ID} commit-tree $(GIT_INDEX_FILE=$I git write-tree) -p HEAD)"
         f" && git format-patch -1 --stdout $C > /tmp/route.patch && git {ID} am -q /tmp/route.patch",
-        "git am --abort; git reset -q --hard HEAD",
+        "git am --abort; rm -rf .git/rebase-apply; git reset -q --hard HEAD",
     ),
     "rebase": (
         f"git update-ref refs/heads/topic HEAD~1 && git {ID} rebase -q main topic && git checkout -q main",
