@@ -354,7 +354,7 @@ def _judge(git: GitViews, table: LockTable, call: Call, facts: Facts, *, index_f
         except ResourceError as exc:
             missing.append({"resource": text, "kind": "path", "why": str(exc), "held_by": []})
     report = table.check_commit(call.principal, staged)
-    missing = report["missing"] + missing
+    missing = ([] if report["allowed"] else report["missing"]) + missing
     problems = list(facts.problems)
     if index_flags:
         listed = ", ".join(f"{visible(path)} ({flag})" for path, flag in sorted(index_flags)[:SHOWN])
