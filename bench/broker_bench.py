@@ -130,40 +130,57 @@ def spawn_and_authenticate(tmp: Path, n: int, sandbox: str) -> dict[str, float]:
 def box_overhead(tmp: Path, rounds: int = 100) -> dict[str, list[float]]:
     """What the box adds to one spawn: the launcher and its setup, then `true`, against `true` alone.
 
-    Interleaved, one spawn of each in turn, from a fresh thread each time (as trio spawns).
+    A strict spawn also pays for the agent's own git directory, made for it (in the broker) and
+    bound over .git (in the launcher): each strict sample makes a fresh one first, in a repository
+    of 500 files and 50 branches.  Interleaved, one spawn of each in turn, from a fresh thread each
+    time (as trio spawns).
     """
     import threading
 
-    from broker.sandbox import box, machine
+    from agents.harness import make_repo
+    from broker.sandbox import box, gitlayout, machine
+    from broker.sandbox.gitviews import GitViews
 
     found = machine.probe()
-    repo = tmp / "box-repo"
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    repo = make_repo(tmp / "box", {f"src/m{i // 50}/f{i}.py": f"x = {i}\n" for i in range(500)})
+    for i in range(50):
+        subprocess.run(["git", "-C", str(repo), "branch", f"topic-{i}"], check=True)
+    layout = gitlayout.check(repo)
+    views = GitViews(layout, tmp / "box-state", python=sys.executable)
     (tmp / "box-agent").mkdir()
-    argv = {"plain": ["/bin/true"]}
-    boxes = []
-    for level in ("off", "landlock", "strict"):
-        if found.offers(level) is None:
-            built = box.build(level, ["/bin/true"], machine=found, repo=repo, state=tmp / "box-state", agent_dir=tmp / "box-agent",
-                              socket_path=tmp / "box.sock", session=f"bench-{level}")
-            argv[level] = list(built.argv)
-            boxes.append(built)
-    samples: dict[str, list[float]] = {k: [] for k in argv}
+    levels = [level for level in ("off", "landlock", "strict") if found.offers(level) is None]
+    samples: dict[str, list[float]] = {k: [] for k in ["plain", *levels]}
+    sessions = iter(range(10**6))
 
-    def spawn(command: list[str], out: list[float]) -> None:
+    def spawn(level: str, out: list[float]) -> None:
         t0 = time.perf_counter()
+        built = None
+        if level == "plain":
+            command = ["/bin/true"]
+        else:
+            session = f"bench{next(sessions)}"
+            git = None
+            if level != "off":
+                agent_git_dir = views.create(session).path if level == "strict" else None
+                git = box.GitBox(repo, layout.git_dir, agent_git_dir, layout.protected)
+            built = box.build(level, ["/bin/true"], machine=found, repo=repo, state=tmp / "box-state", agent_dir=tmp / "box-agent",
+                              socket_path=tmp / "box.sock", session=session, git=git)  # fmt: skip
+            command = list(built.argv)
         subprocess.run(command, cwd=repo, check=True)
         out.append(time.perf_counter() - t0)
+        if built is not None:
+            built.release()
 
     for _ in range(rounds):
-        for name, command in argv.items():
+        for name in samples:
             got: list[float] = []
-            worker = threading.Thread(target=spawn, args=(command, got))
+            worker = threading.Thread(target=spawn, args=(name, got))
             worker.start()
             worker.join()
             samples[name] += got
-    for built in boxes:
-        built.release()
+    for session in list(views.dirs):
+        views.dirs.pop(session).remove()
+    views.close()
     return samples
 
 

@@ -21,17 +21,20 @@ commit, cherry-pick, revert, merge, rebase, am, stash, ``update-ref``,
 
 The broker trusts nothing the hook says but the commit id and the branch.
 This file runs as ``python -I -S githook.py KIND PHASE`` from the absolute
-path of conclave's installation, imports only the standard library (a
-commit pays one interpreter start and one round trip; docs/BENCHMARKS.md),
-and never anything from the work tree.
+path of conclave's installation, and never imports anything from the work
+tree.  A commit pays one interpreter start and one round trip
+(docs/BENCHMARKS.md), so it imports no module at all beyond the two C ones
+it needs (``_socket``, ``_json``): ``socket`` and ``json`` pull in ``enum``
+and ``re``, which cost more than the interpreter itself on a loaded machine.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 import sys
+
+import _json
+import _socket
 
 MARKER = "# conclave-guard"
 HOOK = "reference-transaction"
@@ -110,6 +113,32 @@ def _ancestors() -> set[int]:
     return found
 
 
+class _Scanner:
+    """What ``_json.make_scanner`` reads from its context (``json.decoder`` without ``re``)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = float
+    memo: dict[str, object] = {}
+
+
+_scan = _json.make_scanner(_Scanner())
+
+
+def _encode(value: object) -> str:
+    """JSON for the little this hook sends: strings, lists and dicts of them, numbers."""
+    if isinstance(value, str):
+        return _json.encode_basestring_ascii(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_encode(k)}:{_encode(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_encode(v) for v in value) + "]"
+    return str(int(value))  # type: ignore[call-overload]
+
+
 def _call(op: str, args: dict) -> dict:  # type: ignore[type-arg]
     """One request to the broker as this process's agent (its ticket), or as the person (the key)."""
     ticket = os.environ.get("CONCLAVE_TICKET")
@@ -126,25 +155,27 @@ def _call(op: str, args: dict) -> dict:  # type: ignore[type-arg]
                 "no agent identity (CONCLAVE_TICKET) and the operator key cannot be read: an agent cannot update a branch "
                 "without its ticket, and a process inside an agent's box cannot see the key"
             ) from None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     sock.settimeout(TIMEOUT)
     try:
         sock.connect(path)
         if ticket:
-            import struct
-
-            server = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+            server = int.from_bytes(sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)[:4], sys.byteorder, signed=True)
             if server not in _ancestors():
                 raise Refused(f"{path} is served by pid {server}, which is not the broker that started this agent")
-        stream = sock.makefile("rwb")
-        answers = []
-        for rid, (name, body) in enumerate((("hello", hello), (op, args)), 1):
-            stream.write(json.dumps({"id": rid, "op": name, "args": body}).encode() + b"\n")
-            stream.flush()
-            line = stream.readline()
-            if not line:
+        requests = (("hello", hello), (op, args))
+        sock.sendall("".join(_encode({"id": n, "op": name, "args": body}) + "\n" for n, (name, body) in enumerate(requests, 1)).encode())
+        buffer, answers = b"", []
+        while len(answers) < len(requests):
+            line, newline, rest = buffer.partition(b"\n")
+            if newline:
+                answers.append(_scan(line.decode(), 0)[0])
+                buffer = rest
+                continue
+            chunk = sock.recv(65536)
+            if not chunk:
                 raise Refused("the broker closed the connection")
-            answers.append(json.loads(line))
+            buffer += chunk
         for answer in answers:
             if not answer.get("ok"):
                 raise Refused((answer.get("error") or {}).get("message") or "the broker refused")

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Final, Iterable, final
 
@@ -117,6 +118,16 @@ class Facts:
     def paths(self) -> list[str]:
         return list(dict.fromkeys(c.path for commit in self.commits for c in commit.changes))
 
+    def descends_from(self, tip: str) -> bool | None:
+        """Whether the new commit descends from ``tip``, when the new commits alone say so (None: ask git).
+        They are everything ``new`` reaches that no branch does, so ``tip`` is their boundary parent
+        exactly when it is an ancestor."""
+        if tip == self.new:
+            return True
+        new = {c.oid for c in self.commits}
+        boundary = {p for c in self.commits for p in c.parents if p not in new}
+        return True if tip in boundary else None
+
 
 class Refusal(Exception):
     """A bring-in that may not happen; ``code`` is the wire error code."""
@@ -151,14 +162,21 @@ async def bring_in(call: Call, table: LockTable, args: UpdatesArgs) -> dict[str,
     settle = False
     async with git.lock:
         for update in wanted:
+            started = time.perf_counter()
             try:
                 facts = await trio.to_thread.run_sync(_analyse_copy, git, view, update)
+                checked = time.perf_counter()
                 if not facts.behind:
                     _judge(git, table, call, facts, index_flags=view.index_flags())
+                judged = time.perf_counter()
                 outcome = await trio.to_thread.run_sync(_apply, git, view, facts)
             except Refusal as exc:
                 await _refused(call, git, update, str(exc))
                 raise ConclaveError(exc.code, str(exc)) from None
+            done = time.perf_counter()
+            # Where the time went (docs/BENCHMARKS.md): copy and analysis, the lock table, moving the branches.
+            outcome["ms"] = {"copy_and_read": round((checked - started) * 1000, 1), "judge": round((judged - checked) * 1000, 1),
+                             "apply": round((done - judged) * 1000, 1)}  # fmt: skip
             await call.core.record("git.brought_in", actor=call.principal.key, subject=update.ref, payload=outcome)
             messages.append(outcome["message"])
             settle = settle or outcome["settle"]
@@ -233,7 +251,7 @@ def _lock_words(principal: str, missing: list[dict[str, Any]]) -> str:
 def _analyse_copy(git: GitViews, view: AgentGitDir, update: Update) -> Facts:
     tips = git.person_tips()
     try:
-        gitcopy.copy(git.layout, view.objects, [update.new], tips.values(), scratch=git.scratch)
+        gitcopy.copy(git.layout, git.reader, view.objects, [update.new], tips.values())
     except gitrun.GitFailed as exc:
         raise Refusal(ErrorCode.REJECTED, f"commit {update.new[:12]} was not brought in: {exc}") from None
     return _analyse(git, update, tips)
@@ -244,12 +262,12 @@ def _analyse(git: GitViews, update: Update, tips: dict[str, str] | None = None) 
     tips = tips if tips is not None else git.person_tips()
     try:
         gitcopy.connected(layout, [update.new], tips.values())
-        kind = gitrun.text(layout.git_dir, None, ["cat-file", "-t", update.new])
     except gitrun.GitFailed as exc:
         raise Refusal(ErrorCode.REJECTED, str(exc)) from None
-    if kind != "commit":
-        raise Refusal(ErrorCode.REJECTED, f"{update.new[:12]} is a {kind}, not a commit; a branch names a commit")
-    listed = gitrun.text(layout.git_dir, None, ["rev-list", "--reverse", "--topo-order", "--parents", update.new, "--not", *tips.values(), "--"])
+    listing = gitrun.run(layout.git_dir, None, ["rev-list", "--reverse", "--topo-order", "--parents", update.new, "--not", *tips.values(), "--"], check=False)
+    if listing.returncode != 0:  # a tree, a blob: a branch names a commit
+        raise Refusal(ErrorCode.REJECTED, f"{update.new[:12]} is not a commit: {listing.stderr.decode(errors='replace').strip()[-200:]}")
+    listed = listing.stdout.decode()
     parents = [tuple(line.split()) for line in listed.splitlines() if line]
     commits = _changes(git, [(p[0], p[1:]) for p in parents])
     facts = Facts(update.ref, update.new, tips.get(update.ref), commits)
@@ -379,7 +397,7 @@ def _apply(git: GitViews, view: AgentGitDir, facts: Facts) -> dict[str, Any]:
     replayed = False
     if tip is None:
         final = facts.new
-    elif _is_ancestor(git, tip, facts.new):
+    elif facts.descends_from(tip) or _is_ancestor(git, tip, facts.new):
         final = facts.new
     elif facts.behind:
         view.remember(facts.ref, facts.new)

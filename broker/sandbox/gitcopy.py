@@ -1,18 +1,11 @@
 """Copying an agent's commits into the person's repository, verified, reading nothing else.
 
-An agent's object directory is the agent's to write: every file in it may be
-a link, and its ``info/alternates`` may name any other object store on the
-machine the broker can read (another project's private history).  So the
-objects are read by a ``git pack-objects`` in a Landlock domain of its own
-(the sandbox launcher, no namespaces) that may read only the system's
-programs and libraries, the person's object store (and its own alternates)
-and the agent's objects -- a link pointing anywhere else fails to open.  It
-runs in an empty git directory of the broker's (:func:`reader_git_dir`), so
-it reads none of the person's configuration either.  Its pack is written into
-the person's store by ``git unpack-objects --strict``, which rehashes every
-object and checks it as ``fsck`` does (a path named ``.git``, a bad
-``.gitmodules``, broken links), without the agent's objects in sight; then
-connectivity is checked in the person's repository alone.
+The agent's objects are read only by the boxed reader (:mod:`broker.sandbox.gitreader`:
+``git pack-objects`` in a Landlock domain that may read the system's programs, the person's
+object store and the agents' git directories, and nothing else).  Its pack is written into
+the person's store by ``git unpack-objects --strict``, which rehashes every object and checks
+it as ``fsck`` does (a path named ``.git``, a bad ``.gitmodules``, broken links), without the
+agent's objects in sight; then connectivity is checked in the person's repository alone.
 """
 
 from __future__ import annotations
@@ -20,18 +13,17 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import subprocess
+import sys
 from pathlib import Path
 from typing import Final, Iterable
 
 from broker.sandbox import gitrun
+from broker.sandbox.gitreader import Reader, ReaderFailed
 from broker.sandbox.gitlayout import Layout
 from broker.sandbox.machine import launcher_argv
 
 #: What the reader may read besides the two object stores: git and the libraries it loads.
 READER_SYSTEM: Final = ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/etc", "/nix", "/gnu", "/opt")
-#: Seconds a copy may take before it is given up.
-TIMEOUT: Final = 600
 
 
 def reader_git_dir(layout: Layout, scratch: Path) -> Path:
@@ -56,16 +48,26 @@ def _alternates(objects: Path) -> list[str]:
     return [os.path.normpath(objects / line) for line in lines if line.strip() and not line.startswith("#")]
 
 
-def reader_prefix(layout: Layout, agent_objects: Path, reader: Path) -> list[str]:
-    """The launcher options that box a git reading ``agent_objects``: read-only, nothing else in sight."""
+def reader(layout: Layout, gitdirs: Path, scratch: Path) -> Reader:
+    """The boxed reader for this run: it may read the system, the person's object store (and the
+    stores it borrows from), the agents' git directories under ``gitdirs`` and its own empty git
+    directory -- nothing else."""
+    from broker.sandbox import gitreader
+
+    empty = reader_git_dir(layout, scratch)
+    python_dirs = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    grants = (*READER_SYSTEM, *sorted(python_dirs), os.path.dirname(os.path.abspath(gitreader.__file__)),
+              str(empty), str(layout.objects), *_alternates(layout.objects), str(gitdirs))  # fmt: skip
     options = ["--landlock"]
-    for path in (*READER_SYSTEM, str(reader), str(layout.objects), *_alternates(layout.objects), str(agent_objects)):
+    for path in dict.fromkeys(grants):
         if os.path.exists(path):
             options += ["--ro", path]
-    return [*launcher_argv(), *options, "--dev", "/dev/null", "--"]
+    argv = [*launcher_argv(), *options, "--dev", "/dev/null", "--", sys.executable, "-I", "-S", gitreader.__file__, _git_program()]
+    env = gitrun.environment(empty, None, {"GIT_OBJECT_DIRECTORY": str(layout.objects), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"})
+    return Reader(argv, env)
 
 
-def copy(layout: Layout, agent_objects: Path, tips: Iterable[str], have: Iterable[str], *, scratch: Path) -> None:
+def copy(layout: Layout, boxed: Reader, agent_objects: Path, tips: Iterable[str], have: Iterable[str]) -> None:
     """Bring the objects ``tips`` need, beyond what ``have`` already reach, into the person's store.
 
     Raises:
@@ -74,40 +76,13 @@ def copy(layout: Layout, agent_objects: Path, tips: Iterable[str], have: Iterabl
     """
     tips, have = list(tips), list(have)
     revs = "".join(f"{t}\n" for t in tips) + "".join(f"^{h}\n" for h in have)
-    reader = reader_git_dir(layout, scratch)
-    reader_env = gitrun.environment(
-        reader, None,
-        {"GIT_OBJECT_DIRECTORY": str(layout.objects), "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(agent_objects),
-         "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"},
-    )  # fmt: skip
-    pack = subprocess.Popen(
-        [*reader_prefix(layout, agent_objects, reader), _git_program(), *gitrun.argv("pack-objects", "--revs", "--stdout", "-q")[1:]],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=reader_env, cwd="/",
-    )  # fmt: skip
-    unpack = subprocess.Popen(
-        gitrun.argv("unpack-objects", "-q", "--strict"),
-        stdin=pack.stdout, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=gitrun.environment(layout.git_dir, None), cwd="/",
-    )  # fmt: skip
-    assert pack.stdin is not None and pack.stdout is not None and pack.stderr is not None and unpack.stderr is not None
-    pack.stdout.close()  # the writer's end is unpack's now
     try:
-        pack.stdin.write(revs.encode())
-        pack.stdin.close()
-    except BrokenPipeError:
-        pass
-    try:
-        unpack_err = unpack.stderr.read()
-        pack_err = pack.stderr.read()
-        pack.wait(TIMEOUT)
-        unpack.wait(TIMEOUT)
-    except subprocess.TimeoutExpired:
-        pack.kill()
-        unpack.kill()
-        raise gitrun.GitFailed(f"copying the agent's objects took more than {TIMEOUT} s") from None
-    if pack.returncode != 0:
-        raise gitrun.GitFailed(f"the agent's objects could not be read: {_last(pack_err)}")
-    if unpack.returncode != 0:
-        raise gitrun.GitFailed(f"the agent's objects failed git's checks: {_last(unpack_err)}")
+        pack = boxed.pack(str(agent_objects), revs)
+    except ReaderFailed as exc:
+        raise gitrun.GitFailed(f"the agent's objects could not be read: {_last(str(exc).encode())}") from None
+    done = gitrun.run(layout.git_dir, None, ["unpack-objects", "-q", "--strict"], stdin=pack, check=False)
+    if done.returncode != 0:
+        raise gitrun.GitFailed(f"the agent's objects failed git's checks: {_last(done.stderr)}")
     connected(layout, tips, have)
 
 

@@ -268,8 +268,10 @@ def _copy_index(fd: int, person: int, layout: Layout, path: Path) -> frozenset[t
     the copy would not have): then ``read-tree HEAD`` makes a whole one."""
     with os.scandir(person) as entries:
         split = any(e.name.startswith("sharedindex.") for e in entries)
-    data = None if split else gitfiles.read_at(person, "index", limit=gitfiles.LARGE)
-    if data is not None:
+    if not split:
+        data = gitfiles.read_at(person, "index", limit=gitfiles.LARGE)
+        if data is None:
+            return frozenset()  # no index yet (nothing staged ever): git makes one when it needs it
         gitfiles.create_at(fd, "index", data)
     else:
         has_head = gitrun.run(layout.git_dir, layout.repo, ["rev-parse", "-q", "--verify", "HEAD^{tree}"], check=False).returncode == 0

@@ -71,6 +71,8 @@ class GitViews:
         self.tips = gitfiles.branch_tips(self.person_fd)
         self.nested_at_start = frozenset(nested_repositories(layout.repo))
         self.person_flags = self._person_flags()
+        #: The boxed reader of agents' objects (started on first use, kept for the run).
+        self.reader = gitcopy.reader(layout, self.root, self.scratch)
 
     # -- spawns and exits --------------------------------------------------------------------
 
@@ -108,7 +110,7 @@ class GitViews:
         agent = principal.rpartition(":")[0].replace("/", "__")
         kept: dict[str, str] = {}
         try:
-            gitcopy.copy(self.layout, view.objects, pending.values(), self.tips.values(), scratch=self.scratch)
+            gitcopy.copy(self.layout, self.reader, view.objects, pending.values(), self.tips.values())
             for ref, tip in pending.items():
                 name = f"{LEFT_REFS}/{agent}/{view.session}/{ref.removeprefix('refs/heads/')}"
                 gitrun.run(self.layout.git_dir, None, ["update-ref", name, tip, ""])
@@ -175,6 +177,7 @@ class GitViews:
             return {("(index)", f"unreadable: {exc}")}
 
     def close(self) -> None:
+        self.reader.close()
         for view in self.dirs.values():
             view.close()
         if self.person_fd >= 0:

@@ -5,9 +5,11 @@ Levels (the team file's ``sandbox = ...``):
 ``strict``
     Landlock plus a user and mount namespace: a private ``/tmp``,
     ``/dev/shm`` and ``/run/user/<uid>``, deputies' sockets and ``~/.ssh``
-    hidden, ``.git/hooks`` and ``.git/config`` read-only.
+    hidden, a git directory of its own bound over ``.git`` (its commits are
+    brought in by the broker).
 ``landlock``
-    Landlock only (where unprivileged user namespaces are refused).
+    Landlock only (where unprivileged user namespaces are refused): git is
+    read-only, and nothing new can be made at the top of the tree.
 ``off``
     Nothing but a clean environment.  Loud, and documented as such.
 
@@ -74,13 +76,14 @@ class Machine:
             "T1 (the model)": "defended at every level: identity from the runtime, the prefilter and the trust policy",
             "T2 (a process), strict": (
                 f"files: only the work tree, its own temp and directory are writable; the state, keys and other agents are unreadable; "
-                f"{scopes}; private /tmp and /run/user hide multiplexers, D-Bus, ssh-agent, editor servers; .git/hooks and .git/config read-only"
+                f"{scopes}; private /tmp and /run/user hide multiplexers, D-Bus, ssh-agent, editor servers; "
+                "commits in a git directory of its own, brought into yours by the broker (the person's .git is out of sight)"
                 if self.strongest == "strict"
                 else "not available here"
             ),
             "T2 (a process), landlock": (
                 f"files as strict; {scopes}; a deputy's named socket (tmux in /tmp, the D-Bus bus) can still be reached; "
-                ".git/hooks and .git/config are writable"
+                "git is read-only (status, diff, log; no commits) and nothing new can be made at the top of the tree"
                 if self.landlock_abi >= 1
                 else "not available here"
             ),
