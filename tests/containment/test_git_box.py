@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any, Iterator
@@ -20,6 +21,7 @@ from typing import Any, Iterator
 import pytest
 
 from agents.harness import GIT_IDENTITY, Puppet, Run
+from broker.githook import HOOK
 from broker.sandbox import machine as sandbox_machine
 
 MACHINE = sandbox_machine.probe()
@@ -346,3 +348,40 @@ def test_a_protected_path_is_read_only_in_a_box_and_its_directory_cannot_be_move
                 assert agent.sh("sh", "-c", attack).returncode != 0, (level, attack)
             assert agent.sh("sh", "-c", "echo more >> scripts/notes.txt").returncode == 0, level
     assert (run.repo / "scripts" / "clean.sh").read_text() == "#!/bin/sh\ncat\n"
+
+
+def test_the_broker_never_writes_through_a_link_in_the_persons_hooks_directory(tmp_path: Path) -> None:
+    """An unboxed agent (or an earlier one) leaves links where conclave writes its guard for the
+    next run: the hooks directory itself, the hook's name, and -- during the run -- the hook it
+    installed.  The victim (a file of the person's, a directory) is never written; a symlinked
+    hooks directory stops the run with a reason.  Control: the ordinary directory gets the guard."""
+    victim, victim_dir = tmp_path / "bashrc", tmp_path / "victim-dir"
+    victim.write_text("the person's shell setup\n")
+    victim_dir.mkdir()
+    agents = [{"name": "carol", "sandbox": "off"}]
+    # The hooks directory is a link: the run refuses to start, naming it.
+    run = Run(tmp_path / "linked-dir", agents, files=FILES)
+    hooks = run.repo / ".git" / "hooks"
+    shutil.rmtree(hooks)
+    hooks.symlink_to(victim_dir)
+    with pytest.raises(RuntimeError) as refused:
+        run.start()
+    assert "symbolic link" in str(refused.value) and list(victim_dir.iterdir()) == []
+    run.close()
+    # The hook's own name is a link: it is moved aside (chained), never written through; put back at the end.
+    run = Run(tmp_path / "linked-hook", agents, files=FILES)
+    hook = run.repo / ".git" / "hooks" / HOOK
+    hook.symlink_to(victim)
+    with run:
+        carol = run.puppet("carol")
+        assert not hook.is_symlink() and b"conclave-guard" in hook.read_bytes()
+        # During the run carol swaps conclave's hook for a link to the person's file.
+        assert sh(carol, f"rm .git/hooks/{HOOK} && ln -s {victim} .git/hooks/{HOOK}").returncode == 0
+    assert victim.read_text() == "the person's shell setup\n"
+    assert hook.is_symlink()  # left as carol made it: not conclave's to remove
+    # Control: an ordinary hooks directory gets the guard for the run and loses it after.
+    run = Run(tmp_path / "ordinary", agents, files=FILES)
+    with run:
+        run.puppet("carol")
+        assert b"conclave-guard" in (run.repo / ".git" / "hooks" / HOOK).read_bytes()
+    assert not (run.repo / ".git" / "hooks" / HOOK).exists()
