@@ -409,8 +409,10 @@ def _apply(git: GitViews, view: AgentGitDir, facts: Facts) -> dict[str, Any]:
     done = gitrun.run(layout.git_dir, None, ["update-ref", "-m", "conclave: brought in", facts.ref, final, tip or ""], check=False)
     if done.returncode != 0:
         raise Refusal(ErrorCode.CONFLICT, f"{facts.ref} moved while the commit was brought in; commit again")
-    if tip is not None and gitfiles.head_branch(git.person_fd) == facts.ref:
-        moved = gitrun.run(layout.git_dir, layout.repo, ["read-tree", "-m", "-i", tip, final], check=False)
+    if gitfiles.head_branch(git.person_fd) == facts.ref:
+        # An unborn branch moves from the empty tree: the person's index takes the commit's files.
+        base = tip or gitrun.text(layout.git_dir, None, ["hash-object", "-t", "tree", "--stdin"], stdin=b"")
+        moved = gitrun.run(layout.git_dir, layout.repo, ["read-tree", "-m", "-i", base, final], check=False)
         if moved.returncode != 0:
             git.note(GitNote("index", "operator", f"your index was not updated for {facts.ref} (it has staged changes on the same paths): "
                                                   f"{moved.stderr.decode(errors='replace').strip()[-200:]}; `git status` shows them"))  # fmt: skip

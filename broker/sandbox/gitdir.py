@@ -192,10 +192,11 @@ class AgentGitDir:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def create(layout: Layout, root: Path, session: str, *, hook: str, agent_git: Path) -> AgentGitDir:
+def create(layout: Layout, root: Path, session: str, *, hook: str, agent_git: Path, baseline: frozenset[tuple[str, str]]) -> AgentGitDir:
     """Make the git directory for one spawn at ``root/session``.
 
-    ``agent_git`` is where the agent will see it (``<repo>/.git`` in its box).
+    ``agent_git`` is where the agent will see it (``<repo>/.git`` in its box); ``baseline`` the
+    hiding flags the person's index has now (copied with it: not the agent's doing).
 
     Raises:
         OSError: the directory exists already or cannot be written (the spawn is refused).
@@ -210,7 +211,7 @@ def create(layout: Layout, root: Path, session: str, *, hook: str, agent_git: Pa
     path = root / session
     person = gitfiles.open_dir(layout.git_dir)
     try:
-        baseline = _fill(fd, person, layout, path, hook=hook, agent_git=agent_git)
+        branches = _fill(fd, person, layout, path, hook=hook, agent_git=agent_git)
     except BaseException:
         os.close(fd)
         shutil.rmtree(path, ignore_errors=True)
@@ -218,12 +219,13 @@ def create(layout: Layout, root: Path, session: str, *, hook: str, agent_git: Pa
     finally:
         os.close(person)
     view = AgentGitDir(path, session, layout, fd, baseline)
-    for ref, oid in gitfiles.branch_tips(fd).items():
+    for ref, oid in branches.items():
         view.remember(ref, oid)
     return view
 
 
-def _fill(fd: int, person: int, layout: Layout, path: Path, *, hook: str, agent_git: Path) -> frozenset[tuple[str, str]]:
+def _fill(fd: int, person: int, layout: Layout, path: Path, *, hook: str, agent_git: Path) -> dict[str, str]:
+    """Write everything but the directory itself; return the branches it was given."""
     head = gitfiles.read_at(person, "HEAD")
     if head is None or not (head.startswith(b"ref: refs/") or gitfiles.OID.match(head.strip())):
         raise OSError(22, f"{layout.git_dir / 'HEAD'} is not a ref or an object id")
@@ -260,29 +262,22 @@ def _fill(fd: int, person: int, layout: Layout, path: Path, *, hook: str, agent_
         gitfiles.create_at(hooks, HOOK, hook.encode(), mode=0o755)
     finally:
         os.close(hooks)
-    return _copy_index(fd, person, layout, path)
+    _copy_index(fd, person, layout, path)
+    return {k: v for k, v in refs.items() if k.startswith("refs/heads/")}
 
 
-def _copy_index(fd: int, person: int, layout: Layout, path: Path) -> frozenset[tuple[str, str]]:
+def _copy_index(fd: int, person: int, layout: Layout, path: Path) -> None:
     """The person's index, copied as it is -- unless it is split (its entries live in a shared file
     the copy would not have): then ``read-tree HEAD`` makes a whole one."""
     with os.scandir(person) as entries:
         split = any(e.name.startswith("sharedindex.") for e in entries)
     if not split:
         data = gitfiles.read_at(person, "index", limit=gitfiles.LARGE)
-        if data is None:
-            return frozenset()  # no index yet (nothing staged ever): git makes one when it needs it
-        gitfiles.create_at(fd, "index", data)
-    else:
-        has_head = gitrun.run(layout.git_dir, layout.repo, ["rev-parse", "-q", "--verify", "HEAD^{tree}"], check=False).returncode == 0
-        if not has_head:
-            return frozenset()
+        if data is not None:  # none yet (nothing ever staged): git makes one when it needs it
+            gitfiles.create_at(fd, "index", data)
+        return
+    if gitrun.run(layout.git_dir, layout.repo, ["rev-parse", "-q", "--verify", "HEAD^{tree}"], check=False).returncode == 0:
         gitrun.run(layout.git_dir, layout.repo, ["read-tree", "HEAD"], extra_env={"GIT_INDEX_FILE": str(path / "index")})
-        data = gitfiles.read_at(fd, "index", limit=gitfiles.LARGE) or b""
-    try:
-        return frozenset(gitfiles.flagged_entries(data, hash_size=layout.hash_size))
-    except (gitfiles.IndexError_, ValueError):
-        return frozenset()
 
 
 def config_text(layout: Layout, agent_git: Path) -> str:

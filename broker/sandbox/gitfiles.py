@@ -319,32 +319,25 @@ def flagged_entries(data: bytes, *, hash_size: int = 20) -> set[tuple[str, str]]
     """``(path, flag)`` for each entry marked ``assume-unchanged``, ``skip-worktree`` or
     ``intent-to-add`` -- the marks that make ``git status`` and ``git diff`` look away.
 
+    Only the flags are read for most entries (a name is decoded when its entry is marked):
+    this runs at every spawn and every bring-in.
+
     Raises:
         IndexError_: not an index of version 2, 3 or 4.
     """
-    found: set[tuple[str, str]] = set()
-    for path, flags, extended in _entries(data, hash_size):
-        if flags & ASSUME_VALID:
-            found.add((path, "assume-unchanged"))
-        if extended & SKIP_WORKTREE:
-            found.add((path, "skip-worktree"))
-        if extended & INTENT_TO_ADD:
-            found.add((path, "intent-to-add"))
-    return found
-
-
-def _entries(data: bytes, hash_size: int) -> Iterator[tuple[str, int, int]]:
     if len(data) < 12 or data[:4] != b"DIRC":
         raise IndexError_("no DIRC signature")
     version = int.from_bytes(data[4:8], "big")
     count = int.from_bytes(data[8:12], "big")
     if version not in (2, 3, 4):
         raise IndexError_(f"index version {version}")
+    found: set[tuple[str, str]] = set()
     pos, previous = 12, b""
     fixed = 40 + hash_size  # ten 32-bit stat fields, then the object id
+    end_of_entries = len(data) - hash_size
     for _ in range(count):
         start = pos
-        if pos + fixed + 2 > len(data):
+        if pos + fixed + 2 > end_of_entries:
             raise IndexError_("truncated entry")
         flags = int.from_bytes(data[pos + fixed : pos + fixed + 2], "big")
         pos += fixed + 2
@@ -354,19 +347,28 @@ def _entries(data: bytes, hash_size: int) -> Iterator[tuple[str, int, int]]:
                 raise IndexError_("extended flags in a version 2 index")
             extended = int.from_bytes(data[pos : pos + 2], "big")
             pos += 2
+        marked = flags & ASSUME_VALID or extended & (SKIP_WORKTREE | INTENT_TO_ADD)
         if version == 4:
             strip, pos = _varint(data, pos)
             end = data.index(b"\0", pos)
             if strip > len(previous):
                 raise IndexError_("prefix longer than the previous name")
             name = previous[: len(previous) - strip] + data[pos:end]
-            pos = end + 1
+            previous, pos = name, end + 1
         else:
-            end = data.index(b"\0", pos)
-            name = data[pos:end]
-            pos = start + ((pos - start + len(name) + 8) & ~7)
-        previous = name
-        yield name.decode(errors="surrogateescape"), flags, extended
+            length = flags & 0xFFF
+            end = pos + length if length < 0xFFF else data.index(b"\0", pos)
+            name = data[pos:end] if marked else b""
+            pos = start + ((pos - start + (end - pos) + 8) & ~7)
+        if marked:
+            path = name.decode(errors="surrogateescape")
+            if flags & ASSUME_VALID:
+                found.add((path, "assume-unchanged"))
+            if extended & SKIP_WORKTREE:
+                found.add((path, "skip-worktree"))
+            if extended & INTENT_TO_ADD:
+                found.add((path, "intent-to-add"))
+    return found
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:

@@ -70,7 +70,10 @@ class GitViews:
         self.person_fd = gitfiles.open_dir(layout.git_dir)
         self.tips = gitfiles.branch_tips(self.person_fd)
         self.nested_at_start = frozenset(nested_repositories(layout.repo))
-        self.person_flags = self._person_flags()
+        self._flags_key: tuple[int, int, int] | None = None
+        self._flags: frozenset[tuple[str, str]] = frozenset()
+        #: The hiding flags the person's index had when the run started (an unboxed agent's are new).
+        self.person_flags = self._flags_now()
         #: The boxed reader of agents' objects (started on first use, kept for the run).
         self.reader = gitcopy.reader(layout, self.root, self.scratch)
 
@@ -83,7 +86,7 @@ class GitViews:
             OSError: it cannot be made; the spawn is refused.
         """
         hook = script("agent", python=self.python, state=str(self.state))
-        view = create(self.layout, self.root, session, hook=hook, agent_git=self.layout.git_dir)
+        view = create(self.layout, self.root, session, hook=hook, agent_git=self.layout.git_dir, baseline=self._flags_now())
         self.dirs[session] = view
         return view
 
@@ -158,12 +161,21 @@ class GitViews:
         """The person's branches now: ``refs/heads/NAME -> oid``."""
         return gitfiles.branch_tips(self.person_fd)
 
-    def _person_flags(self) -> frozenset[tuple[str, str]]:
-        data = gitfiles.read_at(self.person_fd, "index", limit=gitfiles.LARGE)
+    def _flags_now(self) -> frozenset[tuple[str, str]]:
+        """The hiding flags in the person's index now, parsed again only when the index changed."""
         try:
-            return frozenset(gitfiles.flagged_entries(data, hash_size=self.layout.hash_size)) if data else frozenset()
-        except (gitfiles.IndexError_, ValueError):
+            st = os.stat("index", dir_fd=self.person_fd, follow_symlinks=False)
+        except OSError:
             return frozenset()
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if key != self._flags_key:
+            data = gitfiles.read_at(self.person_fd, "index", limit=gitfiles.LARGE)
+            try:
+                self._flags = frozenset(gitfiles.flagged_entries(data, hash_size=self.layout.hash_size)) if data else frozenset()
+            except (gitfiles.IndexError_, ValueError):
+                self._flags = frozenset()
+            self._flags_key = key
+        return self._flags
 
     def person_index_flags(self) -> set[tuple[str, str]]:
         """Flags in the person's index that hide a change and were not there when the run started
