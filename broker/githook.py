@@ -99,6 +99,7 @@ class Refused(Exception):
 
 
 def _ancestors() -> set[int]:
+    # broker.client has the same walk; importing it (pathlib, typing) would double this hook's cost.
     found, pid = set(), os.getpid()
     while pid > 1:
         try:

@@ -55,7 +55,6 @@ from broker.literal import visible
 from broker.sandbox import gitcopy, gitfiles, gitrun
 from broker.sandbox.gitdir import AgentGitDir
 from broker.sandbox.gitviews import GitNote, GitViews, nested_repositories
-from locks.resources import ResourceError
 from locks.table import LockTable
 
 #: A branch name git would accept (``git check-ref-format``), conservatively.
@@ -364,13 +363,7 @@ def _driver_lines(git: GitViews, oid: str) -> list[str]:
 
 def _judge(git: GitViews, table: LockTable, call: Call, facts: Facts, *, index_flags: set[tuple[str, str]]) -> None:
     """Refuse, naming every missing lock and every problem at once."""
-    staged = []
-    missing: list[dict[str, Any]] = []
-    for text in facts.paths:
-        try:
-            staged.append((text, table.normalizer.path(text)))
-        except ResourceError as exc:
-            missing.append({"resource": text, "kind": "path", "why": str(exc), "held_by": []})
+    staged, missing = table.resolve_paths(facts.paths)
     report = table.check_commit(call.principal, staged)
     missing = ([] if report["allowed"] else report["missing"]) + missing
     problems = list(facts.problems)

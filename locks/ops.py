@@ -294,13 +294,7 @@ async def lock_log(call: Call, args: LogArgs) -> list[dict[str, Any]]:
 async def check_commit(call: Call, args: CheckArgs) -> dict[str, Any]:
     """What the calling agent lacks to commit these staged paths (the pre-commit guard asks)."""
     table = table_of(call)
-    staged: list[tuple[str, Resource]] = []
-    unlockable: list[dict[str, Any]] = []
-    for text in args.paths:
-        try:
-            staged.append((text, table.normalizer.path(text)))
-        except ResourceError as exc:
-            unlockable.append({"resource": text, "kind": "path", "why": str(exc), "held_by": []})
+    staged, unlockable = table.resolve_paths(args.paths)
     report = table.check_commit(call.principal, staged)
     if unlockable and not report["operator"]:
         report = {**report, "allowed": False, "missing": report["missing"] + unlockable}

@@ -39,7 +39,7 @@ from broker.identity import Principal
 from broker.router import wait_while_connected
 from locks.fencing import FencingTokens
 from locks.journal import Journal
-from locks.resources import GIT, Kind, Normalizer, Resource, covers, overlaps
+from locks.resources import GIT, Kind, Normalizer, Resource, ResourceError, covers, overlaps
 from locks.slots import SlotSpec
 from locks.waitfor import Edge, describe_cycle, find_cycle
 from store import events
@@ -792,6 +792,18 @@ class LockTable:
             payload={"paths": [raw for raw, _ in staged][:200], "missing": [m["resource"] for m in missing][:200]},
         )
         return {"allowed": allowed, "principal": principal.key, "operator": False, "missing": missing, "checked": len(staged)}
+
+    def resolve_paths(self, texts: Iterable[str]) -> tuple[list[tuple[str, Resource]], list[dict[str, Any]]]:
+        """``(staged, unlockable)``: each path as a resource, or, when it cannot be locked at all (a hard
+        link, a path out of the tree), as a missing lock saying why."""
+        staged: list[tuple[str, Resource]] = []
+        unlockable: list[dict[str, Any]] = []
+        for text in texts:
+            try:
+                staged.append((text, self.normalizer.path(text)))
+            except ResourceError as exc:
+                unlockable.append({"resource": text, "kind": "path", "why": str(exc), "held_by": []})
+        return staged, unlockable
 
     def uncovered(self, principal: Principal, staged: Sequence[tuple[str, Resource]]) -> list[dict[str, Any]]:
         """The paths no exclusive lock of ``principal`` covers, each with whoever holds it (nothing is logged)."""

@@ -104,13 +104,7 @@ class AgentGitDir:
 
     def index_flags(self) -> set[tuple[str, str]]:
         """Flags in its index that hide a change, beyond those the person's index already had."""
-        data = gitfiles.read_at(self.fd, "index", limit=gitfiles.LARGE)
-        if data is None:
-            return set()
-        try:
-            return gitfiles.flagged_entries(data, hash_size=self.layout.hash_size) - self.baseline
-        except (gitfiles.IndexError_, ValueError) as exc:
-            return {("(index)", f"unreadable: {exc}")}
+        return gitfiles.new_flags(self.fd, self.baseline, hash_size=self.layout.hash_size)
 
     def follow(self, tips: dict[str, str], scratch: Path) -> list[str]:
         """Move every branch with nothing pending to the person's tip; return what could not be done yet.

@@ -371,6 +371,18 @@ def flagged_entries(data: bytes, *, hash_size: int = 20) -> set[tuple[str, str]]
     return found
 
 
+def new_flags(git_fd: int, baseline: frozenset[tuple[str, str]], *, hash_size: int) -> set[tuple[str, str]]:
+    """The hiding flags in the index of the git directory ``git_fd`` beyond ``baseline`` (an index
+    that cannot be read says so, as a flag of its own: a commit must not pass because of it)."""
+    data = read_at(git_fd, "index", limit=LARGE)
+    if data is None:
+        return set()
+    try:
+        return flagged_entries(data, hash_size=hash_size) - baseline
+    except (IndexError_, ValueError) as exc:
+        return {("(index)", f"unreadable: {exc}")}
+
+
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
     c = data[pos]
     pos += 1

@@ -180,13 +180,7 @@ class GitViews:
     def person_index_flags(self) -> set[tuple[str, str]]:
         """Flags in the person's index that hide a change and were not there when the run started
         (an unboxed agent works in the person's index)."""
-        data = gitfiles.read_at(self.person_fd, "index", limit=gitfiles.LARGE)
-        if data is None:
-            return set()
-        try:
-            return gitfiles.flagged_entries(data, hash_size=self.layout.hash_size) - self.person_flags
-        except (gitfiles.IndexError_, ValueError) as exc:
-            return {("(index)", f"unreadable: {exc}")}
+        return gitfiles.new_flags(self.person_fd, self.person_flags, hash_size=self.layout.hash_size)
 
     def close(self) -> None:
         self.reader.close()
