@@ -148,11 +148,11 @@ async def run_broker(
             finally:
                 with trio.CancelScope(shield=True):
                     view.close()
+                    if git is not None:
+                        git.close()  # its reader is the broker's own child: gone before the sweep waits for every child
                     _kill_orphans()
                     if guard is not None:
                         guardhook.uninstall(guard)
-                    if git is not None:
-                        git.close()
                     _remove_socket(paths, socket_path)
                     await core.record(
                         "broker.stop",

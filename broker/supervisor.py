@@ -314,8 +314,9 @@ class Supervisor:
                 await self._persist_end(principal, process.pid, code, "stopped by the broker" if cancelled else None, leftovers)
                 await self.core.principal_ended(principal)
                 git = self._git()
-                if git is not None:
-                    await git.retire(principal.session, principal.key)
+                note = await git.retire(principal.session, principal.key) if git is not None else None
+                if note is not None:
+                    await self.core.record("git.left", actor=events.BROKER_ACTOR, subject=principal.key, payload=note.detail)
                 spec = live.spec
                 revoked = principal.key in self._revoked
                 restart = spec.restart == "on-failure" and code != 0 and principal.parent is None and attempt < spec.max_restarts and not revoked

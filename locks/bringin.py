@@ -170,13 +170,14 @@ async def bring_in(call: Call, table: LockTable, args: UpdatesArgs) -> dict[str,
                 judged = time.perf_counter()
                 outcome = await trio.to_thread.run_sync(_apply, git, view, facts)
             except Refusal as exc:
-                await _refused(call, git, update, str(exc))
+                _refused(call, table, git, update, str(exc))
                 raise ConclaveError(exc.code, str(exc)) from None
             done = time.perf_counter()
             # Where the time went (docs/BENCHMARKS.md): copy and analysis, the lock table, moving the branches.
             outcome["ms"] = {"copy_and_read": round((checked - started) * 1000, 1), "judge": round((judged - checked) * 1000, 1),
                              "apply": round((done - judged) * 1000, 1)}  # fmt: skip
-            await call.core.record("git.brought_in", actor=call.principal.key, subject=update.ref, payload=outcome)
+            # Written behind, with the lock history (the journal): the agent's commit does not wait for the store.
+            table.journal.add("git.brought_in", actor=call.principal.key, subject=update.ref, payload=outcome)
             messages.append(outcome["message"])
             settle = settle or outcome["settle"]
     return {"messages": messages, "settle": settle}
@@ -197,9 +198,9 @@ async def check(call: Call, table: LockTable, args: UpdatesArgs) -> dict[str, An
                 if not facts.behind:
                     _judge(git, table, call, facts, index_flags=git.person_index_flags())
             except Refusal as exc:
-                await _refused(call, git, update, str(exc))
+                _refused(call, table, git, update, str(exc))
                 raise ConclaveError(exc.code, str(exc)) from None
-            await call.core.record("git.allowed", actor=call.principal.key, subject=update.ref, payload={"new": update.new, "commits": len(facts.commits)})
+            table.journal.add("git.allowed", actor=call.principal.key, subject=update.ref, payload={"new": update.new, "commits": len(facts.commits)})
     return {"messages": []}
 
 
@@ -213,9 +214,9 @@ async def settle(call: Call) -> dict[str, Any]:
     return {"messages": []}
 
 
-async def _refused(call: Call, git: GitViews, update: Update, why: str) -> None:
+def _refused(call: Call, table: LockTable, git: GitViews, update: Update, why: str) -> None:
     payload = {"ref": update.ref, "new": update.new, "why": why[:4000]}
-    await call.core.record("git.refused", actor=call.principal.key, subject=update.ref, payload=payload)
+    table.journal.add("git.refused", actor=call.principal.key, subject=update.ref, payload=payload)
     git.note(GitNote("refused", call.principal.key, f"commit {update.new[:12]} for {update.ref} refused: {why}", payload))
 
 

@@ -305,6 +305,8 @@ def test_commits_an_agent_leaves_behind_are_kept_and_reported(run: Run) -> None:
     assert run.person_git("rev-parse", ref).stdout.strip() == commit
     assert run.person_git("log", "-1", "--format=%s", ref).stdout.strip() == "never brought in"
     assert not (run.state / "gitdirs" / session).exists()
+    left = [e for e in run.op("memory.log", kind="git.left") if e["subject"] == f"alice/kid:{session}"]
+    assert left and left[0]["detail"]["refs"] == {ref: commit}
     assert person_head(run, "%s") != "never brought in"
     run.person_git("checkout", "-q", "--", "route/b.txt")
     del alice

@@ -48,3 +48,6 @@ def test_no_agent_locks_or_commits_the_team_file(tmp_path: Path) -> None:
         done = alice.sh("git", *GIT_IDENTITY, "commit", "-qm", "src only")
         assert done.returncode == 0, done.stderr
         assert run.person_git("log", "-1", "--format=%s").stdout.strip() == "src only"
+    # The refusal is in the run's summary, for the person to read after the run.
+    notes = [n for n in (run.summary or {}).get("git", []) if n["kind"] == "refused"]
+    assert notes and "team file" in notes[0]["text"] and notes[0]["principal"].startswith("alice:"), run.summary
