@@ -264,12 +264,7 @@ def _analyse(git: GitViews, update: Update, tips: dict[str, str] | None = None) 
         gitcopy.connected(layout, [update.new], tips.values())
     except gitrun.GitFailed as exc:
         raise Refusal(ErrorCode.REJECTED, str(exc)) from None
-    listing = gitrun.run(layout.git_dir, None, ["rev-list", "--reverse", "--topo-order", "--parents", update.new, "--not", *tips.values(), "--"], check=False)
-    if listing.returncode != 0:  # a tree, a blob: a branch names a commit
-        raise Refusal(ErrorCode.REJECTED, f"{update.new[:12]} is not a commit: {listing.stderr.decode(errors='replace').strip()[-200:]}")
-    listed = listing.stdout.decode()
-    parents = [tuple(line.split()) for line in listed.splitlines() if line]
-    commits = _changes(git, [(p[0], p[1:]) for p in parents])
+    commits = _commits(git, update.new, tips.values())
     facts = Facts(update.ref, update.new, tips.get(update.ref), commits)
     if not commits and facts.tip is not None and _is_ancestor(git, update.new, facts.tip):
         facts.behind = True
@@ -285,28 +280,45 @@ def _analyse(git: GitViews, update: Update, tips: dict[str, str] | None = None) 
     return facts
 
 
-def _changes(git: GitViews, commits: list[tuple[str, tuple[str, ...]]]) -> list[Commit]:
-    if not commits:
-        return []
-    feed = "".join(f"{oid} {parents[0]}\n" if parents else f"{oid}\n" for oid, parents in commits)
-    out = gitrun.run(git.layout.git_dir, None, ["diff-tree", "--stdin", "-r", "-z", "--no-renames", "--root"], stdin=feed.encode()).stdout
-    by_commit: dict[str, list[Change]] = {oid: [] for oid, _ in commits}
-    tokens = out.split(b"\0")
-    current = None
+#: ``git log`` as plumbing: every option that configuration could change what it prints, set here.
+#: (``--ignore-submodules=none``: a ``diff.ignoreSubmodules`` of the person's would hide a gitlink.)
+LOG: Final = (
+    "-c", "log.showRoot=true", "-c", "log.showSignature=false", "-c", "core.quotePath=false", "-c", "diff.relative=false",
+    "log", "--no-color", "--no-decorate", "--no-ext-diff", "--no-textconv", "--no-renames", "--no-abbrev", "--raw", "-z",
+    "--ignore-submodules=none", "--diff-merges=first-parent", "--format=%x00%H %P", "--reverse", "--topo-order",
+)  # fmt: skip
+
+
+def _commits(git: GitViews, new: str, tips: Iterable[str]) -> list[Commit]:
+    """Every commit ``new`` reaches that no branch does, oldest first, each with its changes against
+    its first parent -- read from the person's store, in one ``git log``.
+
+    Raises:
+        Refusal: ``new`` is no commit (a tree, a blob: a branch names a commit).
+    """
+    done = gitrun.run(git.layout.git_dir, None, [*LOG, new, "--not", *tips, "--"], check=False)
+    if done.returncode != 0:
+        raise Refusal(ErrorCode.REJECTED, f"{new[:12]} is not a commit: {done.stderr.decode(errors='replace').strip()[-200:]}")
+    commits: list[Commit] = []
+    oid, parents, changes = "", (), []  # type: ignore[var-annotated]
+    tokens = done.stdout.split(b"\0")
     i = 0
     while i < len(tokens):
-        token = tokens[i]
+        token = tokens[i].lstrip(b"\n")
         if token.startswith(b":"):
             old_mode, new_mode, _old, new_oid, _status = token[1:].decode().split(" ")
-            path = tokens[i + 1].decode(errors="surrogateescape")
-            if current is not None:
-                by_commit[current].append(Change(path, old_mode, new_mode, new_oid))
+            changes.append(Change(tokens[i + 1].decode(errors="surrogateescape"), old_mode, new_mode, new_oid))
             i += 2
             continue
         if token:
-            current = token.decode()
+            if oid:
+                commits.append(Commit(oid, parents, tuple(changes)))
+            oid, *rest = token.decode().split(" ")
+            parents, changes = tuple(p for p in rest if p), []
         i += 1
-    return [Commit(oid, parents, tuple(by_commit.get(oid, ()))) for oid, parents in commits]
+    if oid:
+        commits.append(Commit(oid, parents, tuple(changes)))
+    return commits
 
 
 def _content_problems(git: GitViews, facts: Facts) -> list[str]:
@@ -444,7 +456,7 @@ def _replay(git: GitViews, facts: Facts, tip: str) -> str:
     if not _is_ancestor(git, base, tip):
         raise Refusal(ErrorCode.CONFLICT, f"your commits are not based on {facts.ref}'s history; rebase them onto it first")
     touched = {c.path for commit in series for c in commit.changes}
-    moved = set(gitrun.text(layout.git_dir, None, ["diff-tree", "-r", "-z", "--no-renames", "--name-only", base, tip]).split("\0")) - {""}
+    moved = set(gitrun.text(layout.git_dir, None, ["diff-tree", "-r", "-z", "--no-renames", "--ignore-submodules=none", "--name-only", base, tip]).split("\0")) - {""}
     both = sorted(touched & moved)
     if both:
         raise Refusal(ErrorCode.CONFLICT, f"{facts.ref} moved since your commits' base and changed the same paths: "

@@ -207,6 +207,8 @@ def test_commits_git_would_act_on_are_refused_whatever_the_locks(run: Run) -> No
     alice = run.puppet("alice")
     alice.call("lock.acquire", resources=["content/**", ".gitmodules", "git"])
     head = sh(alice, "git rev-parse HEAD").stdout.strip()
+    # The person's own configuration hides submodule changes from diffs: the broker's reading must not.
+    run.person_git("config", "diff.ignoreSubmodules", "all")
     cases = {
         "gitlink": f"git update-index --add --cacheinfo 160000,{head},content/sub",
         # fsck's own check refuses an update command; any other submodule is refused by the broker.
@@ -227,6 +229,7 @@ def test_commits_git_would_act_on_are_refused_whatever_the_locks(run: Run) -> No
                         f" && T=$(printf '040000 tree %s\\tcontent\\n' $S | git mktree)"
                         f" && git update-ref refs/heads/main $(echo dotgit | git {ID} commit-tree $T -p HEAD)")  # fmt: skip
     assert dot_git.returncode != 0 and ".git" in dot_git.stderr, dot_git.stderr
+    run.person_git("config", "--unset", "diff.ignoreSubmodules")
     # Control: attributes that name no driver, in the same place, are brought in.
     fine = sh(alice, f"echo '*.txt text eol=lf' > content/.gitattributes && git add content/.gitattributes && git {ID} commit -qm 'plain attributes'")
     assert fine.returncode == 0, fine.stderr
