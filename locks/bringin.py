@@ -459,8 +459,10 @@ def _replay(git: GitViews, facts: Facts, tip: str) -> str:
     moved = set(gitrun.text(layout.git_dir, None, ["diff-tree", "-r", "-z", "--no-renames", "--ignore-submodules=none", "--name-only", base, tip]).split("\0")) - {""}
     both = sorted(touched & moved)
     if both:
-        raise Refusal(ErrorCode.CONFLICT, f"{facts.ref} moved since your commits' base and changed the same paths: "
-                                          + ", ".join(visible(p) for p in both[:SHOWN]) + "; update your branch and commit again")  # fmt: skip
+        raise Refusal(ErrorCode.CONFLICT, f"{facts.ref} has commits after your commits' base that changed the same paths "
+                                          "(the person's, or ones already brought in: an amend or a rebase of those cannot be): "
+                                          + ", ".join(visible(p) for p in both[:SHOWN])
+                                          + f"; update your branch (git rebase {facts.ref.removeprefix('refs/heads/')}) and commit again")  # fmt: skip
     current = tip
     with tempfile.TemporaryDirectory(dir=git.scratch) as work:
         env = {"GIT_INDEX_FILE": str(Path(work) / "index")}
