@@ -43,7 +43,7 @@ LEFT_REFS: Final = "refs/conclave/left"
 class GitNote:
     """Something about git the run's summary lists: a refused bring-in, commits left behind."""
 
-    kind: str  # "refused", "left", "flags"
+    kind: str  # "refused" (a bring-in), "left" (commits at an exit), "index" (the person's index could not follow)
     principal: str
     text: str
     detail: dict[str, Any] = attrs.Factory(dict)
