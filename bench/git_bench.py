@@ -4,7 +4,8 @@ A real broker with one puppet agent, ``alice``, in the strongest box this machin
 (``strict``: she commits in a git directory of her own), holding ``work/**`` and ``git``.
 Inside her box a timer commits, in turn (so the machine's load hits every variant alike):
 
-* ``plain``     a commit in a scratch repository of her own, no hook at all (the floor: git);
+* ``plain``     a commit in a scratch repository of her own with the same files, no hook at all
+                (the floor: git);
 * ``python``    the floor of any Python hook: ``python -I -S -c pass``;
 * ``guarded``   a commit in her git directory: conclave's reference-transaction hook asks the
                 broker, which copies the commit in (verified), checks the locks and content,
@@ -41,7 +42,9 @@ TIMER = textwrap.dedent(
     ident = ["-c", "user.name=bench", "-c", "user.email=bench@example.invalid"]
     scratch = tempfile.mkdtemp()
     subprocess.run(["git", "init", "-q", scratch], check=True)
-    subprocess.run(["cp", "-r", os.path.join(repo, "work"), scratch], check=True)
+    for entry in os.listdir(repo):  # the same tree as the agent's, so git stats as many files
+        if entry != ".git":
+            subprocess.run(["cp", "-r", os.path.join(repo, entry), scratch], check=True)
     subprocess.run(["git", "-C", scratch, "add", "-A"], check=True)
     subprocess.run(["git", "-C", scratch, *ident, "commit", "-qm", "init"], check=True)
     samples = {"plain": [], "python": [], "guarded": []}

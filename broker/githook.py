@@ -20,9 +20,11 @@ commit, cherry-pick, revert, merge, rebase, am, stash, ``update-ref``,
   that hid its ticket is neither.
 
 The broker trusts nothing the hook says but the commit id and the branch.
-This file runs as ``python -I -S githook.py KIND PHASE`` from the absolute
-path of conclave's installation, and never imports anything from the work
-tree.  A commit pays one interpreter start and one round trip
+The hook runs ``python -I -S -c "...from githook import main..." KIND
+PHASE HOOKS`` with the absolute path of conclave's installation appended to
+``sys.path`` (after the standard library; imported, so its bytecode is
+cached, where a script would be compiled at every start), and never imports
+anything from the work tree.  A commit pays one interpreter start and one round trip
 (docs/BENCHMARKS.md), so it imports no module at all beyond the two C ones
 it needs (``_socket``, ``_json``): ``socket`` and ``json`` pull in ``enum``
 and ``re``, which cost more than the interpreter itself on a loaded machine.
@@ -55,8 +57,9 @@ def script(
     git has neither in its environment), and runs ``chained`` -- the person's own hook of
     that name, moved aside -- first, for every phase, with the same input.
     """
-    here = os.path.abspath(__file__)
-    run = " ".join(_quote(a) for a in (python, "-I", "-S", here, kind))
+    # Imported, not run as a script: a script is compiled at every start, a module's bytecode is kept.
+    code = f"import sys; sys.path.append({os.path.dirname(os.path.abspath(__file__))!r}); from githook import main; sys.exit(main(sys.argv))"
+    run = " ".join(_quote(a) for a in (python, "-I", "-S", "-c", code, kind))
     where = "".join(f"{name}={_quote(value)} " for name, value in (("CONCLAVE_HOOK_SOCKET", socket_path), ("CONCLAVE_HOOK_KEY", key_file)) if value)
     feed, chain = "", ""
     if chained:

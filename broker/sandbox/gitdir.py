@@ -290,6 +290,7 @@ def config_text(layout: Layout, agent_git: Path) -> str:
     if user:
         sections["user"] = user
     sections["gc"] = {"auto": "0"}
+    sections["maintenance"] = {"auto": "false"}  # no `git maintenance run --auto` after every commit
     sections["commit"] = {"gpgsign": "false"}
     sections["tag"] = {"gpgsign": "false"}
     lines = ["# written by conclave for one agent's spawn; the person's configuration is not here"]
