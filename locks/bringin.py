@@ -40,6 +40,7 @@ copied or moved).  The operator is never refused.
 
 from __future__ import annotations
 
+import concurrent.futures
 import re
 import tempfile
 import time
@@ -260,11 +261,20 @@ def _analyse_copy(git: GitViews, view: AgentGitDir, update: Update) -> Facts:
 def _analyse(git: GitViews, update: Update, tips: dict[str, str] | None = None) -> Facts:
     layout = git.layout
     tips = tips if tips is not None else git.person_tips()
-    try:
-        gitcopy.connected(layout, [update.new], tips.values())
-    except gitrun.GitFailed as exc:
-        raise Refusal(ErrorCode.REJECTED, str(exc)) from None
-    commits = _commits(git, update.new, tips.values())
+    # Connectivity (the whole object walk) and the commits' changes read at once: both only read the store.
+    # A missing object fails both; the walk's refusal, which names it, is the one given.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        walk = pool.submit(gitcopy.connected, layout, [update.new], tips.values())
+        try:
+            commits = _commits(git, update.new, tips.values())
+        except Refusal:
+            if walk.exception() is None:
+                raise
+    failed = walk.exception()
+    if isinstance(failed, gitrun.GitFailed):
+        raise Refusal(ErrorCode.REJECTED, str(failed)) from None
+    if failed is not None:
+        raise failed
     facts = Facts(update.ref, update.new, tips.get(update.ref), commits)
     if not commits and facts.tip is not None and _is_ancestor(git, update.new, facts.tip):
         facts.behind = True

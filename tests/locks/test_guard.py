@@ -230,3 +230,33 @@ def test_a_failing_chained_hook_still_blocks_the_commit(tmp_path: Path) -> None:
         carol.call("lock.acquire", resources=["a.txt", "git"])
         refused = agent_commit(run, carol, "a.txt")
         assert refused.returncode != 0 and "policy says no" in refused.stderr
+
+
+def test_an_unboxed_agents_commit_naming_a_missing_object_is_refused(run: Run) -> None:
+    """Attack: carol (unboxed, with her locks) writes a tree naming a blob that is in no store
+    (``mktree --missing``), commits it and moves the branch with ``update-ref``: the person's
+    branch would name a commit git cannot check out.  Refused as incomplete; the same commit
+    with a blob that exists lands (the control)."""
+    carol = run.puppet("carol")
+    carol.call("lock.acquire", resources=["a.txt", "git"])
+    git = ["git", "-C", str(run.repo), *GIT_IDENTITY]
+    branch = run.person_git("symbolic-ref", "HEAD").stdout.strip()
+
+    def commit_naming(blob: str, message: str) -> subprocess.CompletedProcess[str]:
+        entries = carol.sh("git", "-C", str(run.repo), "ls-tree", "HEAD").stdout
+        entries = "".join(line + "\n" for line in entries.splitlines() if not line.endswith("\ta.txt"))
+        tree = carol.sh("sh", "-c", f'printf "%s100644 blob {blob}\\ta.txt\\n" "$1" | git -C "$2" mktree --missing', "-", entries, str(run.repo))
+        assert tree.returncode == 0, tree.stderr
+        commit = carol.sh(*git, "commit-tree", tree.stdout.strip(), "-p", "HEAD", "-m", message)
+        assert commit.returncode == 0, commit.stderr
+        return carol.sh(*git, "update-ref", branch, commit.stdout.strip())
+
+    before = person_log(run)
+    refused = commit_naming("0123456789abcdef0123456789abcdef01234567", "carol names a missing blob")
+    assert refused.returncode != 0 and "not complete" in refused.stderr, refused.stderr
+    assert person_log(run) == before
+    real = carol.sh("sh", "-c", 'echo "a, by carol" | git -C "$1" hash-object -w --stdin', "-", str(run.repo)).stdout.strip()
+    allowed = commit_naming(real, "carol names a real blob")
+    assert allowed.returncode == 0, allowed.stderr
+    assert person_log(run) == "carol names a real blob"
+    run.wait_followed("alice", "bob")
