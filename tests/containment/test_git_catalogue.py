@@ -48,11 +48,13 @@ FILES = {
 #: The person's own configuration names two paths in the tree git will trust: protected for the run.
 PERSON_CONFIG = (("core.hooksPath", ".husky"), ("include.path", "../conf/git.cfg"))
 
-#: The planted program: a line naming whose process ran it (an agent's ticket, or none: the person, the broker)
-#: in the tree's markers/, and a file in a directory no box may write ($U).  Then it passes its input on.
+#: The planted program: a file in a directory no box may write ($U), and a line naming whose process ran it
+#: (an agent's ticket, or none: the person, the broker) in the tree's markers/.  Then it passes its input on.
+#: (The file outside the tree comes first: git stops a filter process that does not speak its protocol as soon
+#: as it answers.  It ignores SIGHUP and SIGPIPE, which the person's closing terminal or pager may send.)
 PAYLOAD = (
-    "printf '#!/bin/sh\\necho \"ran by ${CONCLAVE_TICKET:-no-ticket}\" >> %s\\necho ran >> %s 2>/dev/null\\n"
-    "cat \"$@\" 2>/dev/null || cat\\nexit 0\\n' \"$M\" \"$U/$N\" > \"$P\"; chmod +x \"$P\""
+    "printf '#!/bin/sh\\ntrap \"\" HUP PIPE\\necho ran >> %s 2>/dev/null\\necho \"ran by ${CONCLAVE_TICKET:-no-ticket}\" >> %s\\n"
+    "cat \"$@\" 2>/dev/null || cat\\nexit 0\\n' \"$U/$N\" \"$M\" > \"$P\"; chmod +x \"$P\""
 )
 
 
@@ -81,11 +83,13 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("textconv", "gitattributes: diff (textconv); git-config: diff.<driver>.textconv",
           'git --git-dir="$G" config diff.$N.textconv "$P" && mkdir -p "$G/info" && echo "*.txt diff=$N" >> "$G/info/attributes"'
           ' && echo "*.txt diff=$N" > "$T/sub/.gitattributes"'),
+    # The filters cover every path ("*"): the person's own commit (README.md) then goes through them whatever the
+    # clock did (git cleans an unchanged file again only while its time stamp is as new as the index's).
     Entry("filter-clean", "gitattributes: filter (clean/smudge); git-config: filter.<driver>.clean",
           'git --git-dir="$G" config filter.$N.clean "$P" && git --git-dir="$G" config filter.$N.smudge "$P"'
-          ' && mkdir -p "$G/info" && echo "*.txt filter=$N" >> "$G/info/attributes" && echo "*.txt filter=$N" >> "$T/sub/.gitattributes"'),
+          ' && mkdir -p "$G/info" && echo "* filter=$N" >> "$G/info/attributes" && echo "*.txt filter=$N" >> "$T/sub/.gitattributes"'),
     Entry("filter-process", "gitattributes: filter (long-running process); git-config: filter.<driver>.process",
-          'git --git-dir="$G" config filter.$N.process "$P" && mkdir -p "$G/info" && echo "*.txt filter=$N" >> "$G/info/attributes"'),
+          'git --git-dir="$G" config filter.$N.process "$P" && mkdir -p "$G/info" && echo "* filter=$N" >> "$G/info/attributes"'),
     Entry("include", "git-config: include.path",
           'printf "[core]\\n\\tfsmonitor = %s\\n" "$P" > "$T/sub/$N.cfg" && git --git-dir="$G" config include.path "$T/sub/$N.cfg"'),
     Entry("include-if", "git-config: includeIf.onbranch:<branch>.path",
