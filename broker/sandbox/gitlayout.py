@@ -11,7 +11,8 @@ refuses -- exit 2, one line saying why and how to fix it -- when:
   agent's git directory is built for the ordinary layout only;
 * the person's effective configuration names a path *inside the work tree*
   that git will run or read as configuration, and that path does not exist
-  (an agent could create it).
+  (an agent could create it), or a submodule the index names has no
+  directory in the tree.
 
 Such a path that does exist is **protected**: read-only in every box
 (strict: bound read-only over itself, each directory on its way pinned so
@@ -23,7 +24,9 @@ configuration was read from), ``core.fsmonitor`` (a program),
 a command -- drivers (``filter.*.clean/smudge/process``, ``diff.*.textconv``,
 ``diff.*.command``, ``merge.*.driver``), pagers, editors,
 ``core.sshCommand``, ``gpg.program``, ``credential.helper``, ``!`` aliases
--- for each word of it that is a path.
+-- for each word of it that is a path.  And each submodule's ``.git`` (or the
+empty directory of one not checked out): the person's ``git status`` runs git
+inside every submodule it finds, with that repository's configuration.
 """
 
 from __future__ import annotations
@@ -116,6 +119,7 @@ def check(repo: Path) -> Layout:
             if name not in SUPPORTED_EXTENSIONS or (SUPPORTED_EXTENSIONS[name] and value.lower() != SUPPORTED_EXTENSIONS[name]):
                 raise GitLayoutError(f"the repository uses extensions.{name} = {value}; conclave supports objectFormat and refStorage = files only")
     protected = _protected(repo, git, entries)
+    protected += [p for p in _submodules(repo, git) if p not in protected]
     copied = tuple((k, values[k]) for k in ("core.filemode", "core.symlinks", "core.ignorecase", "user.name", "user.email") if k in values)
     return Layout(repo, git, tuple(protected), values.get("extensions.objectformat", "sha1").lower(), copied, values.get("core.hookspath") or None)
 
@@ -169,6 +173,40 @@ def _protected(repo: Path, git: Path, entries: Iterable[tuple[str, str, str, str
                 if "/" in word or word.startswith((".", "~")):
                     guard(word, key, "a program git runs", repo)
     return list(found)
+
+
+def _submodules(repo: Path, git: Path) -> list[Path]:
+    """What of each submodule's checkout git trusts: its ``.git`` (a ``gitdir:`` file or a git
+    directory), or the empty directory of one not checked out.
+
+    The person's ``git status`` (and ``diff``, ``commit``) runs git inside every submodule
+    the index names whose ``.git`` it finds -- with that repository's configuration, hooks
+    and fsmonitor.  An agent that pointed the ``.git`` file at a repository of its own, or
+    put one into an empty submodule directory, would have its code run by the person.
+
+    Raises:
+        GitLayoutError: a submodule's directory is missing (an agent could create it).
+    """
+    out = gitrun.run(git, None, ["ls-files", "--stage", "-z"], check=False)
+    if out.returncode != 0:
+        raise GitLayoutError(f"git cannot read the index of {git}: {out.stderr.decode(errors='replace').strip()}")
+    found = []
+    for record in out.stdout.split(b"\0"):
+        meta, _, name = record.partition(b"\t")
+        if not meta.startswith(b"160000 "):
+            continue
+        rel = name.decode(errors="surrogateescape")
+        where = repo / rel
+        if os.path.lexists(where / ".git"):
+            found.append(where / ".git")
+        elif where.is_dir() and not where.is_symlink():
+            found.append(where)
+        else:
+            raise GitLayoutError(
+                f"the submodule {rel} has no directory in the work tree, so an agent could create it and the person's git would "
+                f"run its configuration; check it out (git submodule update --init -- {rel}) or create the empty directory {where}"
+            )
+    return found
 
 
 def _words(command: str) -> list[str]:

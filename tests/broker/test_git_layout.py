@@ -87,6 +87,25 @@ def test_paths_the_persons_git_trusts_are_found_wherever_the_configuration_names
     assert layout.hooks_path == ".husky"
 
 
+def test_each_submodules_git_is_protected_and_a_missing_submodule_directory_refused(tmp_path: Path) -> None:
+    """The person's git runs git inside every submodule the index names whose ``.git`` it finds:
+    a checked-out submodule's ``.git`` file or directory is protected, and so is the empty
+    directory of one not checked out (an agent could put a ``.git`` there).  A submodule with
+    no directory at all is refused: an agent could create one."""
+    repo = make_repo(tmp_path, {"README.md": "x\n", "lib/file/.git": "gitdir: ../../.git/modules/file\n", "lib/dir/.git/HEAD": "ref: refs/heads/main\n"})
+    (repo / "lib" / "empty").mkdir()
+    commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert gitlayout.check(repo).protected == ()  # control: no gitlink in the index, nothing to protect
+    for name in ("file", "dir", "empty"):
+        git(repo, "update-index", "--add", "--cacheinfo", f"160000,{commit},lib/{name}")
+    layout = gitlayout.check(repo)
+    assert sorted(p.relative_to(repo).as_posix() for p in layout.protected) == ["lib/dir/.git", "lib/empty", "lib/file/.git"]
+    git(repo, "update-index", "--add", "--cacheinfo", f"160000,{commit},lib/gone")
+    with pytest.raises(gitlayout.GitLayoutError) as refused:
+        gitlayout.check(repo)
+    assert "the submodule lib/gone has no directory" in str(refused.value) and "git submodule update --init" in str(refused.value)
+
+
 @pytest.mark.parametrize("version", [2, 3, 4])
 def test_the_hiding_flags_are_read_from_every_index_version(version: int, tmp_path: Path) -> None:
     repo = make_repo(tmp_path, {f"d{i}/file-{i}.txt": f"{i}\n" for i in range(5)} | {"Makefile": "all:\n"})

@@ -390,3 +390,58 @@ def test_the_broker_never_writes_through_a_link_in_the_persons_hooks_directory(t
         run.puppet("carol")
         assert b"conclave-guard" in (run.repo / ".git" / "hooks" / HOOK).read_bytes()
     assert not (run.repo / ".git" / "hooks" / HOOK).exists()
+
+
+SUBMODULE_ATTACKS = (
+    # Point the checked-out submodule's .git file at a repository of the agent's.
+    'printf "gitdir: %s\\n" "$PWD/scratch/evil.git" > lib/sub/.git',
+    # Or swap the submodule's directory for one of the agent's.
+    'mv lib/sub scratch/sub-aside && mkdir lib/sub && printf "gitdir: %s\\n" "$PWD/scratch/evil.git" > lib/sub/.git',
+    'rm lib/sub/.git && printf "gitdir: %s\\n" "$PWD/scratch/evil.git" > lib/sub/.git',
+    # Or put a repository into the empty directory of a submodule not checked out.
+    'printf "gitdir: %s\\n" "$PWD/scratch/evil.git" > lib/empty/.git',
+)
+
+
+def test_a_submodules_git_cannot_be_swapped_for_an_agents_repository(tmp_path: Path) -> None:
+    """The attack: the person's ``git status`` runs git inside every submodule the index names,
+    with that repository's configuration.  An agent makes a repository of its own whose
+    ``core.fsmonitor`` is its program and points a submodule's ``.git`` at it (or swaps the
+    directory, or fills an empty submodule directory).  In every box each step is refused and
+    the person's ``git status`` runs nothing.  Control: the same plant made with no box in the
+    way runs the program in the person's ``git status``."""
+    levels = [level for level in ("strict", "landlock") if MACHINE.offers(level) is None]
+    assert levels, "this machine offers no box at all"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "CONCLAVE_"))}
+    env.update({"GIT_AUTHOR_NAME": "p", "GIT_AUTHOR_EMAIL": "p@example.invalid", "GIT_COMMITTER_NAME": "p", "GIT_COMMITTER_EMAIL": "p@example.invalid"})
+    inner = tmp_path / "inner"
+    subprocess.run(["git", "init", "-q", str(inner)], check=True, env=env)
+    subprocess.run(["git", "-C", str(inner), "commit", "-q", "--allow-empty", "-m", "inner"], check=True, env=env)
+    run = Run(tmp_path, [{"name": level, "sandbox": level} for level in levels], files={"README.md": "x\n", "scratch/.keep": "", "lib/.keep": ""})
+    for args in (["-c", "protocol.file.allow=always", "submodule", "add", "-q", str(inner), "lib/sub"],
+                 ["update-index", "--add", "--cacheinfo", f"160000,{person_head(run)},lib/empty"], ["commit", "-qm", "submodules"]):  # fmt: skip
+        subprocess.run(["git", "-C", str(run.repo), *args], check=True, env=env, capture_output=True)
+    (run.repo / "lib" / "empty").mkdir()
+    marker = tmp_path / "ran"
+    plant = (
+        f'git init -q --bare scratch/evil.git && printf "#!/bin/sh\\necho ran >> {marker}\\n" > scratch/evil.sh && chmod +x scratch/evil.sh'
+        ' && printf "[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n\\tfsmonitor = %s\\n" "$PWD/scratch/evil.sh" > scratch/evil.git/config'
+    )
+
+    def person_status() -> None:
+        subprocess.run(["git", "-C", str(run.repo), "status", "--porcelain"], capture_output=True, env=env, timeout=60)
+
+    with run:
+        for level in levels:
+            agent = run.puppet(level)
+            made = agent.sh("sh", "-c", f"rm -rf scratch/evil.git && {plant}")
+            assert made.returncode == 0, (level, made.stderr)  # the agent's own repository, in the tree: allowed
+            for attack in SUBMODULE_ATTACKS:
+                assert agent.sh("sh", "-c", attack).returncode != 0, (level, attack)
+            person_status()
+            assert not marker.exists(), f"{level}: the person's git status ran the agent's program"
+        assert (run.repo / "lib" / "sub" / ".git").read_text() == "gitdir: ../../.git/modules/lib/sub\n"
+    # Control: the same plant, no box in the way: the person's git status runs it.
+    subprocess.run(["sh", "-c", f"{plant} && {SUBMODULE_ATTACKS[0]}"], cwd=run.repo, check=True, env=env)
+    person_status()
+    assert marker.exists(), "the control plant never ran"
