@@ -107,9 +107,15 @@ def test_a_landlock_agent_reads_git_but_cannot_write_it(run: Run) -> None:
         done = sh(dave, script)
         assert done.returncode == 0, (script, done.stderr)
     for script in ("echo x > .git/hooks/post-commit", "echo x >> .git/config", "mv .git .git-moved", "touch new-at-the-top.txt",
-                   f"git add content/f.txt && git {ID} commit -qm dave"):  # fmt: skip
+                   f"git add content/f.txt && git {ID} commit -qm dave",
+                   # another name for a file of .git, made in the writable tree: a hard link, a symbolic one, a move in
+                   "ln .git/config content/cfg && echo x >> content/cfg", "ln -s ../.git/config content/cfg-link && echo x >> content/cfg-link",
+                   "cp content/f.txt content/g.txt && mv content/g.txt .git/hooks/pre-commit"):  # fmt: skip
         assert sh(dave, script).returncode != 0, script
     assert not (run.repo / "new-at-the-top.txt").exists()
+    assert b"x" not in (run.repo / ".git" / "config").read_bytes().splitlines() and not (run.repo / ".git" / "hooks" / "pre-commit").exists()
+    for leftover in ("content/cfg", "content/cfg-link", "content/g.txt"):
+        (run.repo / leftover).unlink(missing_ok=True)
     # Control: the strict box may make new top-level entries.
     assert sh(alice, "touch new-at-the-top.txt && rm new-at-the-top.txt").returncode == 0
 
