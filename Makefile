@@ -37,7 +37,7 @@ test: $(STAMP) tools
 	@$(VENV)/bin/python -m pytest -q --numprocesses auto --maxprocesses 4 --dist loadfile; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$rc
 
-# The pinned Claude Code and Codex CLI the real-agent tests drive, from the npm registry into a
+# The pinned Claude Code and Codex CLI the real-agent tests drive, fetched (no npm needed) from the npm registry into a
 # cache outside the repository ($$CONCLAVE_AGENT_BINARIES, else $$XDG_CACHE_HOME/conclave/agent-binaries).
 # `make test` installs them itself when they are missing; this is the same step on its own.
 agent-binaries: $(STAMP)

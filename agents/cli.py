@@ -62,7 +62,7 @@ def mcp(
     except BrokerUnavailable as exc:
         die(f"mcp: {exc}", EXIT_NO_BROKER)
     except ConclaveError as exc:
-        die(f"mcp: the broker refused this process: {exc.message} [{exc.code.value}]", EXIT_REFUSED)
+        die(f"mcp: the broker refused this process: {exc.message} [{exc.code.value}]", EXIT_REFUSED, error=exc.code.value)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
 
@@ -120,7 +120,7 @@ def agent_launch(
     except (NoIdentityError, BrokerUnavailable) as exc:
         die(f"agent-launch: {exc}", EXIT_NO_BROKER)
     except ConclaveError as exc:
-        die(f"agent-launch: {exc.message} [{exc.code.value}]")
+        die(f"agent-launch: {exc.message} [{exc.code.value}]", error=exc.code.value)
     except OSError as exc:
         die(f"agent-launch: could not run {command[0]!r} for preset {preset!r}: {exc.strerror or exc}", 127)
 

@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -73,7 +74,9 @@ class Puppet:
         self._file = self._sock.makefile("rwb")
         hello = self._send({"whoami": True})
         self.identity: dict[str, Any] = hello["result"]
-        self.pid: int = hello["pid"]
+        # The puppet's pid as this process sees it (the kernel translates it out of the agent's PID
+        # namespace); the puppet's own os.getpid() would be its number inside.
+        self.pid: int = struct.unpack("3i", self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
 
     def _send(self, command: dict[str, Any]) -> dict[str, Any]:
         self._file.write(json.dumps(command).encode() + b"\n")

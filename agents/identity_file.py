@@ -21,10 +21,11 @@ import os
 from pathlib import Path
 from typing import Final, MutableMapping
 
-from broker.client import NoIdentityError
+from broker.client import ENV_BROKER_PROCESS, NoIdentityError
 from broker.paths import ENV_REPO, ENV_SOCKET, ENV_STATE_DIR, ENV_TICKET
 
-IDENTITY_KEYS: Final = (ENV_SOCKET, ENV_TICKET, ENV_STATE_DIR, ENV_REPO)
+#: ENV_BROKER_PROCESS too: in a PID namespace it is how a helper recognises its broker.
+IDENTITY_KEYS: Final = (ENV_SOCKET, ENV_TICKET, ENV_STATE_DIR, ENV_REPO, ENV_BROKER_PROCESS)
 FILE_NAME: Final = "identity.json"
 
 

@@ -118,8 +118,10 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
         "memory_corroborate",
         "memory.corroborate",
         "Vouch for a claim by id because you checked it yourself. You are the witness; your own claims and "
-        "claims from your own trust domain (your restarts, your parent, your children) never count.",
-        {"id": _CLAIM_ID, "evidence": _optional_text("How you checked it.")},
+        "claims from your own trust domain (your restarts, your parent, your children) never count. If you were "
+        "never shown the claim, say in evidence, in your own words, what you found: a vouch by id for text you "
+        "never saw is recorded as unread and does not count.",
+        {"id": _CLAIM_ID, "evidence": _optional_text("What you found, in your own words (and how you checked it).")},
         ("id",),
     ),
     ToolSpec(

@@ -204,7 +204,7 @@ CLAUDE_ENV: Final = {
     "MCP_TIMEOUT": "60000",
 }
 #: The variables Codex must pass to `conclave mcp` (it starts MCP servers with a scrubbed environment).
-CODEX_ENV_VARS: Final = ("CONCLAVE_SOCKET", "CONCLAVE_TICKET", "CONCLAVE_STATE_DIR", "CONCLAVE_REPO")
+CODEX_ENV_VARS: Final = ("CONCLAVE_SOCKET", "CONCLAVE_TICKET", "CONCLAVE_STATE_DIR", "CONCLAVE_REPO", "CONCLAVE_BROKER_PROCESS")
 #: Seconds an agent waits for one hook (the hook itself gives up sooner, see agents.hooks.DEADLINE).
 HOOK_TIMEOUT: Final = 60
 
@@ -354,14 +354,17 @@ def _toml(value: Any) -> str:
 
 
 def install_roots(binary: Path) -> list[str]:
-    """The directories a binary needs to read to run: its npm tree if it has one, else its own directory."""
+    """The directories a binary needs to read to run: its npm tree if it has one, else the npm
+    package it was unpacked from (a ``package.json`` a few levels up: Codex keeps resources beside
+    its binary's directory), else its own directory."""
     out = []
     for candidate in (binary, Path(os.path.realpath(binary))):
         parts = candidate.parts
         if "node_modules" in parts:
             out.append(str(Path(*parts[: parts.index("node_modules") + 1])))
-        else:
-            out.append(str(candidate.parent))
+            continue
+        package = next((p for p in list(candidate.parents)[:4] if (p / "package.json").is_file()), None)
+        out.append(str(package or candidate.parent))
     return out
 
 

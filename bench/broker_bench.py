@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from broker.client import BlockingClient  # noqa: E402
 from agents.harness import Run  # noqa: E402
+from bench.spawn_bench import box_overhead, pct  # noqa: E402
 
 ROUND_TRIPS = 5000
 
@@ -127,63 +128,6 @@ def spawn_and_authenticate(tmp: Path, n: int, sandbox: str) -> dict[str, float]:
     return {"seconds": last - t0, "peak_rss_mb": rss / 1024, "op_samples": ops}
 
 
-def box_overhead(tmp: Path, rounds: int = 100) -> dict[str, list[float]]:
-    """What the box adds to one spawn: the launcher and its setup, then `true`, against `true` alone.
-
-    A strict spawn also pays for the agent's own git directory, made for it (in the broker) and
-    bound over .git (in the launcher): each strict sample makes a fresh one first, in a repository
-    of 500 files and 50 branches.  Interleaved, one spawn of each in turn, from a fresh thread each
-    time (as trio spawns).
-    """
-    import threading
-
-    from agents.harness import make_repo
-    from broker.sandbox import box, gitlayout, machine
-    from broker.sandbox.gitviews import GitViews
-
-    found = machine.probe()
-    repo = make_repo(tmp / "box", {f"src/m{i // 50}/f{i}.py": f"x = {i}\n" for i in range(500)})
-    for i in range(50):
-        subprocess.run(["git", "-C", str(repo), "branch", f"topic-{i}"], check=True)
-    layout = gitlayout.check(repo)
-    views = GitViews(layout, tmp / "box-state", python=sys.executable)
-    (tmp / "box-agent").mkdir()
-    levels = [level for level in ("off", "landlock", "strict") if found.offers(level) is None]
-    samples: dict[str, list[float]] = {k: [] for k in ["plain", *levels]}
-    sessions = iter(range(10**6))
-
-    def spawn(level: str, out: list[float]) -> None:
-        t0 = time.perf_counter()
-        built = None
-        if level == "plain":
-            command = ["/bin/true"]
-        else:
-            session = f"bench{next(sessions)}"
-            git = None
-            if level != "off":
-                agent_git_dir = views.create(session).path if level == "strict" else None
-                git = box.GitBox(repo, layout.git_dir, agent_git_dir, layout.protected)
-            built = box.build(level, ["/bin/true"], machine=found, repo=repo, state=tmp / "box-state", agent_dir=tmp / "box-agent",
-                              socket_path=tmp / "box.sock", session=session, git=git)  # fmt: skip
-            command = list(built.argv)
-        subprocess.run(command, cwd=repo, check=True)
-        out.append(time.perf_counter() - t0)
-        if built is not None:
-            built.release()
-
-    for _ in range(rounds):
-        for name in samples:
-            got: list[float] = []
-            worker = threading.Thread(target=spawn, args=(name, got))
-            worker.start()
-            worker.join()
-            samples[name] += got
-    for session in list(views.dirs):
-        views.dirs.pop(session).remove()
-    views.close()
-    return samples
-
-
 def _status_kb(pid: int, field: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -219,11 +163,6 @@ def cli_whoami_wall(tmp: Path) -> list[float]:
         run.close()
 
 
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="cvb-"))
     try:
@@ -233,13 +172,18 @@ def main() -> None:
         from broker.sandbox import machine
 
         strongest = machine.probe().strongest
-        overhead = box_overhead(tmp)
-        plain = statistics.median(overhead.pop("plain"))
-        rows.append(("spawn `true`, no box (baseline) p50", f"{plain * 1000:.1f} ms", "baseline"))
+        overhead, cpu = box_overhead(tmp)
+        plain, plain_cpu = statistics.median(overhead.pop("plain")), statistics.median(cpu.pop("plain"))
+        rows.append(("spawn `true`, no box (baseline) p50", f"{plain * 1000:.1f} ms", f"baseline; CPU {plain_cpu * 1000:.1f} ms"))
         for level, samples in overhead.items():
             added = statistics.median(samples) - plain
-            rows.append((f"spawn `true` in a {level} box p50 / p90", f"{statistics.median(samples) * 1000:.1f} / {pct(samples, .9) * 1000:.1f} ms", f"+{added * 1000:.1f} ms (target <= +20 ms)"))
+            added_cpu = statistics.median(cpu[level]) - plain_cpu
+            rows.append((
+                f"spawn `true` in a {level} box p50 / p90", f"{statistics.median(samples) * 1000:.1f} / {pct(samples, .9) * 1000:.1f} ms",
+                f"+{added * 1000:.1f} ms (target <= +20 ms); CPU +{added_cpu * 1000:.1f} ms",
+            ))  # fmt: skip
             results[f"box_added_ms_{level}"] = added * 1000
+            results[f"box_added_cpu_ms_{level}"] = added_cpu * 1000
         for n, level in ((1, strongest), (8, strongest), (32, "off"), (32, strongest)):
             r = spawn_and_authenticate(tmp, n, level)
             results[f"spawn_auth_{n}_{level}"] = r["seconds"]
@@ -255,7 +199,8 @@ def main() -> None:
         rows.append(("`conclave whoami` wall, as an agent, p50 / max", f"{statistics.median(cli) * 1000:.0f} / {max(cli) * 1000:.0f} ms", "target < 250 ms"))
         results.update({"echo_p50_us": e50 * 1e6, "whoami_p50_us": o50 * 1e6, "ratio": o50 / e50, "cli_whoami_ms": statistics.median(cli) * 1000})
         width = max(len(r[0]) for r in rows)
-        print(f"conclave foundation benchmark  (python {sys.version.split()[0]}, {os.cpu_count()} cores)")
+        load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+        print(f"conclave foundation benchmark  (python {sys.version.split()[0]}, {os.cpu_count()} cores; load average {load} at the end)")
         for name, value, note in rows:
             print(f"  {name:<{width}}  {value:>18}  {note}")
         out = Path(__file__).resolve().parent / "results"

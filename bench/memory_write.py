@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 TOTAL = 12_000
 
 
-def measure(agents: int, total: int, workdir: Path, op: str = "memory.remember") -> dict[str, float]:
+def measure(agents: int, total: int, workdir: Path, op: str = "memory.remember", embedder: str | None = None) -> dict[str, float]:
     root = Path(tempfile.mkdtemp(prefix=f"write{agents}-", dir=workdir))
     out = root / "out"
     out.mkdir()
@@ -45,7 +45,9 @@ def measure(agents: int, total: int, workdir: Path, op: str = "memory.remember")
         }
         for i in range(agents)
     ]
-    run = Run(root, team, extra_toml="\n[memory]\ngroom_after_seconds = 1000000000\n")
+    # Meaning (issue 24): the broker embeds in the background; --embedder none turns it off (the words-only tree).
+    chosen = "" if embedder is None else f'embedder = "{embedder}"\n'
+    run = Run(root, team, extra_toml="\n[memory]\ngroom_after_seconds = 1000000000\n" + chosen)
     try:
         run.start(wait_for=[], timeout=60)
         run.wait_until(lambda: len(list(out.glob("*.ready"))) == agents, timeout=120, what="writers to connect")
@@ -56,6 +58,7 @@ def measure(agents: int, total: int, workdir: Path, op: str = "memory.remember")
         broker_cpu = cpu_seconds(run.process.pid) - cpu_before
         reports = [json.loads(p.read_text()) for p in out.glob("*.json")]
         stats = run.op("broker.stats")
+        memory = run.op("memory.stats") if embedder is not None else {}
         stop.touch()
     finally:
         run.close()
@@ -70,6 +73,8 @@ def measure(agents: int, total: int, workdir: Path, op: str = "memory.remember")
         "per_second": stored / seconds,
         "jobs_per_batch": stats["store_jobs"] / max(1, stats["store_batches"]),
         "broker_cpu_share": broker_cpu / seconds,  # cores the broker process kept busy
+        # How far the background embedder had got when the last writer finished.
+        "embedded_by_then": (memory.get("meaning") or {}).get("embedded"),
     }
 
 
@@ -84,15 +89,18 @@ def main() -> None:
     parser.add_argument("--total", type=int, default=TOTAL, help="claims per setting, split across the writers")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/conclave-bench"))
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--embedder", choices=("local", "none"), help="[memory] embedder for the run (default: the tree's default)")
+    parser.add_argument("--no-ping", action="store_true", help="skip the ping ceiling")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     rows = []
     print(f"{'agents':>6} {'claims':>8} {'seconds':>8} {'remember/s':>11} {'jobs/commit':>12} {'broker cores':>13} {'errors':>7} {'ping/s':>9}")
     for n in args.agents:
-        r = measure(n, args.total, args.workdir)
-        r["ping_per_second"] = measure(n, args.total, args.workdir, op="ping")["per_second"]
+        r = measure(n, args.total, args.workdir, embedder=args.embedder)
+        r["ping_per_second"] = 0 if args.no_ping else measure(n, args.total, args.workdir, op="ping")["per_second"]
         rows.append(r)
-        print(f"{n:>6} {r['claims']:>8,} {r['seconds']:>8.2f} {r['per_second']:>11,.0f} {r['jobs_per_batch']:>12.1f} {r['broker_cpu_share']:>13.2f} {r['errors']:>7} {r['ping_per_second']:>9,.0f}", flush=True)
+        print(f"{n:>6} {r['claims']:>8,} {r['seconds']:>8.2f} {r['per_second']:>11,.0f} {r['jobs_per_batch']:>12.1f} {r['broker_cpu_share']:>13.2f} {r['errors']:>7} {r['ping_per_second']:>9,.0f}"
+              + (f"  embedded by then: {r['embedded_by_then']}" if r.get("embedded_by_then") is not None else ""), flush=True)
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2))
 

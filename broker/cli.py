@@ -51,7 +51,9 @@ def _root(
 
 @app.command()
 def run(
-    team: Annotated[Path, typer.Option("--team", help="The team file (TOML) naming the agents to run.")],
+    team: Annotated[
+        Optional[Path], typer.Option("--team", help="The team file (TOML) naming the agents to run [default: team.toml in the repository].")
+    ] = None,
     repo: RepoOpt = None,
     state_dir: StateOpt = None,
     grace: Annotated[float, typer.Option("--grace", help="Seconds between SIGTERM and SIGKILL at shutdown.")] = 5.0,
@@ -68,7 +70,10 @@ def run(
     terminal).  Exit codes: 0 every agent exited 0; 1 an agent failed
     (nonzero exit, killed, gave up after restarts, could not start); 2 bad
     usage (team file, not a git repository); 4 could not start (another
-    broker runs here); 5 stopped by `conclave stop`; 130 Ctrl-C; 143 SIGTERM.
+    broker runs here); 5 stopped by `conclave stop`; 129 SIGHUP (the
+    terminal closed); 130 Ctrl-C; 131 SIGQUIT; 143 SIGTERM.  Each of those
+    signals stops the run like Ctrl-C: every agent stopped, the summary
+    printed (and kept in the run journal), the guard hooks removed.
     """
     import logging
 
@@ -79,12 +84,18 @@ def run(
     from broker.paths import StateError
     from broker.sandbox import box as sandbox_box
     from broker.sandbox import machine as sandbox_machine
+    from broker.scaffold import TEAM_FILE
     from broker.team import TeamError, load
 
     target = Target(json_out, repo, state_dir)
     paths = target.paths()
     if paths.repo == Path("/"):
         die("refusing to run on / ; pass --repo DIR (a git repository)", EXIT_USAGE)
+    if team is None:
+        team = paths.repo / TEAM_FILE
+        if not team.exists():
+            _require_git(paths.repo, repo)
+            die(f"no team file: conclave run reads {team} unless --team names one; `conclave init` writes a starter", EXIT_USAGE)
     try:
         team_spec = load(team, repo=paths.repo, rules=composition.team_rules())
     except TeamError as exc:
@@ -110,11 +121,14 @@ def run(
         if not watch:
             say(f"conclave: broker for {paths.repo} (state {paths.state}); {len(team_spec.agents)} agent(s); Ctrl-C stops")
         for name, level in chosen.items():
-            line = f"  {name}: sandbox {level} -- {sandbox_box.DESCRIPTIONS[level]}"
+            words = f"NO SANDBOX: {sandbox_machine.OFF_WORDS}" if level == "off" else sandbox_box.DESCRIPTIONS[level]
+            line = f"  {name}: sandbox {level} -- {words}"
             if level == "off":
                 console().print(cell(line), style="bold red")
             else:
                 say(line)
+            if level != "off" and machine.weaker(level):
+                console().print(cell(f"    {name}'s leftovers: {machine.leftovers(level)}"), style="bold yellow")
     sys.stdout.flush()
     from store.events import ChainRefused
 
@@ -136,11 +150,24 @@ def run(
         while isinstance(refused, BaseExceptionGroup):
             refused = refused.exceptions[0]
         die(f"the broker will not run: {refused}; `conclave memory verify` says more", EXIT_NOT_STARTED)
-    # The reader went away (`conclave run | head`): nothing to print to, and the run's own
-    # outcome is still the exit code (rich would exit 1 on the broken pipe).
-    if not _reader_gone(sys.stdout.fileno()):
-        emit(target, _summary_json(summary), _print_summary)
+    # The reader went away (`conclave run | head`), or the terminal closed (SIGHUP): nothing to
+    # print to, and the run's own outcome is still the exit code (rich would exit 1 on the broken
+    # pipe, Python 120 on a failed flush).  The summary is in the run journal either way.
+    try:
+        if not _reader_gone(sys.stdout.fileno()):
+            emit(target, _summary_json(summary), _print_summary)
+        sys.stdout.flush()
+    except OSError:
+        _nothing_to_print_to()
     raise typer.Exit(summary.exit_code)
+
+
+def _nothing_to_print_to() -> None:
+    """Point stdout and stderr at /dev/null: the terminal is gone, and a last flush must not fail."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        os.dup2(null, fd)
+    os.close(null)
 
 
 def _reader_gone(fd: int) -> bool:
@@ -371,7 +398,7 @@ def init(
     def human(r: dict[str, Any]) -> None:
         for p in r["written"]:
             say(f"wrote {p}")
-        say("next: read team.toml, then `conclave team check team.toml` and `conclave run --team team.toml`")
+        say("next: read team.toml, then `conclave team check team.toml` and `conclave run`")
 
     emit(target, {"written": [str(p) for p in written], "team": str(written[0])}, human)
 
@@ -508,28 +535,41 @@ def _static_ops() -> list[dict[str, Any]]:
 
 
 @app.command()
-def doctor(json_out: JsonOpt = False) -> None:
-    """What this machine offers an agent's sandbox (Landlock ABI, user namespaces, cgroups) and what that means per threat."""
+def doctor(json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt = None) -> None:
+    """What this machine offers an agent's sandbox (Landlock ABI, user namespaces, cgroups) and what that means per threat;
+    which embedder the memory uses, and whether it works here."""
     import attrs
 
+    from broker import composition
     from broker.sandbox import machine as sandbox_machine
 
     found = sandbox_machine.probe()
+    database = Target(json_out, repo, state_dir).paths().database
     report = {
         **{k: (str(v) if isinstance(v, Path) else v) for k, v in attrs.asdict(found).items()},
         "strongest": found.strongest,
         "levels": {level: found.offers(level) or "available" for level in sandbox_machine.LEVELS},
         "threats": found.threats(),
+        "features": {f.name: f.doctor(database) for f in composition.features() if f.doctor is not None},
     }
 
     def human(r: dict[str, Any]) -> None:
         abi = r["landlock_abi"]
         say(f"Landlock: {f'ABI {abi}' if abi else 'not available'}")
         say(f"user namespaces: {'yes' if found.user_namespaces else 'no (' + str(found.user_namespaces_error) + ')'}")
-        say(f"cgroup v2 for leftovers: {r['cgroup'] or 'not delegated to this user (the subreaper sweep is used)'}")
+        say(f"PID namespaces: {'yes' if found.pid_namespaces else 'no (' + str(found.pid_namespaces_error) + ')'}")
+        say(
+            f"cgroup v2 for leftovers: {r['cgroup'] or 'not delegated to this user (systemd-run --user --scope -p Delegate=yes conclave run ... gives one)'}"
+        )
+        for level in sandbox_machine.LEVELS:
+            if level != "off" and found.offers(level) is None and found.weaker(level):
+                console().print(cell(f"{level}: {found.leftovers(level)}"), style="bold yellow")
+        console().print(cell(f"off: {sandbox_machine.OFF_WORDS}"), style="bold red")
         line = f"default sandbox: {r['strongest']}" + ("" if r["strongest"] != "off" else " (agents are not contained)")
         console().print(cell(line), style="bold red" if r["strongest"] == "off" else "bold")
         table("what each level means here", ["threat", "holds"], list(r["threats"].items()))
+        for name, part in r["features"].items():
+            say(f"{name}: {part['summary']}")
 
     emit(Target(json_out), report, human)
 

@@ -26,6 +26,10 @@ from broker.errors import ConclaveError, ErrorCode
 
 ENV_SOCKET: Final = "CONCLAVE_SOCKET"
 ENV_TICKET: Final = "CONCLAVE_TICKET"
+#: The broker's process, named so an agent in a PID namespace can check it (broker.identity.pidfs_identity).
+ENV_BROKER_PROCESS: Final = "CONCLAVE_BROKER_PROCESS"
+#: Linux 6.5+ (not in Python 3.11's socket module; broker.identity has the same).
+SO_PEERPIDFD: Final = getattr(socket, "SO_PEERPIDFD", 77)
 MAX_LINE: Final = 1 << 20
 
 
@@ -67,11 +71,30 @@ def check_is_my_broker(sock: socket.socket, socket_path: Path) -> None:
     """
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     server_pid = struct.unpack("3i", raw)[0]
-    if server_pid not in _ancestors(os.getpid()):
+    if server_pid == 0 and _is_the_broker_outside(sock):
+        return  # an agent in a PID namespace of its own: the broker is outside it, checked by pidfd
+    if server_pid == 0 or server_pid not in _ancestors(os.getpid()):
         raise ConclaveError(
             ErrorCode.AUTH_FAILED,
             f"{socket_path} is served by pid {server_pid}, which is not the broker that started this agent; not connecting",
         )
+
+
+def _is_the_broker_outside(sock: socket.socket) -> bool:
+    """(Inside a PID namespace the broker's pid reads 0.)  Is the server the very process the broker
+    named in the environment at spawn?  Compared by the pidfd the kernel gives for the peer."""
+    expected = os.environ.get(ENV_BROKER_PROCESS)
+    if not expected:
+        return False
+    try:
+        pidfd = sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(pidfd)
+    finally:
+        os.close(pidfd)
+    return f"{st.st_dev}:{st.st_ino}" == expected
 
 
 def _ancestors(pid: int) -> set[int]:
@@ -195,7 +218,10 @@ class BlockingClient:
                 ErrorCode.TOO_LARGE,
                 f"{op}: the request is {len(line):,} bytes; a request may be at most {MAX_LINE:,} (1 MiB) -- send less at once",
             )
-        self._sock.sendall(line)
+        try:
+            self._sock.sendall(line)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused and hung up before we spoke (over a connection cap): its reply says why
         return _check_reply(self._read())
 
     def _read(self) -> dict[str, Any]:
@@ -258,8 +284,13 @@ class TrioClient:
         return await cls.connect(socket_path, ticket=ticket, verify_broker=True)
 
     async def call(self, op: str, args: dict[str, Any] | None = None) -> Any:
+        import trio
+
         rid = next(self._ids)
-        await self._stream.send_all(json.dumps({"id": rid, "op": op, "args": args or {}}, separators=(",", ":")).encode() + b"\n")
+        try:
+            await self._stream.send_all(json.dumps({"id": rid, "op": op, "args": args or {}}, separators=(",", ":")).encode() + b"\n")
+        except trio.BrokenResourceError:
+            pass  # refused and hung up before we spoke (over a connection cap): its reply says why
         return _check_reply(await self._read())
 
     async def _read(self) -> dict[str, Any]:

@@ -62,12 +62,40 @@ class Target:
             die(str(exc), EXIT_USAGE)
 
 
-def die(message: str, code: int = EXIT_REFUSED) -> NoReturn:
+#: The error code a ``--json`` error object carries when the broker gave none, by exit code.
+_EXIT_CODES = {EXIT_REFUSED: "refused", EXIT_USAGE: "usage", EXIT_NO_BROKER: "no_broker"}
+
+
+def die(message: str, code: int = EXIT_REFUSED, *, error: str | None = None, fix: str | None = None) -> NoReturn:
+    """Say what went wrong on stderr and exit ``code``.
+
+    A sentence for people; with ``--json`` on the command line, one JSON object
+    instead, shaped as the wire's errors: ``{"error": {"code", "message", "fix"}}``
+    -- ``error`` is the wire's code when the broker gave one, ``fix`` what to do
+    (by default the last clause of the message, after its last "; ").
+    """
     from broker.literal import visible
 
+    if _json_requested():
+        if error is not None:
+            message = message.removesuffix(f" [{error}]")
+        if fix is None and "; " in message:
+            message, fix = message.rsplit("; ", 1)
+        body = {"code": error or _EXIT_CODES.get(code, "failed"), "message": message, "fix": fix, "exit": code}
+        sys.stderr.write(json.dumps({"error": body}) + "\n")
+        raise typer.Exit(code)
     # A refusal may quote what an agent wrote (a resource, a reason): literally.
-    sys.stderr.write(f"conclave: {visible(message, keep_newlines=True)}\n")
+    text = message if fix is None else f"{message}; {fix}"
+    sys.stderr.write(f"conclave: {visible(text, keep_newlines=True)}\n")
     raise typer.Exit(code)
+
+
+def _json_requested() -> bool:
+    """Was ``--json`` given to this command (before any ``--`` that starts an agent's own command)?"""
+    args = sys.argv[1:]
+    if "--" in args:
+        args = args[: args.index("--")]
+    return "--json" in args
 
 
 def in_agent() -> bool:
@@ -98,7 +126,7 @@ def connect(target: Target, *, timeout: float | None = None):  # type: ignore[no
         except BrokerUnavailable:
             return None
     except ConclaveError as exc:
-        die(f"{exc.message} [{exc.code.value}]")
+        die(f"{exc.message} [{exc.code.value}]", error=exc.code.value)
 
 
 def call(target: Target, op: str, args: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any:
@@ -112,7 +140,7 @@ def call(target: Target, op: str, args: dict[str, Any] | None = None, *, timeout
         with client:
             return client.call(op, args or {})
     except ConclaveError as exc:
-        die(f"{exc.message} [{exc.code.value}]", EXIT_NO_BROKER if exc.code.value == "unavailable" else EXIT_REFUSED)
+        die(f"{exc.message} [{exc.code.value}]", EXIT_NO_BROKER if exc.code.value == "unavailable" else EXIT_REFUSED, error=exc.code.value)
 
 
 def export(target: Target, format_: str, *, op: str, field: str, title: str, markdown: Callable[[dict[str, Any]], str]) -> None:
@@ -156,7 +184,7 @@ def call_local(target: Target, op: str, args: dict[str, Any]) -> Any:
 
     paths = target.paths()
     if not paths.database.exists() and not paths.state.exists():
-        die(f"no conclave state at {paths.state} (run `conclave run --team TEAM.toml` first, or pass --state-dir)", EXIT_NO_BROKER)
+        die(f"no conclave state at {paths.state}; run `conclave run` first, or pass --state-dir", EXIT_NO_BROKER)
 
     from broker.errors import ConclaveError
     from broker.paths import BrokerAlreadyRunning, StateError, broker_ancestor, state_lock

@@ -11,6 +11,8 @@ place, the composition root (``broker.composition``).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import hashlib
 import itertools
 import os
@@ -51,6 +53,9 @@ class Feature:
     start: Callable[[BrokerCore, trio.Nursery], Awaitable[None]] | None = None
     #: Validates the team-file tables this feature reads; raises ValueError naming the fix.
     check_team: TeamCheck | None = None
+    #: What ``conclave doctor`` reports for this feature: given the state database (which may not
+    #: exist), a dict with ``summary`` (one line) and any details.
+    doctor: Callable[[Path], dict[str, Any]] | None = None
 
 
 class AgentSupervisor(Protocol):

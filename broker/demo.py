@@ -8,8 +8,10 @@ agents that use only the ``conclave`` CLI, as a real agent would:
 * alice remembers a discovery and mails its id to everyone;
 * alice then tries a **sybil**: she spawns a child to vouch for her own claim;
   the child's corroboration is recorded but does not count (same trust domain);
-* bob and carol, independent agents, corroborate it: two domains make a
-  quorum, and the claim becomes **trusted**;
+* bob and carol, independent agents, corroborate it: bob after reading it
+  (informed), carol never shown it but saying in her own words what she
+  found (blind, matched by meaning); two domains make a quorum, and the
+  claim becomes **trusted**;
 * the operator reads the claim's biography and alice's trail, which show all of
   it, and ``memory context`` now injects the claim, badged ``[TRUSTED]``.
 """
@@ -90,7 +92,7 @@ SCRIPTS: dict[str, str] = {
         set -euo pipefail
         id=$(bash agents/wait_for_claim.sh)
         sleep 1
-        conclave memory corroborate "$id" --evidence "a latin-1 config file fails to load in my test run" --json > /dev/null
+        conclave memory corroborate "$id" --evidence "In my test run the config loader failed on a latin-1 file: it only reads utf-8 config files." --json > /dev/null
         echo "carol: corroborated claim $id"
         """,
 }
@@ -225,7 +227,7 @@ def _tell(repo: Path, run: dict[str, Any], commits: str, claim: dict[str, Any], 
     _say(f"by {claim['author']}", indent=5)
     for w in claim["corroborations"]:
         verdict = "counted" if w["counted"] else f"NOT counted ({w['reason_not_counted']}: same trust domain as the author)"
-        _say(f"{_hhmmss(w['at'])} {w['principal']} vouched, {'blind' if w['blind'] else 'informed'}: {verdict}", indent=5)
+        _say(f"{_hhmmss(w['at'])} {w['principal']} vouched, {w.get('witness') or ('blind' if w['blind'] else 'informed')}: {verdict}", indent=5)
         if w.get("evidence"):
             _say(f"evidence: {w['evidence']}", indent=7)
     _heading("4. alice's trail, as the operator audits it  (conclave memory trail --agent alice)")

@@ -13,7 +13,9 @@ operator key (``operator.key`` in the state directory, which no boxed agent
 can read), from a process of the broker's uid that is not in a live agent's
 tree and does not descend from the broker (the broker is a child subreaper,
 so what agents leave behind is re-parented to it).  The key is the proof;
-the lineage check stands behind it for agents that run unboxed.
+the lineage check stands behind it.  It refuses an agent's *own*
+processes, and is no defence against an unboxed one (``sandbox = "off"``),
+which can act through the person's processes instead (docs/THREAT_MODEL.md).
 """
 
 from __future__ import annotations
@@ -172,6 +174,38 @@ def peer_credentials(sock: socket.socket) -> PeerCredentials:
     except OSError:
         pidfd = None
     return PeerCredentials(pid=pid, uid=uid, gid=gid, pidfd=pidfd, started=process_start_time(pid))
+
+
+@functools.lru_cache(maxsize=1)
+def pidfs_names_processes() -> bool:
+    """Does a pidfd's inode name its process (pidfs, Linux 6.9+)?  Before, every pidfd shared one
+    anonymous inode, and two could not be told apart."""
+    try:
+        mine, parent = os.pidfd_open(os.getpid()), os.pidfd_open(os.getppid() or 1)
+    except (OSError, AttributeError):
+        return False
+    try:
+        return os.fstat(mine).st_ino != os.fstat(parent).st_ino
+    finally:
+        os.close(mine)
+        os.close(parent)
+
+
+def pidfs_identity(pid: int) -> str | None:
+    """A name for process ``pid`` that holds across PID namespaces: ``"dev:ino"`` of a pidfd for it.
+    An agent in a PID namespace of its own sees the broker's pid as 0; the broker hands it this
+    name instead, and it compares the server's ``SO_PEERPIDFD``.  None where pidfds name nothing."""
+    if not pidfs_names_processes():
+        return None
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        return f"{st.st_dev}:{st.st_ino}"
+    finally:
+        os.close(fd)
 
 
 def process_start_time(pid: int) -> int | None:

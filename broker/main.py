@@ -2,8 +2,16 @@
 
 One root nursery holds the store owner, every feature's owner task, the wire
 server, the orphan reaper and the supervisor.  The run ends when every agent
-has exited, or on SIGINT/SIGTERM (agents are terminated first), or on the
-operator's ``broker.stop``.
+has exited, or on the operator's ``broker.stop``, or on a signal: SIGINT
+(Ctrl-C), SIGTERM (``kill``), SIGHUP (the terminal closed) and SIGQUIT all
+stop it the same way -- every agent terminated, the summary written to the
+run journal (and shown, if the terminal is still there), the guard hooks
+removed -- and each has its own exit code (:data:`EXIT_SIGNALLED`).
+
+A broker killed outright (SIGKILL, the OOM killer) runs none of that.  Its
+agents' launchers see their lifeline end and end their agents; and the
+ledger (``broker/sandbox/leftovers.py``) lets the next broker on this state
+directory end whatever still outlived it, and say so in one line.
 """
 
 from __future__ import annotations
@@ -26,8 +34,9 @@ from broker.paths import BrokerAlreadyRunning, StatePaths
 from broker.sandbox import guardhook, sweep
 from broker.sandbox.gitlayout import Layout
 from broker.sandbox.gitviews import GitNote, GitViews
+from broker.sandbox.leftovers import Ledger
 from broker.sandbox.machine import Machine
-from broker.server import bind, serve
+from broker.server import bind, raise_descriptor_limit, serve
 from broker.supervisor import AgentOutcome, Supervisor
 from broker.team import Team
 from store import events
@@ -41,7 +50,9 @@ EXIT_OK: Final = 0
 EXIT_AGENT_FAILED: Final = 1
 EXIT_NOT_STARTED: Final = 4
 EXIT_STOPPED_BY_OPERATOR: Final = 5
-EXIT_SIGNALLED: Final = {"SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}
+#: The signals that stop a run, and its exit code for each (128 + the signal's number, as a shell reports it).
+STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+EXIT_SIGNALLED: Final = {sig.name: 128 + sig for sig in STOP_SIGNALS}
 
 
 @final
@@ -50,7 +61,7 @@ class RunSummary:
     started_at: str
     ended_at: str
     outcomes: tuple[AgentOutcome, ...]
-    stopped_by: str | None  # "SIGINT", "SIGTERM", "operator", or None when the team finished
+    stopped_by: str | None  # "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "operator", or None when the team finished
     run: int = 0  # the run's number on this state directory (run-N.jsonl, conclave agents --run N)
     #: What git saw that the person should know: refused bring-ins, commits agents left behind.
     git: tuple[GitNote, ...] = ()
@@ -62,8 +73,9 @@ class RunSummary:
 
     @property
     def exit_code(self) -> int:
-        """0 when the team finished and no agent failed; 1 when one failed; 130/143 when a
-        signal stopped the run; 5 when the operator did.  A stopped run's code wins: it
+        """0 when the team finished and no agent failed; 1 when one failed; 128 + the signal's
+        number when a signal stopped the run (129 SIGHUP, 130 SIGINT, 131 SIGQUIT, 143 SIGTERM);
+        5 when the operator did.  A stopped run's code wins: it
         did not finish, whatever its agents did."""
         if self.stopped_by in EXIT_SIGNALLED:
             return EXIT_SIGNALLED[self.stopped_by]
@@ -104,69 +116,93 @@ async def run_broker(
             # Without it an agent's orphan would be adopted by init and pass for the operator.
             raise BrokerAlreadyRunning("could not become a child subreaper (prctl PR_SET_CHILD_SUBREAPER); refusing to run")
         socket_path = paths_mod.choose_socket_path(paths)
+        nofile, _ = raise_descriptor_limit()
         stopped_by: list[str] = []
-        async with open_core(paths, team=team, live=True, features=features) as core:
-            run_number = await core.store.call(_next_run_number)
-            await core.record(
-                "broker.start", actor=events.BROKER_ACTOR, payload={"pid": os.getpid(), "agents": [a.name for a in team.agents], "run": run_number}
-            )
-            listener = await bind(socket_path)
-            paths.socket_pointer.write_text(str(socket_path))
-            view = RunView(paths.logs, run_number, terminal=None if terminal is None else Terminal(terminal), colour=colour)
-            core.extensions[VIEW] = view
-            supervisor = Supervisor(core, socket_path=socket_path, machine=machine, grace=grace, view=view)
-            core.supervisor = supervisor
-            git: GitViews | None = None
-            guard: guardhook.InstalledGuard | None = None
-            try:
-                if layout is not None:
-                    git = core.extensions["git"] = _git_views(paths, team, layout, view)
-                    if unboxed:
-                        guard = _install_guard(paths, layout, socket_path)
-                async with trio.open_nursery() as nursery:
-                    await nursery.start(serve, core, listener)
-                    nursery.start_soon(_reap_orphans, supervisor)
-                    await nursery.start(view.run, core)
-                    if git is not None:
-                        await nursery.start(git.run)
-                    view.started(paths.repo, [a.name for a in team.agents])
-                    run_scope = trio.CancelScope()
+        ledger = Ledger(paths.state / "processes", cgroup_base=machine.cgroup)
+        left = await trio.to_thread.run_sync(ledger.begin)
+        try:
+            async with open_core(paths, team=team, live=True, features=features) as core:
+                run_number = await core.store.call(_next_run_number)
+                await core.record(
+                    "broker.start", actor=events.BROKER_ACTOR, payload={"pid": os.getpid(), "agents": [a.name for a in team.agents], "run": run_number}
+                )
+                listener = await bind(socket_path)
+                paths.socket_pointer.write_text(str(socket_path))
+                view = RunView(paths.logs, run_number, terminal=None if terminal is None else Terminal(terminal), colour=colour)
+                core.extensions[VIEW] = view
+                if left is not None:
+                    await core.record("broker.leftovers_ended", actor=events.BROKER_ACTOR, payload=left.payload())
+                    view.note("leftovers", left.line())
+                    if terminal is None:
+                        _say_on_stderr(f"conclave: {left.line()}")
+                supervisor = Supervisor(core, socket_path=socket_path, machine=machine, grace=grace, view=view, ledger=ledger, agent_nofile=nofile)
+                core.supervisor = supervisor
+                git: GitViews | None = None
+                guard: guardhook.InstalledGuard | None = None
+                try:
+                    if layout is not None:
+                        git = core.extensions["git"] = _git_views(paths, team, layout, view)
+                        if unboxed:
+                            guard = _install_guard(paths, layout, socket_path)
+                    async with trio.open_nursery() as nursery:
+                        await nursery.start(serve, core, listener)
+                        nursery.start_soon(_reap_orphans, supervisor)
+                        await nursery.start(view.run, core)
+                        if git is not None:
+                            await nursery.start(git.run)
+                        view.started(paths.repo, [a.name for a in team.agents])
+                        run_scope = trio.CancelScope()
 
-                    def stop(reason: str = "operator") -> None:
-                        stopped_by.append(reason)
-                        view.stopping(reason, len(supervisor.known_pids), grace)
-                        run_scope.cancel()
+                        def stop(reason: str = "operator") -> None:
+                            stopped_by.append(reason)
+                            view.stopping(reason, len(supervisor.known_pids), grace)
+                            run_scope.cancel()
 
-                    core.extensions["stop"] = stop
-                    nursery.start_soon(_watch_signals, stop)
-                    if on_ready is not None:
-                        on_ready(core)
-                    with run_scope:
-                        await supervisor.run(team)
-                    await view.finish(stopped_by[0] if stopped_by else None)
-                    nursery.cancel_scope.cancel()
-            finally:
-                with trio.CancelScope(shield=True):
-                    view.close()
-                    if git is not None:
-                        git.close()  # its reader is the broker's own child: gone before the sweep waits for every child
-                    _kill_orphans()
-                    if guard is not None:
-                        guardhook.uninstall(guard)
-                    _remove_socket(paths, socket_path)
-                    await core.record(
-                        "broker.stop",
-                        actor=events.BROKER_ACTOR,
-                        payload={"stopped_by": stopped_by[0] if stopped_by else None},
-                    )
-        return RunSummary(
-            started_at=core.started_at,
-            ended_at=events.now(),
-            outcomes=tuple(supervisor.outcomes),
-            stopped_by=stopped_by[0] if stopped_by else None,
-            run=run_number,
-            git=tuple(git.notes) if git is not None else (),
-        )
+                        core.extensions["stop"] = stop
+                        nursery.start_soon(_watch_signals, stop)
+                        if on_ready is not None:
+                            on_ready(core)
+                        with run_scope:
+                            await supervisor.run(team)
+                        summary = _summary(core, supervisor, stopped_by, run_number, git)
+                        await view.finish(summary.stopped_by, exit_code=summary.exit_code)
+                        nursery.cancel_scope.cancel()
+                finally:
+                    with trio.CancelScope(shield=True):
+                        view.close()
+                        if git is not None:
+                            git.close()  # its reader is the broker's own child: gone before the sweep waits for every child
+                        _kill_orphans()
+                        supervisor.close()
+                        if guard is not None:
+                            guardhook.uninstall(guard)
+                        _remove_socket(paths, socket_path)
+                        await core.record(
+                            "broker.stop",
+                            actor=events.BROKER_ACTOR,
+                            payload={"stopped_by": stopped_by[0] if stopped_by else None},
+                        )
+        finally:
+            ledger.close()  # a clean stop, or one that never started agents: nothing left to answer for
+        return _summary(core, supervisor, stopped_by, run_number, git)
+
+
+def _summary(core: BrokerCore, supervisor: Supervisor, stopped_by: list[str], run_number: int, git: GitViews | None) -> RunSummary:
+    return RunSummary(
+        started_at=core.started_at,
+        ended_at=events.now(),
+        outcomes=tuple(supervisor.outcomes),
+        stopped_by=stopped_by[0] if stopped_by else None,
+        run=run_number,
+        git=tuple(git.notes) if git is not None else (),
+    )
+
+
+def _say_on_stderr(line: str) -> None:
+    try:
+        os.write(2, (line + "\n").encode())
+    except OSError:
+        pass  # no terminal left: the run journal and the event log have it
 
 
 def _git_views(paths: StatePaths, team: Team, layout: Layout, view: RunView) -> GitViews:
@@ -196,7 +232,7 @@ def _next_run_number(conn) -> int:  # type: ignore[no-untyped-def]
 
 
 async def _watch_signals(stop: Callable[[str], None]) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+    with trio.open_signal_receiver(*STOP_SIGNALS) as received:
         async for signum in received:
             stop(signal.Signals(signum).name)
 

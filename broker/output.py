@@ -47,6 +47,14 @@ LOCK_LOOK: Final = 1.0
 CAPACITY: Final = 5000
 #: Bytes read from one log per tick (the rest waits for the next tick).
 READ_PER_TICK: Final = 1 << 18
+#: How each way of stopping a run reads (``RunSummary.stopped_by`` is the key).
+STOP_WORDS: Final = {
+    "SIGINT": "Ctrl-C (SIGINT)",
+    "SIGTERM": "SIGTERM",
+    "SIGHUP": "SIGHUP (the terminal closed)",
+    "SIGQUIT": "SIGQUIT",
+    "operator": "conclave stop",
+}
 
 
 class Outcome(Protocol):
@@ -186,10 +194,24 @@ class RunView:
         """Something about git the person should see now: a refused bring-in, commits an agent left."""
         self._note(f"git_{kind}", text, principal=principal, failed=kind == "refused")
 
+    def share_reached(self, principal: str, limit: int | None) -> None:
+        """An agent reached its share of processes: its forks now fail inside its box, nobody else's."""
+        of = f" of {limit} processes" if limit else ""
+        self._note(
+            "share",
+            f"reached its share{of} (max_processes in the team file): its further forks fail; the broker, other agents and you keep theirs",
+            principal=principal,
+            failed=True,
+        )
+
+    def note(self, kind: str, text: str) -> None:
+        """A line of the broker's own (what an earlier broker left, ...)."""
+        self._note(kind, text)
+
     def stopping(self, reason: str, agents: int, grace: float) -> None:
         """The run was told to stop (a signal, or the operator's ``conclave stop``)."""
         now = trio.current_time()
-        why = {"SIGINT": "Ctrl-C (SIGINT)", "SIGTERM": "SIGTERM", "operator": "conclave stop"}.get(reason, reason)
+        why = STOP_WORDS.get(reason, reason)
         if self._stopping_at is None:
             self._stopping_at, self._grace = now, grace
             if agents:
@@ -201,7 +223,7 @@ class RunView:
             text = f"{why} again: already stopping; SIGKILL in {left:.1f} s to any agent still running"
         self._note("stopping", text)
 
-    async def finish(self, stopped_by: str | None, *, flush_timeout: float = 10.0) -> None:
+    async def finish(self, stopped_by: str | None, *, exit_code: int | None = None, flush_timeout: float = 10.0) -> None:
         """The team is done: show what is left of every log, say how it ended, flush the terminal."""
         for principal, tail in list(self._tails.items()):
             for line in tail.drain():
@@ -209,8 +231,9 @@ class RunView:
             tail.close()
         self._tails.clear()
         failed = f"; {self.failed} failed" if self.failed else ""
-        how = f"stopped by {stopped_by}" if stopped_by else "every agent has exited"
-        self._note("end", f"run {self.run_number} ended: {how}{failed}", failed=bool(self.failed))
+        how = f"stopped by {stopped_by}{' (the terminal closed)' if stopped_by == 'SIGHUP' else ''}" if stopped_by else "every agent has exited"
+        code = f"; exit code {exit_code}" if exit_code is not None else ""
+        self._note("end", f"run {self.run_number} ended: {how}{failed}{code}", failed=bool(self.failed))
         fd, self._journal_fd = self._journal_fd, -1
         os.close(fd)
         if self.terminal is not None:

@@ -1,9 +1,11 @@
 """``conclave init``: a commented team file and an agent script to start from.
 
-The two files run as they are (``conclave run --team team.toml``): two
-agents count the repository's tracked files under a shared lock; the first
-remembers the count as a claim, the second corroborates it, and both tell
-the operator.  Every line a newcomer might change is commented.
+The two files run as they are (``conclave run``, which reads ``team.toml``):
+three agents count the repository's tracked files under a shared lock; the
+first remembers the count as a claim, the other two corroborate it -- two
+independent witnesses, the default quorum, so the run ends with a trusted
+claim -- and each tells the operator.  Every line a newcomer might change is
+commented.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ TEAM_FILE: Final = "team.toml"
 AGENT_SCRIPT: Final = "agents/example.sh"
 
 TEAM = """\
-# A conclave team file: the agents `conclave run --team team.toml` starts on
-# this repository.  Check it without running it: `conclave team check team.toml`.
+# A conclave team file: the agents `conclave run` starts on this repository
+# (it reads team.toml; --team names another file).  Check it without running it: `conclave team check team.toml`.
 # Each agent gets an identity from the broker (AGENT:SESSION); every
 # `conclave` command it runs acts as that agent, and nothing else can.
 
@@ -33,6 +35,11 @@ command = ["bash", "agents/example.sh"]   # run from the repository root (or fro
 name = "bob"
 command = ["bash", "agents/example.sh"]
 env = { DELAY = "2" }                     # bob starts 2 s later, so he finds alice's claim
+
+[[agent]]
+name = "carol"                            # a second independent witness: with bob's, the quorum
+command = ["bash", "agents/example.sh"]
+env = { DELAY = "4" }
 
 # A real coding agent instead of a script (see docs/AGENTS.md):
 # [[agent]]
@@ -61,7 +68,8 @@ head=$(git rev-parse --short HEAD 2>/dev/null || echo "no-commit")
 echo "the repository tracks $count files at $head"
 
 # Share the finding.  A claim starts unverified; corroborations from
-# independent agents (quorum, default 2) make it trusted.
+# independent agents (quorum, default 2) make it trusted: the second witness
+# sees "[TRUSTED]" in the claim it gets back.
 text="At commit $head the repository tracks $count files."
 found=$(conclave memory recall "repository tracks files commit $head" --json \\
         | python3 -c 'import json,sys; print(next((str(c["id"]) for c in json.load(sys.stdin) if c["text"] == sys.argv[1]), ""))' "$text")

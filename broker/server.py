@@ -5,16 +5,22 @@ to be the operator); the registry decides who it is from that proof and the
 kernel's peer credentials.  From then on every request is stamped with that
 principal.  One bad request gets an error reply and the connection goes on;
 only a line that breaks framing (too long, or left half-sent) closes it.
-Nothing a client does can crash the broker.
+Nothing a client does can crash the broker -- nor use up its descriptors:
+:class:`ConnectionQuota` caps the connections each agent's process tree and
+each other process may hold open (counted from accept, before ``hello``),
+and keeps a reserve no agent can reach, so a flood from one agent leaves
+the operator and the other agents room to connect.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import resource
 import socket
+from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, final
 
 import attrs
 import trio
@@ -36,6 +42,14 @@ HELLO_TIMEOUT: Final = 10.0
 #: (``CONCLAVE_PARTIAL_LINE_TIMEOUT`` in the broker's environment overrides it).
 PARTIAL_LINE_TIMEOUT: Final = float(os.environ.get("CONCLAVE_PARTIAL_LINE_TIMEOUT", "30"))
 READ_CHUNK: Final = 65536
+#: Connections one live agent (its whole process tree) may hold open at once.
+MAX_CONNECTIONS_PER_AGENT: Final = 128
+#: Connections one process in no live agent's tree (the operator's commands, a leftover) may hold at once.
+MAX_CONNECTIONS_PER_PROCESS: Final = 32
+#: Descriptors kept for the broker's own work (the store, logs, spawns), whatever its clients do.
+RESERVED_DESCRIPTORS: Final = 256
+#: Connection slots agents together can never take: the operator's, and other processes'.
+OUTSIDE_AGENTS: Final = 64
 
 
 @attrs.frozen
@@ -62,10 +76,74 @@ async def bind(path: Path) -> trio.SocketListener:
     return trio.SocketListener(sock)
 
 
+@final
+class ConnectionQuota:
+    """How many connections each source holds, and whether one more may be accepted.
+
+    A source is the live agent whose process tree the peer is in (decided from the
+    kernel's peer pid and ``/proc`` ancestry, like authentication), or else the peer
+    process itself.  Each connection costs the broker two descriptors (the socket and
+    the peer's pidfd); the total is held below the descriptor limit less a reserve.
+    """
+
+    def __init__(self, descriptors: int | None = None) -> None:
+        limit = descriptors if descriptors is not None else resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.capacity = max(OUTSIDE_AGENTS + MAX_CONNECTIONS_PER_AGENT, (limit - RESERVED_DESCRIPTORS) // 2)
+        self.held: Counter[str] = Counter()
+        self.by_agents = 0
+        self.refused = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.held.values())
+
+    def admit(self, source: str, *, agent: bool) -> str | None:
+        """Count one more connection for ``source``; None, or why it is refused (a sentence)."""
+        if agent and self.held[source] >= MAX_CONNECTIONS_PER_AGENT:
+            why = (
+                f"agent {source.removeprefix('agent ')} already holds {MAX_CONNECTIONS_PER_AGENT} connections to the broker "
+                "(the most one agent may); close some before opening more"
+            )
+        elif agent and self.by_agents >= self.capacity - OUTSIDE_AGENTS:
+            why = f"agents hold {self.by_agents} connections, all the broker gives them; close some before opening more"
+        elif not agent and self.held[source] >= MAX_CONNECTIONS_PER_PROCESS:
+            why = f"{source} already holds {MAX_CONNECTIONS_PER_PROCESS} connections to the broker (the most one process may)"
+        elif self.total >= self.capacity:
+            why = f"the broker holds {self.total} connections, all its descriptors allow; try again when some have closed"
+        else:
+            self.held[source] += 1
+            self.by_agents += agent
+            return None
+        self.refused += 1
+        return why
+
+    def release(self, source: str, *, agent: bool) -> None:
+        self.held[source] -= 1
+        if self.held[source] <= 0:
+            del self.held[source]
+        self.by_agents -= agent
+
+
+def raise_descriptor_limit() -> tuple[int, int]:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit (at most 65536): the broker holds
+    a connection per client.  Returns the limits as they were (children get the old soft one back)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY and hard < 65536 else 65536
+    if wanted > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (OSError, ValueError):
+            pass
+    return soft, hard
+
+
 async def serve(core: BrokerCore, listener: trio.SocketListener, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    quota = ConnectionQuota()
+    core.extensions["connection_quota"] = quota
+
     async def handle(stream: trio.SocketStream) -> None:
         try:
-            await Connection(core, stream).run()
+            await Connection(core, stream, quota).run()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         except Exception:  # a bug in one connection must not end the broker
@@ -136,13 +214,14 @@ class _LineReader:
 class Connection:
     """The actor for one accepted connection."""
 
-    def __init__(self, core: BrokerCore, stream: trio.SocketStream) -> None:
+    def __init__(self, core: BrokerCore, stream: trio.SocketStream, quota: ConnectionQuota | None = None) -> None:
         self.core = core
         self.stream = stream
         self._fd = stream.socket.fileno()
         self.id = core.next_connection_id()
         self.reader = _LineReader(stream)
         self.peer: PeerCredentials = peer_credentials(stream.socket)  # type: ignore[arg-type]
+        self.quota = quota
 
     async def send(self, payload: bytes) -> None:
         """Send a reply: straight to the socket when it has room (nearly always), else through trio."""
@@ -171,10 +250,26 @@ class Connection:
             pass
 
     async def run(self) -> None:
+        source, agent = self._source()
         try:
-            await self._run()
+            refused = self.quota.admit(source, agent=agent) if self.quota is not None else None
+            if refused is not None:
+                await self.send(wire.fail(None, ConclaveError(ErrorCode.QUOTA, refused)))
+                return
+            try:
+                await self._run()
+            finally:
+                if self.quota is not None:
+                    self.quota.release(source, agent=agent)
         finally:
             self.peer.close()
+
+    def _source(self) -> tuple[str, bool]:
+        """Whose connection this is counted as: the live agent whose tree the peer is in, else the peer."""
+        owner = self.core.registry.agent_owning(self.peer.pid) if self.quota is not None else None
+        if owner is not None:
+            return f"agent {owner.principal.key}", True
+        return f"process {self.peer.pid}", False
 
     async def _run(self) -> None:
         principal = await self._authenticate()

@@ -49,6 +49,8 @@ class AgentSpec:
     #: More paths the agent's box lets it read, or read and write (absolute).
     allow_read: tuple[str, ...] = ()
     allow_write: tuple[str, ...] = ()
+    #: Its share of the uid's processes (broker.sandbox.share); None: the default, cut to fit a finite ulimit.
+    max_processes: int | None = None
 
 
 @final

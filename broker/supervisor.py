@@ -1,22 +1,33 @@
 """The supervisor: spawns every agent in its box, watches it, and cleans up after it.
 
-Each agent runs in its own process group, inside its sandbox
-(``broker.sandbox``: the launcher builds the box and execs the agent, so the
-agent keeps the pid registered here), with its stdout and stderr captured
-to ``<state>/logs/<agent>-<session>.log``.  When an agent's process exits the
-supervisor kills whatever is left of its group, then everything it left
-behind anywhere (its cgroup where one is delegated, and a freeze-and-sweep
-of the orphans it leaves the broker), revokes its principal (the ticket
+Each agent runs inside its sandbox (``broker.sandbox``): the process
+registered here is the agent's launcher, which builds the box, runs the
+agent beneath it (in a PID namespace of its own where the machine allows),
+stays as its keeper, and ends with the agent's exact status.  Its stdout
+and stderr go to ``<state>/logs/<agent>-<session>.log``.  Every launcher
+holds the read end of the broker's *lifeline*, a pipe only this process
+writes to: when the broker dies, however, the launchers see end of file and
+end their agents (``broker/sandbox/keeper.py``).  Each launcher also has a
+report pipe back: it says when its agent reaches its share of processes
+(``broker/sandbox/share.py``) and how many leftovers it killed.
+
+When an agent's launcher exits -- after ending everything the agent left --
+the supervisor kills whatever is left of its group, its cgroup where one is
+delegated and, last, sweeps the orphans the broker was left (what an
+unboxed agent may have escaped with), revokes its principal (the ticket
 stops working, its connections close), records the exit with how many
 leftovers were killed, and tells the other owners (locks, mail) so they
-release what it held.  Cancelling the supervisor -- SIGINT or SIGTERM to
-the broker -- terminates every agent (SIGTERM, then SIGKILL after a grace
-period) before it returns.
+release what it held.  Cancelling the supervisor -- a signal to the broker --
+terminates every agent (SIGTERM, then after a grace period the launcher is
+told to end it now, then SIGKILL) before it returns.  Every live launcher is
+written in the state directory's ledger (``broker/sandbox/leftovers.py``)
+so that a broker killed outright leaves a record the next one acts on.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -29,13 +40,17 @@ import attrs
 import trio
 
 from broker.errors import ConclaveError, ErrorCode
-from broker.identity import Principal
+from broker.client import ENV_BROKER_PROCESS
+from broker.identity import Principal, pidfs_identity
 from broker.paths import ENV_REPO, ENV_SOCKET, ENV_STATE_DIR, ENV_TICKET
 from broker.registry import LiveAgent
 from broker.sandbox import box as sandbox
+from broker.sandbox import share as shares
 from broker.sandbox import sweep
 from broker.sandbox.gitviews import GitViews
-from broker.sandbox.machine import Machine
+from broker.sandbox.keeper import END_NOW
+from broker.sandbox.leftovers import Ledger
+from broker.sandbox.machine import LAUNCHER, Machine
 from broker.spec import AgentSpec, SandboxNeeds, SpecError, validate_name
 from broker.team import Team
 from store import events
@@ -44,8 +59,12 @@ if TYPE_CHECKING:
     from broker.core import BrokerCore
     from broker.output import RunView
 
+log = logging.getLogger("conclave.supervisor")
+
 DEFAULT_GRACE: Final = 5.0
 RESTART_BACKOFF: Final = 0.5
+#: Seconds a launcher told to end its agent now (SIGUSR1) has before it is killed itself.
+END_NOW_GRACE: Final = 2.0
 #: Exit code recorded when the command could not be started at all.
 SPAWN_FAILED: Final = 127
 
@@ -118,14 +137,30 @@ class Supervisor:
     """Spawns and watches agent processes.  One per running broker."""
 
     def __init__(
-        self, core: BrokerCore, *, socket_path: Path, machine: Machine, grace: float = DEFAULT_GRACE, view: RunView | None = None
+        self,
+        core: BrokerCore,
+        *,
+        socket_path: Path,
+        machine: Machine,
+        grace: float = DEFAULT_GRACE,
+        view: RunView | None = None,
+        ledger: Ledger | None = None,
+        agent_nofile: int | None = None,
     ) -> None:
         self.core = core
         self.view = view
         self.socket_path = socket_path
         self.machine = machine
         self.grace = grace
+        self.ledger = ledger
+        #: The soft descriptor limit agents get (the broker raised its own for its connections).
+        self.agent_nofile = agent_nofile
         self.outcomes: list[AgentOutcome] = []
+        # The lifeline: launchers get the read end; the write end never leaves this process
+        # (close-on-exec), so end of file on it means the broker is gone, however it died.
+        self._lifeline, self._lifeline_w = os.pipe2(os.O_CLOEXEC)
+        self._shares = shares.ProcessShares(limit=None, in_use=0, slots=1)
+        self._broker_process = pidfs_identity(os.getpid())
         self._nursery: trio.Nursery | None = None
         self._pids: set[int] = set()
         # Held from a spawn until its pid is in `_pids`, and through an exit's sweep: a process
@@ -142,6 +177,7 @@ class Supervisor:
 
     async def run(self, team: Team, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> list[AgentOutcome]:
         """Spawn the team and return once every agent (and child) has exited."""
+        self._shares = await trio.to_thread.run_sync(shares.measure, sum(1 + a.may_spawn for a in team.agents))
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             for spec in team.agents:
@@ -149,6 +185,14 @@ class Supervisor:
             task_status.started()
         self._nursery = None
         return self.outcomes
+
+    def close(self) -> None:
+        """Drop the lifeline (every agent has exited)."""
+        for fd in (self._lifeline, self._lifeline_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     async def spawn_child(self, parent: Principal, name: str, command: list[str]) -> Principal:
         """Spawn a child for ``parent`` as the broker's own child process.
@@ -197,17 +241,21 @@ class Supervisor:
         live = self.core.registry.end(principal)
         if live is None or live.pid is None or live.pid not in self._pids:
             return False
-        _signal_group(live.pid, signal.SIGTERM)
+        _signal(live.pid, signal.SIGTERM)  # the launcher passes it on to the agent's group
         if self._nursery is not None:
             self._nursery.start_soon(self._kill_after_grace, live.pid)
         return True
 
     async def _kill_after_grace(self, pid: int) -> None:
-        with trio.move_on_after(self.grace):
-            while pid in self._pids:
-                await trio.sleep(0.05)
-        if pid in self._pids:
-            _signal_group(pid, signal.SIGKILL)
+        for sig, wait in ((END_NOW, self.grace), (signal.SIGKILL, END_NOW_GRACE)):
+            with trio.move_on_after(wait):
+                while pid in self._pids:
+                    await trio.sleep(0.05)
+            if pid not in self._pids:
+                return
+            _signal(pid, sig)
+            if sig == signal.SIGKILL:
+                _signal_group(pid, sig)
 
     # -- one agent's life -------------------------------------------------------
 
@@ -244,6 +292,16 @@ class Supervisor:
                 git=self._git_box(level, principal),
             )
             env.update(box.env)
+            share = self._shares.share(spec.max_processes)
+            report_r, report_w = os.pipe2(os.O_CLOEXEC)
+            options = ["--watch", str(self._lifeline), "--report", str(report_w)]
+            if self.agent_nofile is not None:
+                options += ["--nofile", str(self.agent_nofile)]
+            if box.level == "strict" and os.geteuid() != 0:  # uid 0 is exempt from RLIMIT_NPROC: no promise to make
+                options += ["--max-processes", str(share)]
+            if box.cgroup is not None:
+                shares.limit_cgroup(box.cgroup, share)
+            box = box.with_options(*options)
         except BaseException:
             self.core.registry.end(principal)  # its ticket dies with the spawn that never happened
             self._retire_git_now(principal)
@@ -263,11 +321,13 @@ class Supervisor:
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    pass_fds=(self._lifeline, report_w),
                 )
                 self._pids.add(process.pid)
                 if box.cgroup is not None:
                     self._cgroups.add(box.cgroup)
         except OSError as exc:
+            os.close(report_r)
             log_file.write(f"conclave: could not start {command}: {exc}\n".encode())
             log_file.close()
             self.core.registry.end(principal)
@@ -282,18 +342,61 @@ class Supervisor:
             ))  # fmt: skip
             return principal
         finally:
+            os.close(report_w)
             if not log_file.closed:
                 log_file.close()
+        if self.ledger is not None:
+            self.ledger.agent_started(principal.key, process.pid, box.cgroup, str(LAUNCHER))
         self.core.registry.started(principal, process.pid, started)
         await self._persist_start(live, process.pid, started, attempt, command, box.level)
         if self.view is not None:
             self.view.spawned(
                 principal.key, process.pid, log_path, attempt=attempt + 1, attempts=_attempts(spec, child=parent is not None), sandbox=box.level
             )
-        self._nursery.start_soon(self._watch, live, process, attempt, str(log_path), box)
+        reports = LauncherReports(report_r)
+        self._nursery.start_soon(self._hear, reports, principal, box)
+        self._nursery.start_soon(self._watch, live, process, attempt, str(log_path), box, reports)
         return principal
 
-    async def _watch(self, live: LiveAgent, process: trio.Process, attempt: int, log_path: str, box: sandbox.Box) -> None:
+    async def _hear(self, reports: LauncherReports, principal: Principal, box: sandbox.Box) -> None:
+        """Read what the agent's launcher reports until it exits; say when the agent reaches its share.
+
+        Shielded: it ends when the launcher does (end of file), which shutdown itself brings about,
+        so the count of leftovers the launcher sends last is never lost to a cancellation."""
+        refused = 0
+        try:
+            with trio.CancelScope(shield=True):
+                async with trio.lowlevel.FdStream(reports.fd) as stream:
+                    pending = b""
+                    while True:
+                        with trio.move_on_after(1.0 if box.cgroup is not None else float("inf")):
+                            chunk = await stream.receive_some(4096)
+                            if not chunk:
+                                break
+                            pending += chunk
+                            *lines, pending = pending.split(b"\n")
+                            for line in lines:
+                                reached = reports.heard(line)
+                                if reached is not None:
+                                    await self._share_reached(principal, box, reached)
+                        if box.cgroup is not None and shares.cgroup_refusals(box.cgroup) > refused:
+                            refused = shares.cgroup_refusals(box.cgroup)
+                            await self._share_reached(principal, box, {"refused": refused, "limit": _read_int(box.cgroup / "pids.max")})
+        finally:
+            reports.closed.set()
+
+    async def _share_reached(self, principal: Principal, box: sandbox.Box, detail: dict[str, object]) -> None:
+        limit = detail.get("limit")
+        if self.view is not None:
+            self.view.share_reached(principal.key, limit if isinstance(limit, int) else None)
+        try:
+            await self.core.record("agent.share_reached", actor=events.BROKER_ACTOR, subject=principal.key, payload={"sandbox": box.level, **detail})
+        except Exception:  # the store refusing an event must not end the watch on an agent
+            log.exception("could not record that %s reached its share", principal.key)
+
+    async def _watch(
+        self, live: LiveAgent, process: trio.Process, attempt: int, log_path: str, box: sandbox.Box, reports: LauncherReports
+    ) -> None:
         principal = live.principal
         cancelled = False
         try:
@@ -305,10 +408,14 @@ class Supervisor:
             with trio.CancelScope(shield=True):
                 in_group = await self._terminate(process)
                 self._pids.discard(process.pid)
+                with trio.move_on_after(2.0):  # the launcher has exited: its report is complete
+                    await reports.closed.wait()
                 # One process may be seen twice (in the group, then in the cgroup after a setsid): count pids.
                 async with self._registering:  # never while a spawn is between fork and `_pids`
-                    leftovers = len(in_group | await trio.to_thread.run_sync(self._contain, box))
+                    leftovers = reports.leftovers + len(in_group | await trio.to_thread.run_sync(self._contain, box))
                     self._cgroups.discard(box.cgroup)  # type: ignore[arg-type]  # killed: no one else's sweep need spare it now
+                if self.ledger is not None:
+                    self.ledger.agent_ended(principal.key)
                 code = process.returncode
                 self.core.registry.end(principal)
                 await self._persist_end(principal, process.pid, code, "stopped by the broker" if cancelled else None, leftovers)
@@ -355,11 +462,15 @@ class Supervisor:
             self.view.exited(outcome)
 
     async def _terminate(self, process: trio.Process) -> set[int]:
-        """SIGTERM the whole group, SIGKILL it after the grace period; return the pids it left in the group."""
+        """SIGTERM to the launcher (it passes it on to the agent's group); after the grace period, tell
+        it to end the agent now; SIGKILL it if it does not.  Return the pids left in its group."""
         if process.returncode is None:
-            _signal_group(process.pid, signal.SIGTERM)
-            with trio.move_on_after(self.grace):
-                await process.wait()
+            for sig, wait in ((signal.SIGTERM, self.grace), (END_NOW, END_NOW_GRACE)):
+                _signal(process.pid, sig)
+                with trio.move_on_after(wait):
+                    await process.wait()
+                if process.returncode is not None:
+                    break
             if process.returncode is None:
                 _signal_group(process.pid, signal.SIGKILL)
                 await process.wait()
@@ -387,6 +498,8 @@ class Supervisor:
         env[ENV_TICKET] = secret
         env[ENV_STATE_DIR] = str(self.core.paths.state)
         env[ENV_REPO] = str(self.core.paths.repo)
+        if self._broker_process is not None:
+            env[ENV_BROKER_PROCESS] = self._broker_process
         return env
 
     # -- the database copy --------------------------------------------------------
@@ -465,6 +578,43 @@ def _outcome(
         status=status, failed=failed, attempt=attempt + 1, attempts=_attempts(live.spec, child=p.parent is not None),
         restarting=restart, ended_by=ended_by,
     )  # fmt: skip
+
+
+@final
+class LauncherReports:
+    """What one agent's launcher said on its report pipe (``broker/sandbox/launcher.py``)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.leftovers = 0
+        self.closed = trio.Event()
+
+    def heard(self, line: bytes) -> dict[str, object] | None:
+        """Take one line in; the share detail when it says the agent reached its share."""
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(message, dict):
+            return None
+        if isinstance(message.get("leftovers"), int):
+            self.leftovers = message["leftovers"]
+        reached = message.get("share")
+        return reached if isinstance(reached, dict) else None
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

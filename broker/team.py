@@ -5,7 +5,7 @@
 name = "alice"                      # the stable agent name
 command = ["bash", "agents/alice.sh"]
 # optional: cwd, env = {..}, may_spawn = 2, restart = "never"|"on-failure",
-#           max_restarts = 3, preset, prompt
+#           max_restarts = 3, preset, prompt, sandbox, max_processes = 512
 ```
 
 Parsing is strict: an unknown key, a duplicate or reserved name, a missing
@@ -34,7 +34,7 @@ SANDBOX_LEVELS: Final = ("strict", "landlock", "off")
 AGENT_KEYS: Final = frozenset(
     {
         "name", "command", "cwd", "env", "may_spawn", "restart", "max_restarts", "preset", "prompt", "description",
-        "sandbox", "allow_read", "allow_write",
+        "sandbox", "allow_read", "allow_write", "max_processes",
     }
 )
 #: Top-level tables other packages read (locks' slots, the trust policy, mail's budget).
@@ -182,7 +182,14 @@ def _parse_agent(entry: Any, where: str, repo: Path, rules: TeamRules, check_com
         raise TeamError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(AGENT_KEYS))}")
     command = entry.get("command")
     if isinstance(command, str):
-        command = shlex.split(command)
+        # A string is split as a POSIX shell would split its words (no expansion, no pipes).
+        try:
+            command = shlex.split(command)
+        except ValueError as exc:
+            raise TeamError(
+                f"{where}: command {command!r} cannot be split into words ({exc}); close the quote, or write it as a "
+                'list: command = ["program", "arg", ...]'
+            ) from None
     if not command and entry.get("preset") in (None, "command"):
         raise TeamError(f'{where}: missing command; add command = ["program", "arg", ...]')
     if command is not None and (not isinstance(command, list) or not all(isinstance(c, str) and c for c in command)):
@@ -215,6 +222,9 @@ def _parse_agent(entry: Any, where: str, repo: Path, rules: TeamRules, check_com
             f'{where}: sandbox must be one of {", ".join(SANDBOX_LEVELS)} (or left out for the strongest this machine '
             f"offers; `conclave doctor` says which)"
         )
+    max_processes = entry.get("max_processes")
+    if max_processes is not None and (not isinstance(max_processes, int) or isinstance(max_processes, bool) or not 16 <= max_processes <= 1_000_000):
+        raise TeamError(f"{where}: max_processes must be a whole number from 16 to 1000000 (its share of your processes; default 512)")
     allowed = {key: _allowed_paths(entry.get(key, []), key, repo, where) for key in ("allow_read", "allow_write")}
     for key in ("preset", "prompt"):
         if key in entry and not isinstance(entry[key], str):
@@ -238,6 +248,7 @@ def _parse_agent(entry: Any, where: str, repo: Path, rules: TeamRules, check_com
         sandbox=sandbox,
         allow_read=allowed["allow_read"],
         allow_write=allowed["allow_write"],
+        max_processes=max_processes,
     )
     with _as_team_error():
         if spec.preset is not None:

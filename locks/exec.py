@@ -59,7 +59,7 @@ def run_locked(
         try:
             grants = client.call("lock.acquire", acquire_args(resources, shared=shared, wait=wait, ttl=ttl, scope="connection"))["grants"]
         except ConclaveError as exc:
-            die(f"{exc.message} [{exc.code.value}]", EXIT_NO_BROKER if exc.code.value == "unavailable" else EXIT_REFUSED)
+            die(f"{exc.message} [{exc.code.value}]", EXIT_NO_BROKER if exc.code.value == "unavailable" else EXIT_REFUSED, error=exc.code.value)
         except KeyboardInterrupt:
             # Ctrl-C while waiting in line: the broker sees the hang-up and drops the wait.
             die("interrupted while waiting for the locks; nothing was run", INTERRUPTED)

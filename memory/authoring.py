@@ -18,9 +18,10 @@ domain never counts); they log nothing (see docs/MEMORY.md, "Blind witnesses").
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import apsw
+import attrs
 
 from broker.errors import ConclaveError, ErrorCode
 from memory import claims, exposures, standing
@@ -68,19 +69,52 @@ def revise(conn: apsw.Connection, policy: TrustPolicy, author: Principal, claim_
     return out
 
 
-def corroborate(conn: apsw.Connection, policy: TrustPolicy, witness: Principal, claim_id: int, *, evidence: str | None) -> dict[str, Any]:
-    """Vouch for a claim, by id.  Always recorded; the reply says whether it counted and why not."""
+@attrs.frozen
+class EvidenceMatch:
+    """How well a witness's own evidence says what the claim says (measured before the job, off the event loop).
+
+    ``method`` is ``meaning`` (cosine of the two texts' vectors) or ``words``
+    (with ``embedder = "none"``: the share of the claim's words the evidence
+    repeats); ``matched`` is that figure against its calibrated threshold.
+    """
+
+    similarity: float | None
+    matched: bool
+    method: str
+
+
+NO_EVIDENCE: Final = EvidenceMatch(None, False, "none")
+
+
+def corroborate(
+    conn: apsw.Connection, policy: TrustPolicy, witness: Principal, claim_id: int, *, evidence: str | None, match: EvidenceMatch = NO_EVIDENCE
+) -> dict[str, Any]:
+    """Vouch for a claim, by id.  Always recorded; the reply says whether it counted and why not.
+
+    What kind of witness this is:
+
+    * **informed** -- its trust domain wrote the claim or was shown it (any
+      edition, any channel): agreement after reading, counted as ever;
+    * **blind** -- never shown it, and its own evidence says what the claim
+      says (``match``): an independent finding, the strongest witness;
+    * **unread** -- never shown it, and no evidence (or evidence that does
+      not match): it vouches by id for text it never saw.  Recorded, never
+      counted.
+    """
     claim = claims.require_live(conn, claim_id, "corroborate")
     at = events.now()
     # The author's domain wrote the claim: it has seen it, whatever the exposure log says.
-    blind = witness.domain != claim.author_domain and not exposures.seen_by_domain(conn, witness.domain, claim.lineage)
+    shown = witness.domain == claim.author_domain or exposures.seen_by_domain(conn, witness.domain, claim.lineage)
+    kind = "informed" if shown else ("blind" if match.matched else "unread")
+    blind = kind == "blind"
     conn.execute(
-        "INSERT INTO corroborations(claim, principal, domain, at, evidence, blind, counted) VALUES (?,?,?,?,?,?,0)",
-        (claim.id, witness.key, witness.domain, at, evidence, int(blind)),
+        "INSERT INTO corroborations(claim, principal, domain, at, evidence, blind, counted, witness, similarity) VALUES (?,?,?,?,?,?,0,?,?)",
+        (claim.id, witness.key, witness.domain, at, evidence, int(blind), kind, match.similarity),
     )
     row = conn.last_insert_rowid()
-    verdict = _record_witness(conn, policy, witness, claim, "memory.corroborate", row, at, {"blind": blind}, evidence)
-    out = _after(conn, policy, claim.id, verdict, blind=blind)
+    extra = {"blind": blind, "witness": kind, "similarity": match.similarity, "evidence_match": match.method}
+    verdict = record_witness(conn, policy, witness, claim, "memory.corroborate", row, at, extra, evidence)
+    out = _after(conn, policy, claim.id, verdict, blind=blind, witness=kind, similarity=match.similarity)
     exposures.record(conn, witness, [claim], "show", at)  # the reply carries the text: from now on, informed
     return out
 
@@ -94,13 +128,13 @@ def dispute(conn: apsw.Connection, policy: TrustPolicy, witness: Principal, clai
         (claim.id, witness.key, witness.domain, at, reason),
     )
     row = conn.last_insert_rowid()
-    verdict = _record_witness(conn, policy, witness, claim, "memory.dispute", row, at, {"reason_sha256": claims.digest(reason)}, None)
+    verdict = record_witness(conn, policy, witness, claim, "memory.dispute", row, at, {"reason_sha256": claims.digest(reason)}, None)
     out = _after(conn, policy, claim.id, verdict)
     exposures.record(conn, witness, [claim], "show", at)  # the reply carries the text
     return out
 
 
-def _record_witness(
+def record_witness(
     conn: apsw.Connection,
     policy: TrustPolicy,
     witness: Principal,

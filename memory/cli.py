@@ -26,8 +26,19 @@ EvidenceOpt = Annotated[Optional[str], typer.Option("--evidence", help="What sup
 
 def _witness_line(w: dict[str, Any]) -> str:
     mark = "counted" if w["counted"] else f"not counted: {w['reason_not_counted']}"
-    how = "" if "blind" not in w else (" blind" if w["blind"] else " informed")
-    return f"{w['principal']} (domain {w['domain']}){how}, {mark}"
+    how = "" if "blind" not in w else " " + (w.get("witness") or ("blind" if w["blind"] else "informed"))
+    extra = ""
+    if w.get("restatement"):
+        extra = f" -- rediscovered it in claim {w['restatement']}"
+    elif w.get("similarity") is not None:
+        extra = f" -- its evidence against the claim: similarity {w['similarity']:.2f}"
+    return f"{w['principal']} (domain {w['domain']}){how}, {mark}{extra}"
+
+
+def _link_line(claim: int, link: dict[str, Any]) -> str:
+    if link["claim"] == claim:
+        return f"restates claim {link['restates']} ({link['kind']}, similarity {link['similarity']:.2f}): retired, one claim not two"
+    return f"restated by claim {link['claim']} ({link['kind']}, similarity {link['similarity']:.2f})"
 
 
 def _print_claim(c: dict[str, Any]) -> None:
@@ -44,6 +55,8 @@ def _print_claim(c: dict[str, Any]) -> None:
         say(f"  disputed by {_witness_line(d)}: {d['reason']}")
     for p in c.get("promotions", []):
         say(f"  promoted by {p['by']} at {p['at']}" + (f": {p['reason']}" if p["reason"] else ""))
+    for link in c.get("links", []):
+        say(f"  {_link_line(c['id'], link)}")
     if c.get("superseded_by"):
         say(f"  superseded by claim {c['superseded_by']}")
     if c.get("retired"):
@@ -121,11 +134,32 @@ def remember(
     _claim_op(json_out, repo, state_dir, "memory.remember", {"kind": kind, "text": text, "scope": scope, "evidence": evidence})
 
 
+WitnessEvidenceOpt = Annotated[
+    Optional[str],
+    typer.Option("--evidence", help="What you found, in your own words. Never shown the claim? Without this your vouch is unread and does not count."),
+]
+
+
 @app.command()
-def corroborate(id: IdArg, evidence: EvidenceOpt = None, json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt = None) -> None:
-    """Vouch for claim ID; says whether this corroboration counted, and why not."""
+def corroborate(id: IdArg, evidence: WitnessEvidenceOpt = None, json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt = None) -> None:
+    """Vouch for claim ID: blind (never shown it, your evidence says what it says), informed (you read it), or unread (neither: not counted)."""
     _check_claim_text("memory.corroborate", "", evidence)
     _claim_op(json_out, repo, state_dir, "memory.corroborate", {"id": id, "evidence": evidence})
+
+
+@app.command()
+def settle(
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait at most.", min=0.1, max=600)] = 30.0,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Wait until the broker has embedded every claim remembered so far (operator); exit 1 if it has not within --timeout."""
+    target = Target(json_out, repo, state_dir)
+    result = call(target, "memory.settle", {"timeout": timeout})
+    emit(target, result, lambda r: say(f"{'settled' if r['settled'] else 'not settled'}: {r['embedded']} claims embedded by {r['embedder']}" + (f"; error: {r['error']}" if r["error"] else "")))
+    if not result["settled"]:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -260,7 +294,8 @@ def trail(
         def verdict(r: dict[str, Any]) -> str:
             if r["counted"] is None:
                 return r["note"] or ""
-            return ("counted" if r["counted"] else f"not counted ({r['note']})") + ("" if r["blind"] is None else (", blind" if r["blind"] else ", informed"))
+            how = r.get("witness") or (None if r["blind"] is None else ("blind" if r["blind"] else "informed"))
+            return ("counted" if r["counted"] else f"not counted ({r['note']})") + (f", {how}" if how else "")
 
         title = f"trail of claim {claim}" if claim is not None else f"trail of {agent}"
         table(title, ["at (UTC)", "principal", "action", "claim", "tier", "verdict", "text"], [
@@ -395,7 +430,13 @@ def stats(json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt =
         say(f"claims: {s['claims']}  " + "  ".join(f"{k} {v}" for k, v in s["by_tier"].items()))
         say("live by kind: " + "  ".join(f"{k} {v}" for k, v in s["live_by_kind"].items()))
         c = s["corroborations"]
-        say(f"corroborations: {c['total']} ({c['counted']} counted, {c['blind']} blind)  disputes: {s['disputes']}  exposures: {s['exposures']}")
+        say(f"corroborations: {c['total']} ({c['counted']} counted, {c['blind']} blind, {c.get('unread', 0)} unread)  disputes: {s['disputes']}  exposures: {s['exposures']}")
+        if "meaning" in s:
+            m = s["meaning"]
+            say(f"meaning: {m['embedder']}; {s.get('vectors', 0)} vectors stored, {m['embedded']} embedded by this broker"
+                + (f"; error: {m['error']}" if m["error"] else ""))
+            links = s.get("links") or {}
+            say(f"restatements: {links.get('rediscoveries', 0)} rediscoveries, {links.get('restatements', 0)} informed near-duplicates")
         say(f"policy: quorum {s['policy']['quorum']}, require_blind {str(s['policy']['require_blind']).lower()}  last groom: {s['last_groom'] or 'never'}")
         say(f"memory events: {s['events']}  database: {s['database_bytes'] / 1e6:.1f} MB")
 

@@ -1,4 +1,4 @@
-"""Reading the memory back: a claim's biography, an agent's trail, the log, lists, figures.
+"""Reading the memory back: a claim's biography, the log, lists, figures (trails: ``memory.trails``).
 
 ``show`` is the one an agent may also use (it is then logged as an
 exposure, like ``recall``); the rest are the operator's.
@@ -36,8 +36,19 @@ def show(conn: apsw.Connection, policy: TrustPolicy, claim_id: int) -> dict[str,
             for e in editions
         ],
         "exposures": conn.execute("SELECT count(*) FROM exposures WHERE lineage = ?", (claim.lineage,)).fetchone()[0],
+        "links": links(conn, claim.id),
         "history": [{"seq": e.seq, "at": e.at, "kind": e.kind, "actor": e.actor, "claim": int(e.subject), "detail": e.payload} for e in history],
     }
+
+
+def links(conn: apsw.Connection, claim_id: int) -> list[dict[str, Any]]:
+    """The restatement links of a claim, both ways: what it restates, and which later claims restated it."""
+    return [
+        {"claim": c, "restates": r, "kind": k, "similarity": s, "at": at}
+        for c, r, k, s, at in conn.execute(
+            "SELECT claim, restates, kind, similarity, at FROM claim_links WHERE claim = ? OR restates = ? ORDER BY id", (claim_id, claim_id)
+        )
+    ]
 
 
 def _agent_clause(column: str) -> str:
@@ -48,87 +59,6 @@ def _agent_clause(column: str) -> str:
 def _agent_params(name: str) -> tuple[str, str]:
     safe = events.like_prefix(name)
     return (f"{safe}:%", f"{safe}/%")
-
-
-def trail(conn: apsw.Connection, of_agent: str) -> list[dict[str, Any]]:
-    """Everything an agent (every session, and its spawned children) authored, corroborated, disputed -- in time order.
-
-    Raises:
-        ConclaveError: ``not_found`` for an agent that never ran here (an
-            empty trail would look like an agent that did nothing).
-    """
-    if not of_agent or ":" in of_agent:
-        raise ConclaveError(ErrorCode.INVALID_ARGS, "trail takes an agent name (alice), not AGENT:SESSION")
-    params = _agent_params(of_agent)
-    if conn.execute("SELECT 1 FROM principals WHERE agent = ? OR agent LIKE ? ESCAPE '\\' LIMIT 1", (of_agent, params[1])).fetchone() is None:
-        raise ConclaveError(
-            ErrorCode.NOT_FOUND, f"no agent named {of_agent} has run on this state directory; `conclave agents` lists the ones that have"
-        )
-    rows: list[dict[str, Any]] = []
-    for cid, at, principal, edition, supersedes, tier, text in conn.execute(
-        f"SELECT id, created_at, author, edition, supersedes, tier, text FROM claims WHERE {_agent_clause('author')}", params
-    ):
-        rows.append(
-            {"at": at, "principal": principal, "action": "revised" if supersedes else "authored", "claim": cid, "tier": tier, "text": text, "counted": None, "blind": None, "note": f"edition {edition}" + (f" of claim {supersedes}" if supersedes else "")}
-        )
-    for cid, at, principal, blind, counted, why, tier, text in conn.execute(
-        f"SELECT c.claim, c.at, c.principal, c.blind, c.counted, c.reason_not_counted, k.tier, k.text "
-        f"FROM corroborations c JOIN claims k ON k.id = c.claim WHERE {_agent_clause('c.principal')}",
-        params,
-    ):
-        rows.append({"at": at, "principal": principal, "action": "corroborated", "claim": cid, "tier": tier, "text": text, "counted": bool(counted), "blind": bool(blind), "note": why})
-    for cid, at, principal, counted, why, reason, tier, text in conn.execute(
-        f"SELECT d.claim, d.at, d.principal, d.counted, d.reason_not_counted, d.reason, k.tier, k.text "
-        f"FROM disputes d JOIN claims k ON k.id = d.claim WHERE {_agent_clause('d.principal')}",
-        params,
-    ):
-        rows.append({"at": at, "principal": principal, "action": "disputed", "claim": cid, "tier": tier, "text": text, "counted": bool(counted), "blind": None, "note": why or reason})
-    rows.sort(key=lambda r: (r["at"], r["claim"]))
-    return rows
-
-
-def claim_trail(conn: apsw.Connection, claim_id: int) -> list[dict[str, Any]]:
-    """Everything that happened to a claim and its other editions, in time order.
-
-    Who wrote each edition, who was shown it (and how: recall, context,
-    show), who corroborated or disputed it (counted or not, blind or
-    informed, and why), and every tier change, promotion and retirement --
-    the rows of an agent's trail, seen from the claim.
-    """
-    claim = claims.require(conn, claim_id)
-    family = claims.editions(conn, claim.lineage)
-    ids = [e.id for e in family]
-    marks = ",".join("?" * len(ids))
-    tiers = {e.id: e.tier.value for e in family}
-    rows: list[dict[str, Any]] = []
-
-    def row(at: str, principal: str, action: str, cid: int, *, counted: bool | None = None, blind: bool | None = None, note: str | None = None, text: str = "") -> None:
-        rows.append({"at": at, "principal": principal, "action": action, "claim": cid, "tier": tiers[cid], "text": text, "counted": counted, "blind": blind, "note": note})
-
-    for e in family:
-        row(e.created_at, e.author, "revised" if e.supersedes else "authored", e.id, note=f"edition {e.edition}" + (f" of claim {e.supersedes}" if e.supersedes else ""), text=e.text)
-    for cid, at, principal, via in conn.execute(f"SELECT claim, at, principal, via FROM exposures WHERE claim IN ({marks})", ids):
-        row(at, principal, "shown", cid, note=f"via {via}")
-    for cid, at, principal, blind, counted, why, evidence in conn.execute(
-        f"SELECT claim, at, principal, blind, counted, reason_not_counted, evidence FROM corroborations WHERE claim IN ({marks})", ids
-    ):
-        row(at, principal, "corroborated", cid, counted=bool(counted), blind=bool(blind), note=why, text=evidence or "")
-    for cid, at, principal, counted, why, reason in conn.execute(
-        f"SELECT claim, at, principal, counted, reason_not_counted, reason FROM disputes WHERE claim IN ({marks})", ids
-    ):
-        row(at, principal, "disputed", cid, counted=bool(counted), note=why, text=reason or "")
-    for cid, at, by, reason in conn.execute(f"SELECT claim, at, by, reason FROM promotions WHERE claim IN ({marks})", ids):
-        row(at, by, "promoted", cid, text=reason or "")
-    for subject in ids:
-        for e in events.read(conn, subject=str(subject), kind_prefix="memory"):
-            if e.kind in ("memory.tier", "memory.retire", "memory.unretire"):
-                detail = e.payload
-                change = f"{detail.get('from')} -> {detail.get('to')}" if "to" in detail else None
-                cause = detail.get("cause") or detail.get("rule")
-                note = "; ".join(str(x) for x in (change, cause) if x) or None
-                row(e.at, e.actor, e.kind.removeprefix("memory."), subject, note=note, text=str(detail.get("reason") or ""))
-    rows.sort(key=lambda r: (r["at"], r["claim"]))
-    return rows
 
 
 #: Event families other packages write; `memory log --kind lock` shows who held what when.
@@ -194,12 +124,9 @@ def listing(
     sql = "SELECT id FROM claims" + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY id DESC LIMIT ?"
     ids = [r[0] for r in conn.execute(sql, (*params, min(limit, MAX_LIST)))]
     rows = claims.load_many(conn, ids)
-    out = []
-    for i in ids:
-        c = rows[i]
-        counted = conn.execute("SELECT count(*) FROM corroborations WHERE claim = ? AND counted = 1", (i,)).fetchone()[0]
-        out.append({**claims.brief(c), "counted_corroborations": counted})
-    return out
+    witnesses = standing.tallies(conn, ids)
+    # `counted_corroborations` predates the tally and stays for scripts that read it.
+    return [{**claims.brief(rows[i]), "witnesses": witnesses[i], "counted_corroborations": witnesses[i]["counted"]} for i in ids]
 
 
 #: Claims in one page of ``memory.export``, and about how many bytes of JSON.
@@ -229,6 +156,9 @@ def stats(conn: apsw.Connection, policy: TrustPolicy, database: str | None) -> d
     by_kind = dict(conn.execute("SELECT kind, count(*) FROM claims WHERE tier IN ('unverified', 'trusted', 'disputed') GROUP BY kind"))
     counted, total = conn.execute("SELECT coalesce(sum(counted), 0), count(*) FROM corroborations").fetchone()
     blind = conn.execute("SELECT coalesce(sum(blind), 0) FROM corroborations").fetchone()[0]
+    unread = conn.execute("SELECT count(*) FROM corroborations WHERE witness = 'unread'").fetchone()[0]
+    rediscoveries = conn.execute("SELECT count(*) FROM claim_links WHERE kind = 'rediscovery'").fetchone()[0]
+    restatements = conn.execute("SELECT count(*) FROM claim_links WHERE kind = 'restatement'").fetchone()[0]
     disputes = conn.execute("SELECT count(*) FROM disputes").fetchone()[0]
     last_groom = conn.execute("SELECT at, summary FROM groom_runs ORDER BY id DESC LIMIT 1").fetchone()
     size = 0
@@ -238,7 +168,8 @@ def stats(conn: apsw.Connection, policy: TrustPolicy, database: str | None) -> d
         "claims": sum(by_tier.values()),
         "by_tier": {t.value: by_tier.get(t.value, 0) for t in Tier},
         "live_by_kind": {k: by_kind.get(k, 0) for k in claims.KINDS},
-        "corroborations": {"total": total, "counted": counted, "blind": blind},
+        "corroborations": {"total": total, "counted": counted, "blind": blind, "unread": unread},
+        "links": {"rediscoveries": rediscoveries, "restatements": restatements},
         "disputes": disputes,
         "exposures": exposures.count(conn),
         "events": conn.execute("SELECT count(*) FROM events WHERE kind LIKE 'memory.%'").fetchone()[0],

@@ -20,7 +20,7 @@ import trio
 from broker.errors import ConclaveError, ErrorCode
 from broker.core import Call, Feature
 from broker.optable import Access, OpTable
-from memory import authoring, claims, curation, exposures, inspection, prefilter, retrieval, revocation, schema, settings, standing
+from memory import authoring, claims, curation, doctor, exposures, inspection, prefilter, retrieval, revocation, schema, settings, standing, trails, vectors
 from store import events
 from store.events import BROKER_ACTOR
 from store.integrity import ExpectedHead
@@ -229,8 +229,11 @@ async def corroborate(call: Call, args: CorroborateArgs) -> dict[str, Any]:
         _text("memory.corroborate", "evidence", args.evidence, claims.MAX_NOTE)
     await _screen(call, "memory.corroborate", _notes(args.evidence))
     svc = service(call)
+    claim = await svc.read(lambda conn: claims.require(conn, args.id))
+    # The witness's own statement against the claim, by meaning, before the job (off the event loop).
+    match = await svc.meaning.evidence_match(claim.text, args.evidence)
     return await call.core.store.call(
-        lambda conn: authoring.corroborate(conn, svc.policy, call.principal, args.id, evidence=args.evidence), replayable=True
+        lambda conn: authoring.corroborate(conn, svc.policy, call.principal, args.id, evidence=args.evidence, match=match), replayable=True
     )
 
 
@@ -249,7 +252,10 @@ async def recall(call: Call, args: RecallArgs) -> list[dict[str, Any]]:
     _text("memory.recall", "query", args.query, claims.MAX_TEXT)
     _range("memory.recall", "limit", args.limit, 1, retrieval.MAX_LIMIT)
     svc = service(call)
-    return await call.core.store.call(lambda conn: retrieval.recall(conn, svc.policy, call.principal, args.query, limit=args.limit), replayable=True)
+    probe = await svc.probe(args.query)
+    return await call.core.store.call(
+        lambda conn: retrieval.recall(conn, svc.policy, call.principal, args.query, limit=args.limit, probe=probe), replayable=True
+    )
 
 
 @OPS.op("memory.context", ContextArgs)
@@ -257,8 +263,9 @@ async def context(call: Call, args: ContextArgs) -> dict[str, Any]:
     """The fenced reference block for a query: trusted claims by default, within a token budget."""
     _text("memory.context", "query", args.query, claims.MAX_TEXT)
     _range("memory.context", "budget", args.budget, 1, retrieval.MAX_BUDGET)
+    probe = await service(call).probe(args.query)
     return await call.core.store.call(
-        lambda conn: retrieval.context(conn, call.principal, args.query, budget=args.budget, include_unverified=args.include_unverified),
+        lambda conn: retrieval.context(conn, call.principal, args.query, budget=args.budget, include_unverified=args.include_unverified, probe=probe),
         replayable=True,
     )
 
@@ -277,12 +284,30 @@ async def show(call: Call, args: ClaimArgs) -> dict[str, Any]:
     return await call.core.store.call(job, replayable=True)
 
 
+@attrs.frozen
+class SettleArgs:
+    timeout: float = 30.0
+
+
+@OPS.op("memory.settle", SettleArgs, access=Access.OPERATOR)
+async def settle(call: Call, args: SettleArgs) -> dict[str, Any]:
+    """Wait until every claim remembered so far is embedded (and screened, and linked); meaning off: at once."""
+    if not 0 < args.timeout <= 600:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"memory.settle: timeout must be from 0 to 600 seconds, not {args.timeout}")
+    meaning = service(call).meaning
+    settled = await meaning.settle(args.timeout)
+    return {"settled": settled, **meaning.describe()}
+
+
 @OPS.op("memory.stats", NoArgs)
 async def stats(call: Call, _args: NoArgs) -> dict[str, Any]:
     """Counts by tier and kind, witnesses, exposures, the policy in force."""
     svc = service(call)
     path = str(call.core.paths.database)
-    return await svc.read(lambda conn: inspection.stats(conn, svc.policy, path))
+    meaning = svc.meaning
+    out = await svc.read(lambda conn: {**inspection.stats(conn, svc.policy, path), "vectors": vectors.count(conn, meaning.model)})
+    out["meaning"] = meaning.describe()
+    return out
 
 
 # -- operator ops ------------------------------------------------------------------
@@ -306,15 +331,15 @@ async def list_claims(call: Call, args: ListArgs) -> list[dict[str, Any]]:
 @OPS.op("memory.trail", TrailArgs, access=Access.OPERATOR)
 async def trail(call: Call, args: TrailArgs) -> list[dict[str, Any]]:
     """A claim's trail (every edition: authored, shown, corroborated, disputed, tier changes), or an agent's
-    (its sessions and children: what it authored, corroborated, disputed), in time order."""
+    (its sessions and children: what it authored, corroborated, disputed), in the order it happened (memory.trails)."""
     if (args.claim is None) == (args.of_agent is None):
         raise ConclaveError(ErrorCode.INVALID_ARGS, "memory.trail: give either claim (an id) or of_agent (an agent name)")
     if args.claim is not None:
         claim_id = args.claim
-        return await service(call).read(lambda conn: inspection.claim_trail(conn, claim_id))
+        return await service(call).read(lambda conn: trails.claim_trail(conn, claim_id))
     agent = args.of_agent
     assert agent is not None
-    return await service(call).read(lambda conn: inspection.trail(conn, agent))
+    return await service(call).read(lambda conn: trails.agent_trail(conn, agent))
 
 
 @OPS.op("memory.export", ExportArgs, access=Access.OPERATOR)
@@ -446,6 +471,7 @@ async def start(core: BrokerCore, nursery: trio.Nursery) -> None:
     core.extensions[SERVICE] = svc
     if core.live:
         nursery.start_soon(svc.auto_groom)
+        nursery.start_soon(svc.meaning.run, lambda: svc.policy)
 
 
 def check_team(team: Team, where: str) -> None:
@@ -453,4 +479,4 @@ def check_team(team: Team, where: str) -> None:
     settings.MemorySettings.from_tables(team.policy, team.memory, where)
 
 
-FEATURE = Feature("memory", OPS, schema=schema.SCHEMA, start=start, check_team=check_team)
+FEATURE = Feature("memory", OPS, schema=schema.SCHEMA, start=start, check_team=check_team, doctor=doctor.report)

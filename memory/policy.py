@@ -16,7 +16,10 @@ siblings among them -- form one domain.  So:
 * an independent dispute (same counting rules) makes it ``disputed``;
 * the operator's promotion makes it ``trusted`` regardless, and covers the
   disputes made before it -- a later independent dispute reopens it;
-* a revoked principal's corroborations and disputes stop counting.
+* a revoked principal's corroborations and disputes stop counting;
+* an **unread** corroboration -- a vouch by id from a domain never shown the
+  claim, whose own evidence does not restate it -- vouches for text it never
+  saw, and never counts.
 
 Rows that do not count are still recorded, with the reason, and the caller
 is told.  :func:`judge` is pure: ``memory.standing`` feeds it the rows and
@@ -58,6 +61,7 @@ class NotCounted(str, enum.Enum):
     DOMAIN_ALREADY_COUNTED = "domain_already_counted"  # that domain already has a witness that counts
     REVOKED = "revoked"  # the operator revoked this principal
     COVERED_BY_PROMOTION = "covered_by_promotion"  # a dispute the operator saw when promoting
+    UNREAD = "unread"  # never shown the claim, and its evidence does not say what the claim says
 
 
 class PolicyError(ValueError):
@@ -113,6 +117,7 @@ class Witness:
     at: str
     blind: bool = False
     revoked: bool = False
+    unread: bool = False
 
 
 @final
@@ -207,6 +212,8 @@ def _count(witnesses: Iterable[Witness], author_domain: str, *, prefer_blind: bo
     for w in witnesses:
         if w.revoked:
             verdicts[w.row] = Verdict(w.row, False, NotCounted.REVOKED)
+        elif w.unread:
+            verdicts[w.row] = Verdict(w.row, False, NotCounted.UNREAD)
         elif w.domain == author_domain:
             verdicts[w.row] = Verdict(w.row, False, NotCounted.AUTHOR_DOMAIN)
         else:

@@ -358,6 +358,24 @@ _CONDITIONAL: Final = (
 )
 
 
+#: A label or header before what follows: ``IMPORTANT:``, ``Note -``, ``[system]``, ``**NB**:``,
+#: ``(admin)``, ``>>>``, ``⚠️`` -- one to three words and a colon, dash or bang, or anything
+#: bracketed, or a run of symbols.  It does not hide an instruction after it.
+_LABEL: Final = re.compile(
+    r"^\s*(?:[\[(<{【「][^\]\)>}】」\n]{0,40}[\])>}】」]|[^\w\s]+(?=\s|\w)|(?:[*_~`]*[A-Za-z][\w'.]*[*_~`]*(?:\s+[*_~`]*[A-Za-z][\w'.]*[*_~`]*){0,2})\s*(?:[:!]+|\s[-–—]+|[-–—]{2,}))\s*"
+)
+
+
+def _unlabel(text: str) -> str:
+    """``text`` without the labels and headers in front of it (at most four)."""
+    for _ in range(4):
+        stripped = _LABEL.sub("", text, count=1)
+        if stripped == text or not stripped.strip():
+            return text
+        text = stripped
+    return text
+
+
 def _imperative(consequence: str) -> bool:
     """Whether a conditional's consequence opens with a bare verb (an order), not a subject."""
     if _ORDER_VERB.match(consequence):
@@ -376,11 +394,12 @@ def _directive(text: str) -> Rejection | None:
     if _SECOND_PERSON.search(text):
         return Rejection("directive", "an instruction addressed to the reader")
     for clause in _CLAUSES.findall(text):
+        clause = _unlabel(clause)
         condition = _CONDITION.search(clause)
         if (condition and _imperative(condition.group("rest"))) or any(p.search(clause) for p in _CONDITIONAL):
             return Rejection("directive", "a conditional instruction to the reader (when asked ..., answer ...)")
     for sentence in _SENTENCES.findall(text):
-        words = _BULLET.sub("", sentence).split()
+        words = _unlabel(_BULLET.sub("", sentence)).split()
         while len(words) > 1 and (
             words[0].lower().strip(",\"'(") in _LEADS or (words[0].endswith(",") and words[0].lower().strip(",\"'(") in _VOCATIVES)
         ):

@@ -37,7 +37,10 @@ from memory.claims import ClaimRow
 from memory.policy import Tier, TrustPolicy
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from broker.identity import Principal
+    from memory.vectors import VectorIndex
 
 TIER_WEIGHT: Final = {Tier.TRUSTED: 1.0, Tier.UNVERIFIED: 0.5, Tier.DISPUTED: 0.25}
 _TIER_ORDER: Final = {Tier.TRUSTED: 0, Tier.UNVERIFIED: 1, Tier.DISPUTED: 2}
@@ -78,34 +81,67 @@ def match_expression(words: list[str]) -> str:
 
 
 @attrs.frozen
+class Probe:
+    """The meaning side of a search: the query's vector and the index to look in (None: words only)."""
+
+    index: VectorIndex
+    vector: np.ndarray
+    floor: float
+
+
+#: Reciprocal-rank fusion's constant: a hit's share from one list is 1 / (RRF_K + its rank there).
+RRF_K: Final = 60
+
+
+@attrs.frozen
 class Hit:
-    """A candidate: what ranking needs, without the claim's text (loaded only for what is returned)."""
+    """A candidate: what ranking needs, without the claim's text (loaded only for what is returned).
+
+    ``base`` is better when larger: the negated BM25 on words alone, or the
+    reciprocal-rank fusion of the words' and the meaning's lists.  The tier
+    weight multiplies it, so a trusted claim outranks an unverified twin.
+    """
 
     id: int
-    bm25: float
+    base: float
     tier: Tier
     text_key: str
 
     @property
     def score(self) -> float:
-        return self.bm25 * TIER_WEIGHT[self.tier]
+        return self.base * TIER_WEIGHT[self.tier]
 
     def order(self) -> tuple[float, int, int]:
-        return (self.score, _TIER_ORDER[self.tier], -self.id)
+        return (-self.score, _TIER_ORDER[self.tier], -self.id)
 
 
-def rank(conn: apsw.Connection, query: str, *, limit: int, trusted_only: bool) -> list[Hit]:
-    """The best ``limit`` live claims for ``query``, best first."""
+def rank(conn: apsw.Connection, query: str, *, limit: int, trusted_only: bool, probe: Probe | None = None) -> list[Hit]:
+    """The best ``limit`` live claims for ``query``, best first.
+
+    By words (FTS5's BM25, or ``ts_rank``) and, with a ``probe``, by meaning
+    too: the two ranked lists are fused by reciprocal rank (a claim's words
+    and its meaning each add ``1 / (60 + rank)``), so a claim found both ways
+    leads, and one found only by meaning (a paraphrase, another language)
+    still gets in.  A claim not yet embedded is found by its words.
+    """
     words = terms(query)
-    if not words or limit <= 0:
+    if limit <= 0 or (not words and probe is None):
         return []
     candidates = limit if trusted_only else limit * 3 + 10
-    found = _search(conn, words, candidates, trusted_only=trusted_only)
-    if trusted_only:
-        # Every row of this index is trusted: BM25 order is the order.
-        return [Hit(i, score, Tier.TRUSTED, "") for i, score in found]
-    facts = _facts(conn, [i for i, _ in found])
-    hits = [Hit(i, score, *facts[i]) for i, score in found if i in facts]
+    found = _search(conn, words, candidates, trusted_only=trusted_only) if words else []
+    meant = probe.index.search(conn, probe.vector, limit=candidates, trusted_only=trusted_only, floor=probe.floor) if probe else []
+    if not meant:
+        if trusted_only:
+            # Every row of this index is trusted: BM25 order is the order.
+            return [Hit(i, -score, Tier.TRUSTED, "") for i, score in found]
+        base = {i: -score for i, score in found}
+    else:
+        base = {}
+        for ranked in (found, meant):
+            for position, (i, _) in enumerate(ranked, 1):
+                base[i] = base.get(i, 0.0) + 1.0 / (RRF_K + position)
+    facts = _facts(conn, list(base))
+    hits = [Hit(i, b, *facts[i]) for i, b in base.items() if i in facts and (not trusted_only or facts[i][0] is Tier.TRUSTED)]
     hits = _bring_back_trusted_twins(conn, hits, limit)
     hits.sort(key=Hit.order)
     return hits[:limit]
@@ -177,7 +213,7 @@ def _bring_back_trusted_twins(conn: apsw.Connection, hits: list[Hit], limit: int
     # (PostgreSQL's planner needs no such hint, and has no unary + on text).
     tier = "tier" if dialect.is_postgresql(conn) else "+tier"
     twins = conn.execute(f"SELECT id, text_key FROM claims WHERE text_key IN ({marks}) AND {tier} = 'trusted'", list(shown))
-    return hits + [Hit(i, shown[key].bm25, Tier.TRUSTED, key) for i, key in twins if i not in present]
+    return hits + [Hit(i, shown[key].base, Tier.TRUSTED, key) for i, key in twins if i not in present]
 
 
 def _rows(conn: apsw.Connection, hits: list[Hit]) -> list[ClaimRow]:
@@ -185,13 +221,15 @@ def _rows(conn: apsw.Connection, hits: list[Hit]) -> list[ClaimRow]:
     return [found[h.id] for h in hits if h.id in found]
 
 
-def recall(conn: apsw.Connection, policy: TrustPolicy, principal: Principal, query: str, *, limit: int) -> list[dict[str, Any]]:
+def recall(
+    conn: apsw.Connection, policy: TrustPolicy, principal: Principal, query: str, *, limit: int, probe: Probe | None = None
+) -> list[dict[str, Any]]:
     """Search every live claim, badged with its tier; log the exposures."""
-    hits = rank(conn, query, limit=limit, trusted_only=False)
+    hits = rank(conn, query, limit=limit, trusted_only=False, probe=probe)
     rows = _rows(conn, hits)
     exposures.record(conn, principal, rows, "recall", events.now())
     described = standing.describe_many(conn, policy, rows) if rows else []
-    return [{**d, "score": round(-h.score, 6)} for d, h in zip(described, hits)]
+    return [{**d, "score": round(h.score, 6)} for d, h in zip(described, hits)]
 
 
 @attrs.frozen
@@ -222,7 +260,7 @@ def tokens(text: str) -> int:
 
 
 def context(
-    conn: apsw.Connection, principal: Principal, query: str, *, budget: int, include_unverified: bool
+    conn: apsw.Connection, principal: Principal, query: str, *, budget: int, include_unverified: bool, probe: Probe | None = None
 ) -> dict[str, Any]:
     """The fenced block to inject for ``query``, within ``budget`` tokens; log the exposures.
 
@@ -233,7 +271,7 @@ def context(
     """
     frame = ["```text", HEADER, "```"]
     spent = sum(tokens(line) + 1 for line in frame)
-    candidates = rank(conn, query, limit=min(MAX_LIMIT, max(10, budget // 8)), trusted_only=not include_unverified)
+    candidates = rank(conn, query, limit=min(MAX_LIMIT, max(10, budget // 8)), trusted_only=not include_unverified, probe=probe)
     chosen: list[tuple[Line, str]] = []
     # Rows are loaded a few at a time: most budgets fill long before the candidates run out
     # (on a server a few steps' worth per round trip; the steps decide the same either way).

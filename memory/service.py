@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable, Final, TypeVar, final
 import apsw
 import trio
 
-from memory import groom, verify
+from memory import groom, meaning_verify, semantic, verify
+from memory.retrieval import Probe
 from store import integrity
 from store.events import BROKER_ACTOR
 from store.integrity import ExpectedHead
@@ -52,6 +53,9 @@ class MemoryService:
         self._new_claims = 0
         self._since: datetime | None = None
         self.groom_runs = 0
+        from memory.meaning import Meaning
+
+        self.meaning = Meaning(core, settings.embedder)
 
     @property
     def policy(self) -> TrustPolicy:
@@ -83,7 +87,16 @@ class MemoryService:
             listed = plan.as_dict(listed=REPORTED_STEPS)
             return {"dry_run": False, **summary, **{k: listed[k] for k in ("retire", "review", "omitted")}}
 
+    async def probe(self, query: str) -> Probe | None:
+        """The meaning side of a search for ``query`` (None: by words only -- meaning off, or the embedder down)."""
+        index = self.meaning.index
+        if index is None:
+            return None
+        vector = await self.meaning.query_vector(query)
+        return None if vector is None else Probe(index, vector, semantic.RELEVANT_AT)
+
     def note_new_claim(self) -> None:
+        self.meaning.note_new_claim()
         self._new_claims += 1
         if self._since is None:
             self._since = datetime.now(timezone.utc)
@@ -130,7 +143,11 @@ class MemoryService:
         if refusing is not None:
             problems.append(verify.Problem(f"the broker refuses to append events: {refusing}"))
         problems += [verify.Problem(f.problem) for f in anchor_problems]
-        chain, record_problems = await self.read(lambda conn: verify.check_records(conn, self.policy, key=key, committed=committed, expect=expect))
+        def records(conn: apsw.Connection) -> tuple[Any, list[verify.Problem]]:
+            chain, found = verify.check_records(conn, self.policy, key=key, committed=committed, expect=expect)
+            return chain, found + meaning_verify.check(conn)
+
+        chain, record_problems = await self.read(records)
         anchored = reading.record.head if reading.record is not None else None
         facts = {
             "key_file": str(store.chain.key),

@@ -2,7 +2,7 @@
 
 One source: the team file.  ``[policy]`` holds the trust policy (``quorum``,
 ``require_blind``); ``[memory]`` holds the lifecycle (groom thresholds,
-decay, caps).  When a broker starts it records the settings in force in the
+decay, caps) and the embedder (``memory.embedder``).  When a broker starts it records the settings in force in the
 database (``memory_settings``, with a ``memory.policy`` event when they
 change, and every claim's standing recomputed under the new rule).  An
 operator command run with no broker reads them back from there, so it
@@ -19,6 +19,7 @@ import apsw
 import attrs
 
 from store import events
+from memory.embedder import EMBEDDER_KEYS, EmbedderConfig
 from memory.groom import GroomPolicy
 from memory.policy import PolicyError, TrustPolicy
 
@@ -30,6 +31,7 @@ __all__ = ["MemorySettings", "TrustPolicy", "GroomPolicy", "recorded", "record"]
 class MemorySettings:
     trust: TrustPolicy = TrustPolicy()
     groom: GroomPolicy = GroomPolicy()
+    embedder: EmbedderConfig = EmbedderConfig()
 
     @classmethod
     def from_tables(cls, policy: Mapping[str, Any] | None, memory: Mapping[str, Any] | None, where: str = "team") -> MemorySettings:
@@ -38,13 +40,16 @@ class MemorySettings:
         Raises:
             PolicyError: naming the table and key that are wrong.
         """
+        table = dict(memory or {})
+        meaning = {k: table.pop(k) for k in EMBEDDER_KEYS if k in table}
         return cls(
             trust=TrustPolicy.from_table(policy or {}, f"{where}: [policy]"),
-            groom=GroomPolicy.from_table(memory or {}, f"{where}: [memory]"),
+            groom=GroomPolicy.from_table(table, f"{where}: [memory]"),
+            embedder=EmbedderConfig.from_table(meaning, f"{where}: [memory]"),
         )
 
     def as_dict(self) -> dict[str, Any]:
-        return {"policy": self.trust.as_dict(), "memory": self.groom.as_dict()}
+        return {"policy": self.trust.as_dict(), "memory": {**self.groom.as_dict(), **self.embedder.as_dict()}}
 
 
 def recorded(conn: apsw.Connection) -> MemorySettings | None:

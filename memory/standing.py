@@ -32,8 +32,8 @@ def revoked_among(conn: apsw.Connection, keys: Iterable[str]) -> set[str]:
 
 
 def _witnesses(conn: apsw.Connection, table: str, claim_id: int) -> list[tuple[Any, ...]]:
-    blind = "blind" if table == "corroborations" else "0"
-    return list(conn.execute(f"SELECT id, principal, domain, at, {blind} FROM {table} WHERE claim = ? ORDER BY id", (claim_id,)))
+    kind = "blind, witness" if table == "corroborations" else "0, NULL"
+    return list(conn.execute(f"SELECT id, principal, domain, at, {kind} FROM {table} WHERE claim = ? ORDER BY id", (claim_id,)))
 
 
 def evaluate(conn: apsw.Connection, policy: TrustPolicy, claim: ClaimRow) -> Standing:
@@ -43,7 +43,7 @@ def evaluate(conn: apsw.Connection, policy: TrustPolicy, claim: ClaimRow) -> Sta
     promoted = conn.execute("SELECT max(at) FROM promotions WHERE claim = ?", (claim.id,)).fetchone()[0]
 
     def as_witness(r: tuple[Any, ...]) -> Witness:
-        return Witness(row=r[0], principal=r[1], domain=r[2], at=r[3], blind=bool(r[4]), revoked=r[1] in revoked)
+        return Witness(row=r[0], principal=r[1], domain=r[2], at=r[3], blind=bool(r[4]), revoked=r[1] in revoked, unread=r[5] == "unread")
 
     return judge(
         policy,
@@ -105,6 +105,11 @@ def restand_all(conn: apsw.Connection, policy: TrustPolicy, *, actor: str, cause
     return changes
 
 
+def witness_kind(stored: str | None, blind: Any) -> str:
+    """``blind``, ``informed`` or ``unread`` (rows written before witnesses said what they saw have only ``blind``)."""
+    return stored or ("blind" if blind else "informed")
+
+
 def describe(conn: apsw.Connection, policy: TrustPolicy, claim: ClaimRow) -> dict[str, Any]:
     """A claim in ``--json``: its fields, every witness with its verdict, and what it lacks."""
     return describe_many(conn, policy, [claim])[0]
@@ -121,6 +126,27 @@ def describe_new(policy: TrustPolicy, claim: ClaimRow) -> dict[str, Any]:
     return _describe(None, policy, [claim])[0]
 
 
+def tally(total: int, counted: int) -> dict[str, int]:
+    """A claim's witnesses, as every surface counts them (``memory show``, ``memory list``, the
+    dashboard's table and biography): ``total`` corroborations recorded, whether they counted or
+    not, and ``counted``, those the trust policy counted (at most one per independent domain)."""
+    return {"total": int(total), "counted": int(counted)}
+
+
+def tallies(conn: apsw.Connection, ids: list[int]) -> dict[int, dict[str, int]]:
+    """:func:`tally` for many claims in one query (for lists that do not load every witness)."""
+    out = {i: tally(0, 0) for i in ids}
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        marks = ",".join("?" * len(chunk))
+        for claim, total, counted in conn.execute(
+            f"SELECT claim, count(*), sum(CASE WHEN counted = 1 THEN 1 ELSE 0 END) FROM corroborations WHERE claim IN ({marks}) GROUP BY claim",
+            chunk,
+        ):
+            out[claim] = tally(total, counted or 0)
+    return out
+
+
 def _describe(conn: apsw.Connection | None, policy: TrustPolicy, rows: list[ClaimRow]) -> list[dict[str, Any]]:
     # With no connection there is nothing to read: a claim written in this very job has no witnesses.
     ids = [c.id for c in rows]
@@ -129,12 +155,16 @@ def _describe(conn: apsw.Connection | None, policy: TrustPolicy, rows: list[Clai
     disputes: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
     promotions: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
     for r in () if conn is None else conn.execute(
-        f"SELECT claim, id, principal, domain, at, blind, evidence, counted, reason_not_counted FROM corroborations WHERE claim IN ({marks}) ORDER BY id",
+        f"SELECT claim, id, principal, domain, at, blind, evidence, counted, reason_not_counted, witness, similarity, restatement "
+        f"FROM corroborations WHERE claim IN ({marks}) ORDER BY id",
         ids,
     ):
         corroborations[r[0]].append(
-            {"id": r[1], "principal": r[2], "domain": r[3], "at": r[4], "blind": bool(r[5]), "evidence": r[6], "counted": bool(r[7]), "reason_not_counted": r[8]}
-        )
+            {
+                "id": r[1], "principal": r[2], "domain": r[3], "at": r[4], "blind": bool(r[5]), "evidence": r[6], "counted": bool(r[7]),
+                "reason_not_counted": r[8], "witness": witness_kind(r[9], r[5]), "similarity": r[10], "restatement": r[11],
+            }
+        )  # fmt: skip
     for r in () if conn is None else conn.execute(
         f"SELECT claim, id, principal, domain, at, reason, counted, reason_not_counted FROM disputes WHERE claim IN ({marks}) ORDER BY id", ids
     ):
@@ -150,6 +180,7 @@ def _describe(conn: apsw.Connection | None, policy: TrustPolicy, rows: list[Clai
             {
                 **claims.brief(claim),
                 "corroborations": corroborations[claim.id],
+                "witnesses": tally(len(corroborations[claim.id]), len(counted)),
                 "disputes": disputes[claim.id],
                 "promotions": promotions[claim.id],
                 "standing": {

@@ -62,9 +62,8 @@ def check(defence: dict[str, Any]) -> dict[str, Any]:
         copy_tree(tree)
         python = source_venv(Path(tmp), tree)
         with_defence = run_scenario(tree, python, defence["scenario"])
-        target = tree / defence["file"]
         try:
-            target.write_text(switch_off(defence, target.read_text()))
+            switch_off_in(defence, tree)
         except PatchError as exc:
             return {**defence, "with": with_defence, "without": str(exc), "ok": False}
         without = run_scenario(tree, python, defence["scenario"])
@@ -76,14 +75,33 @@ class PatchError(ValueError):
     """A defence's patch no longer matches its file (the code moved on; update ``_defences.toml``)."""
 
 
-def switch_off(defence: dict[str, Any], text: str) -> str:
-    """``text`` (the defence's file) with the defence taken out: each ``find`` must match exactly once."""
-    for find, replace in zip(_as_list(defence["find"]), _as_list(defence["replace"]), strict=True):
+def files_of(defence: dict[str, Any]) -> list[str]:
+    """The file each ``find`` applies to: ``file`` is one for all, or a list beside ``find`` (a defence
+    held in two places -- the launcher and the supervisor -- is switched off in both)."""
+    finds = _as_list(defence["find"])
+    files = _as_list(defence["file"])
+    return files * len(finds) if len(files) == 1 else files
+
+
+def switch_off(defence: dict[str, Any], text: str, file: str | None = None) -> str:
+    """``text`` (the defence's ``file``, or one of its files) with the defence taken out: each ``find``
+    for that file must match exactly once."""
+    changes = zip(files_of(defence), _as_list(defence["find"]), _as_list(defence["replace"]), strict=True)
+    for name, find, replace in changes:
+        if file is not None and name != file:
+            continue
         count = text.count(find)
         if count != 1:
             raise PatchError(f"patch does not apply ({count} matches of {find!r})")
         text = text.replace(find, replace)
     return text
+
+
+def switch_off_in(defence: dict[str, Any], tree: Path) -> None:
+    """Take the defence out of every file it names under ``tree``."""
+    for name in dict.fromkeys(files_of(defence)):
+        target = tree / name
+        target.write_text(switch_off(defence, target.read_text(), name))
 
 
 def catalogue() -> list[dict[str, Any]]:

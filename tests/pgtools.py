@@ -4,7 +4,8 @@ The binaries come from the ``pgserver`` wheel (a test dependency: PostgreSQL
 16 inside a PyPI package, so a fresh machine with only Python has them), or
 else from Debian's ``postgresql`` package.  PostgreSQL refuses to run as
 root, and CI runs as root: then the server runs as ``nobody`` (uid 65534,
-through ``setpriv``) in a directory it owns.  It listens on a Unix socket in
+through ``setpriv``) in a directory it owns -- from a linked copy of the
+binaries when the venv is out of its reach (a clone in a 0700 directory).  It listens on a Unix socket in
 that directory only (no TCP port), with fsync off: a test server, fast to
 start, never a place for data that matters.
 
@@ -59,13 +60,44 @@ def _as_server(argv: list[str]) -> list[str]:
     return ["setpriv", f"--reuid={UNPRIVILEGED}", f"--regid={UNPRIVILEGED}", "--clear-groups", *argv]
 
 
+def _reachable_by_server(program: Path) -> bool:
+    """Can the uid the server runs as execute ``program`` (every directory on its way searchable)?"""
+    return subprocess.run(_as_server(["test", "-x", str(program)]), capture_output=True).returncode == 0
+
+
+def _server_copy(bin_dir: Path, into: Path) -> Path:
+    """The pgserver installation ``bin_dir`` belongs to, linked (or copied) under ``into``; its ``bin``.
+
+    As root the server runs as ``nobody``, which cannot reach a venv under a
+    0700 directory (a clone under /root): it gets a copy of its own, laid out
+    as in site-packages (the binaries find ``pgserver.libs`` by a relative
+    RPATH).  Hard links cost nothing on the same file system; across file
+    systems it is a copy.
+    """
+    install = bin_dir.parent
+    site = install.parent.parent
+    parts = [(install, into / install.parent.name / install.name)]
+    libs = site / f"{install.parent.name}.libs"
+    if libs.is_dir():
+        parts.append((libs, into / libs.name))
+    for source, target in parts:
+        try:
+            shutil.copytree(source, target, symlinks=True, copy_function=os.link)
+        except OSError:
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(source, target, symlinks=True)
+    return parts[0][1] / bin_dir.name
+
+
 class Cluster:
     """One running server: :meth:`database` makes a fresh database, :meth:`broker_url` a broker's role in it."""
 
     def __init__(self) -> None:
-        self.bin = binaries()
         self.root = Path(tempfile.mkdtemp(prefix="conclave-pg-"))
         self.root.chmod(0o755)
+        self.bin = binaries()
+        if os.geteuid() == 0 and not _reachable_by_server(self.bin / "postgres"):
+            self.bin = _server_copy(self.bin, self.root)
         self.data = self.root / "data"
         self.socket_dir = self.root / "run"
         self.socket_dir.mkdir()

@@ -6,8 +6,8 @@ Four tabs (keys ``1``-``4``):
   held and waited for, unread mail, lines of output; below, the selected
   agent's output, live.
 * **Locks** -- everything held, and the wait line with each waiter's time.
-* **Mail** -- threads, the operator's inbox, the selected thread; ``r``
-  replies.
+* **Mail** -- threads, the operator's inbox, the thread on screen under a
+  header naming it and whom ``r`` replies to.
 * **Claims** -- by tier, with a tier filter and a search box; the selected
   claim's biography and its trust graph.
 
@@ -39,19 +39,20 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Footer, Input, Label, Select, Static, TabbedContent, TabPane
 
 from broker.clikit import Target
 from broker.dashboard import model
+from broker.dashboard.columns import Column
 from broker.dashboard.link import BrokerLink, NoBroker, Refused
 from broker.dashboard.output import OutputView
 from broker.dashboard.screens import Ask
+from broker.dashboard.tables import FittedTable, Rows, cursor_key
 from broker.dashboard.tail import LogName, LogTailer, OutputBuffer, clean
 from broker.errors import ConclaveError
 
@@ -64,10 +65,66 @@ ACTION_TAB = {"promote": "claims", "retire": "claims", "search": "claims", "revo
 #: The table that takes the keyboard when a tab opens.
 FOCUS = {"agents": "#agents", "locks": "#holdings", "mail": "#threads", "claims": "#claims"}
 
+#: Every table's columns: the narrowest each may get, how it shares the room, how many lines a cell may take
+#: (broker.dashboard.columns).  Chosen so that at 80 columns every column of every table is on screen.
+COLUMNS: dict[str, tuple[Column, ...]] = {
+    "agents": (
+        Column("agent", least=12, weight=1.5),
+        Column("state", least=9, lines=3, weight=0.6),
+        Column("status", least=12, lines=3, weight=2),
+        Column("holds", least=12, lines=6, weight=2),
+        Column("waits for", least=12, lines=4, weight=2),
+        Column("unread", shrinks=False),
+    ),
+    "holdings": (
+        Column("resource", least=12, lines=3, weight=2),
+        Column("mode", shrinks=False),
+        Column("holder", least=12, weight=1.5),
+        Column("held for", shrinks=False),
+        Column("token", least=5),
+        Column("expires", least=8, lines=2, weight=0.5),
+    ),
+    "waiting": (
+        Column("place", shrinks=False),
+        Column("waiter", least=12, weight=1.5),
+        Column("resources", least=12, lines=3, weight=2),
+        Column("mode", shrinks=False),
+        Column("waiting for", shrinks=False),
+    ),
+    "threads": (
+        Column("thread", least=8),
+        Column("between", least=12, lines=2, weight=2),
+        Column("msgs", shrinks=False),
+        Column("last", shrinks=False),
+    ),
+    "inbox": (
+        Column("id", shrinks=False),
+        Column("from", least=12, weight=1),
+        Column("thread", least=8, weight=0.5),
+        Column("at", shrinks=False),
+        Column("message", least=20, lines=2, weight=3),
+    ),
+    "claims": (
+        Column("id", shrinks=False),
+        Column("tier", shrinks=False),
+        Column("kind", shrinks=False),
+        Column("author", least=12, weight=1),
+        Column("witnesses", shrinks=False),
+        Column("text", least=20, lines=2, weight=4),
+    ),
+}
 
-def _cells(*values: Any) -> list[Text]:
-    """Table cells as plain Text: agent-written strings are never read as markup."""
-    return [Text(clean(str(v)) if v is not None else "") for v in values]
+#: Below this many columns the Mail and Claims tabs stack their list above the detail instead of beside it.
+NARROW = 140
+
+
+def _texts(*values: Any) -> list[str]:
+    """Table cells as plain text, cleaned of terminal controls (agent-written strings are never read as markup)."""
+    return [clean(str(v)) if v is not None else "" for v in values]
+
+
+def _table(table_id: str, *, share: float | None = None) -> FittedTable:
+    return FittedTable(COLUMNS[table_id], share=share, id=table_id, cursor_type="row", zebra_stripes=True)
 
 
 class DashboardApp(App[None]):
@@ -82,11 +139,14 @@ class DashboardApp(App[None]):
     #status { height: 1; padding: 0 1; color: $text-muted; }
     #status.error { color: $error; }
     DataTable { height: 1fr; }
-    #agents { height: 1fr; }
-    #output-title { padding: 0 1; background: $boost; width: 100%; }
-    #output { height: 2fr; }
-    .side { width: 1fr; }
-    .main { width: 1fr; }
+    #output-title { padding: 0 1; background: $boost; width: 100%; height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    #output { height: 1fr; min-height: 3; }
+    .side { width: 3fr; }
+    .main { width: 2fr; }
+    .narrow .split { layout: vertical; }
+    .narrow .side { width: 100%; height: 3fr; }
+    .narrow .main { width: 100%; height: 2fr; }
+    #thread-title { padding: 0 1; background: $boost; width: 100%; }
     #claim-filters { height: 3; }
     #tier { width: 24; }
     #search { width: 1fr; }
@@ -130,6 +190,7 @@ class DashboardApp(App[None]):
         self.sends: list[dict[str, Any]] | None = None
         self.inbox: list[dict[str, Any]] | None = None
         self.lognames: dict[str, LogName] = {}
+        self.log_times: dict[str, str] = {}
         self._memory_seq: int | None = None
         self._mail_seq: int | None = None
         self._claims_at = 0.0
@@ -138,7 +199,8 @@ class DashboardApp(App[None]):
         self.selected_agent: str | None = None
         self.selected_claim: int | None = None
         self.selected_thread: str | None = None
-        self.thread_messages: list[dict[str, Any]] = []
+        # The thread on screen (what the Mail tab's header names and `r` answers): one value, read together.
+        self.thread_view: model.ThreadView | None = None
         self.claim_detail: dict[str, Any] | None = None
         self.claim_graph: str = ""
         self._shown: dict[str, Any] = {}
@@ -152,31 +214,34 @@ class DashboardApp(App[None]):
         with TabbedContent(initial="agents-tab", id="tabs"):
             with TabPane("1 Agents", id="agents-tab"):
                 with Vertical():
-                    yield DataTable(id="agents", cursor_type="row", zebra_stripes=True)
+                    # As tall as its rows, up to two thirds of the tab: the output pane keeps the rest.
+                    yield _table("agents", share=0.65)
                     yield Label(Text("output: select an agent"), id="output-title")
                     yield OutputView(id="output")
             with TabPane("2 Locks", id="locks-tab"):
                 with Vertical():
                     yield Label(Text("held"), classes="caption")
-                    yield DataTable(id="holdings", cursor_type="row", zebra_stripes=True)
+                    yield _table("holdings")
                     yield Label(Text("wait line (first in line is served first)"), classes="caption")
-                    yield DataTable(id="waiting", cursor_type="row", zebra_stripes=True)
+                    yield _table("waiting")
             with TabPane("3 Mail", id="mail-tab"):
-                with Horizontal():
+                with Horizontal(classes="split"):
                     with Vertical(classes="side"):
                         yield Label(Text("threads"), classes="caption")
-                        yield DataTable(id="threads", cursor_type="row", zebra_stripes=True)
+                        yield _table("threads")
                         yield Label(Text("operator's inbox"), id="inbox-title", classes="caption")
-                        yield DataTable(id="inbox", cursor_type="row", zebra_stripes=True)
-                    with VerticalScroll(classes="main"):
-                        yield Static(Text("select a thread"), id="thread-view")
+                        yield _table("inbox")
+                    with Vertical(classes="main"):
+                        yield Label(Text("select a thread (or an inbox message) to read it"), id="thread-title")
+                        with VerticalScroll():
+                            yield Static(Text(""), id="thread-view")
             with TabPane("4 Claims", id="claims-tab"):
-                with Horizontal():
+                with Horizontal(classes="split"):
                     with Vertical(classes="side"):
                         with Horizontal(id="claim-filters"):
                             yield Select(TIER_CHOICES, value="live", allow_blank=False, id="tier")
                             yield Input(placeholder="search claims (/)", id="search")
-                        yield DataTable(id="claims", cursor_type="row", zebra_stripes=True)
+                        yield _table("claims")
                     with VerticalScroll(classes="main", id="claim-side"):
                         yield Static(Text("select a claim"), id="bio")
                         yield Static(Text(""), id="graph")
@@ -193,18 +258,20 @@ class DashboardApp(App[None]):
         return not getattr(self, "_running", True)
 
     def on_mount(self) -> None:
-        self.main.query_one("#agents", DataTable).add_columns("agent", "state", "status", "holds", "waits for", "unread")
-        self.main.query_one("#holdings", DataTable).add_columns("resource", "mode", "holder", "held for", "token", "expires")
-        self.main.query_one("#waiting", DataTable).add_columns("#", "waiter", "resources", "mode", "waiting for")
-        self.main.query_one("#threads", DataTable).add_columns("thread", "between", "msgs", "last")
-        self.main.query_one("#inbox", DataTable).add_columns("id", "from", "thread", "at", "message")
-        self.main.query_one("#claims", DataTable).add_columns("id", "tier", "kind", "author", "witnesses", "text")
+        self._fit_layout(self.size.width)
         self.main.query_one("#agents", DataTable).focus()
         # A full collection walks every widget, style and cache Textual made at start-up:
         # 115-160 ms pauses, measured.  Those objects live as long as the app; park them.
         self.call_after_refresh(gc.freeze)
         self.run_worker(self._poll_loop(), name="poll", group="loops")
         self.run_worker(self._tail_loop(), name="tail", group="loops")
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit_layout(event.size.width)
+
+    def _fit_layout(self, width: int) -> None:
+        # Side by side, a list and its detail each get half the width: too little below NARROW columns.
+        self.main.set_class(width < NARROW, "narrow")
 
     async def on_unmount(self) -> None:
         self.link.close()
@@ -267,8 +334,9 @@ class DashboardApp(App[None]):
 
     # -- reading the log files -------------------------------------------------------------
 
-    def _tail_poll(self) -> tuple[dict[str, list[str]], dict[str, LogName]]:
-        return self.tailer.poll(), dict(self.tailer.names)
+    def _tail_poll(self) -> tuple[dict[str, list[str]], dict[str, LogName], dict[str, str]]:
+        # On the tail's thread: hand back copies, so the UI's loop never reads what this thread writes.
+        return self.tailer.poll(), dict(self.tailer.names), dict(self.tailer.modified)
 
     async def _tail_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -277,10 +345,11 @@ class DashboardApp(App[None]):
             # loop too, so it cannot come in between (a submit after it raises; a test run saw that race).
             if self._tail_closed:
                 return
-            new, names = await loop.run_in_executor(self._tail_thread, self._tail_poll)
+            new, names, modified = await loop.run_in_executor(self._tail_thread, self._tail_poll)
             if self._shutting_down():
                 return
             started = time.perf_counter()
+            self.log_times = modified
             self.apply_output(new, names)
             self.tick_seconds.append(time.perf_counter() - started)
             await asyncio.sleep(self.tail_every)
@@ -293,7 +362,7 @@ class DashboardApp(App[None]):
         if self.selected_agent in new:
             self.main.query_one("#output", OutputView).grew(len(new[self.selected_agent]), self.output.view(self.selected_agent))
             self.render_output_title()
-        if fresh and self.broker != "running":
+        if fresh and self.broker == "none":
             self.render_agents()  # with no broker the agent list is the log files
 
     # -- drawing ---------------------------------------------------------------------------
@@ -357,59 +426,56 @@ class DashboardApp(App[None]):
             self.output.counts,
             {k: self.output.last(k) for k in keys},
             datetime.now(timezone.utc),
+            self.log_times,
         )
+
+    def _show(self, table_id: str, rows: Rows) -> bool:
+        """Show ``rows`` in a table, if they differ from what it shows (True when they did)."""
+        if not self._changed(table_id, rows):
+            return False
+        self.main.query_one(f"#{table_id}", FittedTable).show(rows)
+        return True
 
     def render_agents(self) -> None:
         rows = self.agent_rows()
-        table = self.main.query_one("#agents", DataTable)
-        cells = [
-            # No running line count here: a table row costs milliseconds to redraw, and 32 busy
-            # agents would redraw every row every second (the output title counts instead).
-            (r.key, _cells(r.key, r.state, r.status, "; ".join(r.holds), "; ".join(r.waits), r.unread or ""))
-            for r in rows
-        ]
-        if not self._changed("agents", [(k, [c.plain for c in cs]) for k, cs in cells]):
-            return
-        _refill(table, cells)
-        if self.selected_agent is None and rows:
-            self._select_agent(rows[0].key)
+        # No running line count here: a table row costs milliseconds to redraw, and 32 busy
+        # agents would redraw every row every second (the output title counts instead).
+        shown = [(r.key, _texts(r.key, r.state, r.status, "\n".join(r.holds), "\n".join(r.waits), r.unread or "")) for r in rows]
+        self._show("agents", shown)
+        # The cursor starts once the broker has said who is live (or that none runs): on a live agent of
+        # the current run, else the newest session -- never on whichever log file sorted first.
+        if self.selected_agent is None and self.broker != "connecting":
+            first = model.first_agent(rows)
+            table = self.main.query_one("#agents", FittedTable)
+            # The tab's widgets may not be mounted yet (a broker that refuses at once answers first):
+            # the rows wait in the table, and the cursor is placed at a later refresh.
+            if first is not None and table.has_row(first):
+                table.move_cursor(row=table.get_row_index(first), animate=False)
+                self._select_agent(first)
 
     def render_locks(self) -> None:
         now = datetime.now(timezone.utc)
-        holdings = model.holding_rows(self.locks, now)
-        waiting = model.waiting_rows(self.locks, now)
-        if self._changed("holdings", holdings):
-            _refill(self.main.query_one("#holdings", DataTable), [(h[0], _cells(*h)) for h in holdings])
-        if self._changed("waiting", waiting):
-            _refill(self.main.query_one("#waiting", DataTable), [(f"{w[0]}:{w[1]}", _cells(*w)) for w in waiting])
+        self._show("holdings", [(h[0], _texts(*h[:5], model.when(h[5]) if h[5] else "")) for h in model.holding_rows(self.locks, now)])
+        self._show("waiting", [(f"{w[0]}:{w[1]}", _texts(*w)) for w in model.waiting_rows(self.locks, now)])
 
     def render_mail(self) -> None:
         threads = model.thread_rows(self.sends or [])
-        rows = [(t.thread, _cells(t.thread, ", ".join(t.participants), t.messages, t.last_at[11:19])) for t in threads]
-        if self._changed("threads", [(k, [c.plain for c in cs]) for k, cs in rows]):
-            _refill(self.main.query_one("#threads", DataTable), rows)
+        self._show("threads", [(t.thread, _texts(t.thread, ", ".join(t.participants), t.messages, t.last_at[11:19])) for t in threads])
         inbox = self.inbox or []
         unread = (self.board or {}).get("operator_unread", 0)
         title = f"operator's inbox ({len(inbox)} shown" + (f", {unread} unread: open this tab to read" if self._tab() != "mail" and unread else "") + ")"
         if self._changed("inbox-title", title):
             self.main.query_one("#inbox-title", Label).update(Text(title), layout=False)
-        rows = [
-            (str(m["id"]), _cells(m["id"], m["sender"], m["thread"], m["at"][11:19], ("" if m.get("read") else "new: ") + (m["body"].splitlines() or [""])[0]))
-            for m in inbox
-        ]
-        if self._changed("inbox", [(k, [c.plain for c in cs]) for k, cs in rows]):
-            _refill(self.main.query_one("#inbox", DataTable), rows)
+        self._show(
+            "inbox",
+            [(str(m["id"]), _texts(m["id"], m["sender"], m["thread"], m["at"][11:19], ("" if m.get("read") else "new: ") + " ".join(m["body"].split()))) for m in inbox],
+        )
 
     def render_claims(self) -> None:
         tier = self.main.query_one("#tier", Select).value
         search = self.main.query_one("#search", Input).value
         shown = model.claim_rows(self.claims or [], tier=None if tier == "all" else str(tier), search=search)
-        rows = [
-            (str(c["id"]), _cells(c["id"], c["tier"], c["kind"], c["author"], c.get("counted_corroborations", ""), " ".join(c["text"].split())))
-            for c in shown
-        ]
-        if self._changed("claims", [(k, [c.plain for c in cs]) for k, cs in rows]):
-            _refill(self.main.query_one("#claims", DataTable), rows)
+        self._show("claims", [(str(c["id"]), _texts(c["id"], c["tier"], c["kind"], c["author"], model.witnesses(c), " ".join(c["text"].split()))) for c in shown])
 
     def render_claim_detail(self) -> None:
         if self._shutting_down():
@@ -420,13 +486,11 @@ class DashboardApp(App[None]):
         self.main.query_one("#graph", Static).update(Text("\n" + "\n".join(clean(line) for line in self.claim_graph.splitlines())))
 
     def render_thread(self) -> None:
-        if self._shutting_down():
+        if self._shutting_down() or self.thread_view is None:
             return
-        if self.selected_thread is None:
-            return
-        target = model.reply_target(self.thread_messages)
-        lines = [f"thread {self.selected_thread}" + (f"  (r replies to {target})" if target else ""), "", *model.message_lines(self.thread_messages)]
-        self.main.query_one("#thread-view", Static).update(Text("\n".join(lines)))
+        view = self.thread_view
+        self.main.query_one("#thread-title", Label).update(Text(view.header()))
+        self.main.query_one("#thread-view", Static).update(Text("\n".join(model.message_lines(view.messages or ()))))
 
     def say(self, text: str, *, error: bool = False) -> None:
         if self._shutting_down():
@@ -440,7 +504,7 @@ class DashboardApp(App[None]):
     @on(DataTable.RowHighlighted, "#agents")
     def _agent_highlighted(self, event: DataTable.RowHighlighted) -> None:
         # The row under the cursor now: a rebuilt table fires for row 0 first, then for the kept row.
-        key = _cursor_key(event.data_table)
+        key = cursor_key(event.data_table)
         if key is not None:
             self._select_agent(key)
 
@@ -464,7 +528,7 @@ class DashboardApp(App[None]):
 
     @on(DataTable.RowHighlighted, "#claims")
     def _claim_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        key = _cursor_key(event.data_table)
+        key = cursor_key(event.data_table)
         if key is None:
             return
         cid = int(key)
@@ -486,15 +550,26 @@ class DashboardApp(App[None]):
             self.claim_detail, self.claim_graph = detail, drawn["rendered"]
             self.render_claim_detail()
 
+    # Two tables pick the thread on screen: the threads and the inbox.  The one the person is in (has
+    # the focus) decides; a table refilled in the background (new mail) moves its own cursor, and that
+    # must not swap the thread under the person's eyes -- nor the thread `r` answers.
     @on(DataTable.RowHighlighted, "#threads")
-    def _thread_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        key = _cursor_key(event.data_table)
-        if key is not None:
-            self._open_thread(key)
-
     @on(DataTable.RowHighlighted, "#inbox")
-    def _inbox_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        key = _cursor_key(event.data_table)
+    def _mail_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.has_focus or self.selected_thread is None:
+            self._open_thread_of(event.data_table)
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        if event.widget.id in ("threads", "inbox"):
+            self._open_thread_of(event.widget)  # type: ignore[arg-type]
+
+    def _open_thread_of(self, table: DataTable[Any]) -> None:
+        key = cursor_key(table)
+        if key is None:
+            return
+        if table.id == "threads":
+            self._open_thread(key)
+            return
         message = next((m for m in self.inbox or [] if str(m["id"]) == key), None)
         if message is not None:
             self._open_thread(message["thread"])
@@ -502,16 +577,22 @@ class DashboardApp(App[None]):
     def _open_thread(self, thread: str) -> None:
         if thread != self.selected_thread:
             self.selected_thread = thread
+            self.thread_view = model.ThreadView(thread)  # reading it: the header says so and `r` waits
+            self.render_thread()
             self.run_worker(self._load_thread(thread), group="thread", exclusive=True)
 
     async def _load_thread(self, thread: str) -> None:
         try:
             messages = await self.link.call("msg.thread", {"thread": thread})
         except (NoBroker, Refused, ConclaveError) as exc:
-            self.say(f"thread {thread}: {getattr(exc, 'message', exc)}", error=True)
+            problem = f"thread {thread} could not be read: {getattr(exc, 'message', exc)}"
+            if thread == self.selected_thread:
+                self.thread_view = model.ThreadView(thread, problem=problem)
+                self.render_thread()
+            self.say(problem, error=True)
             return
         if thread == self.selected_thread:
-            self.thread_messages = messages
+            self.thread_view = model.ThreadView(thread, tuple(messages))
             self.render_thread()
 
     @on(Select.Changed, "#tier")
@@ -543,7 +624,7 @@ class DashboardApp(App[None]):
         self.main.query_one("#search", Input).focus()
 
     def _row_key(self, table_id: str) -> str | None:
-        return _cursor_key(self.main.query_one(table_id, DataTable))
+        return cursor_key(self.main.query_one(table_id, DataTable))
 
     def _needs_broker(self, what: str) -> bool:
         if self.broker == "running":
@@ -612,12 +693,16 @@ class DashboardApp(App[None]):
     def action_reply(self) -> None:
         if not self._needs_broker("replying"):
             return
-        if self.selected_thread is None:
+        # The thread on screen, as its header names it: the reply goes there and to the agent it names.
+        view = self.thread_view
+        if view is None:
             return self.say("select a thread (or an inbox message) to reply to first", error=True)
-        to = model.reply_target(self.thread_messages)
+        if view.messages is None:
+            return self.say(f"thread {view.thread} is not on screen yet ({view.problem or 'still reading it'}); press r when it shows", error=True)
+        to = view.reply_to
         if to is None:
-            return self.say(f"thread {self.selected_thread} has no agent in it to reply to", error=True)
-        thread = self.selected_thread
+            return self.say(f"thread {view.thread} has no agent in it to reply to", error=True)
+        thread = view.thread
         self._confirm(
             Ask(f"Reply to {to} in thread {thread}", "Sent as the operator; it lands in their inbox.", field="message", need="required", confirm="Send"),
             "msg.send",
@@ -657,40 +742,3 @@ class DashboardApp(App[None]):
 
 def _claim_summary(claim: Mapping[str, Any]) -> str:
     return f"[{claim.get('tier')}] by {claim.get('author')}: {clean(' '.join(str(claim.get('text', '')).split()))[:300]}"
-
-
-def _refill(table: DataTable, rows: list[tuple[str, list[Text]]]) -> None:
-    """Show ``rows`` (key, cells) in ``table``.
-
-    When the keys are the same as before, only the cells that changed are
-    rewritten (the cursor does not move and no selection event fires);
-    otherwise the table is rebuilt with the cursor kept on the same key.
-    """
-    before: list[tuple[str, list[str]]] = getattr(table, "_conclave_rows", [])
-    after = [(key, [c.plain for c in cells]) for key, cells in rows]
-    table._conclave_rows = after  # type: ignore[attr-defined]
-    if [k for k, _ in before] == [k for k, _ in after]:
-        columns = table.ordered_columns
-        for y, ((_, old), (_, cells)) in enumerate(zip(before, rows)):
-            for x, (was, cell) in enumerate(zip(old, cells)):
-                if was != cell.plain:
-                    # Widening a column re-measures the whole table: only when the text no longer fits.
-                    table.update_cell_at(Coordinate(y, x), cell, update_width=cell.cell_len > columns[x].content_width)
-        return
-    current = _cursor_key(table)
-    table.clear()
-    for key, cells in rows:
-        table.add_row(*cells, key=key)
-    if current is not None:
-        with contextlib.suppress(Exception):
-            table.move_cursor(row=table.get_row_index(current), animate=False)
-
-
-def _cursor_key(table: DataTable) -> str | None:
-    """The key of the row under the cursor (None for an empty table)."""
-    if table.row_count == 0:
-        return None
-    try:
-        return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-    except Exception:
-        return None

@@ -56,8 +56,10 @@ def snapshot(target: Target) -> dict[str, Any]:
 
     paths = target.paths()
     tailer = LogTailer(paths.logs)
-    tailer.discover()  # the names only: --json shows no output lines
+    tailer.discover()
     logs = dict(tailer.names)
+    # Each log's lines are counted from its start, and its last line given (the panes show the output itself).
+    counted = {key: tailer.count(key) for key in logs}
     link = BrokerLink(target)
     broker: dict[str, Any] = {"running": False, "state": str(paths.state)}
     replies: dict[str, Any] = {}
@@ -78,7 +80,16 @@ def snapshot(target: Target) -> dict[str, Any]:
     finally:
         link.close()
     now = datetime.now(timezone.utc)
-    rows = model.agent_rows(replies.get("agents"), replies.get("board"), replies.get("locks"), logs, {}, {}, now)
+    rows = model.agent_rows(
+        replies.get("agents"),
+        replies.get("board"),
+        replies.get("locks"),
+        logs,
+        {key: n for key, (n, _) in counted.items()},
+        {key: last for key, (_, last) in counted.items()},
+        now,
+        dict(tailer.modified),
+    )
     claims = replies.get("claims")
     return {
         "broker": broker,

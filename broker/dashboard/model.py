@@ -78,6 +78,8 @@ class AgentRow:
     lines: int
     last_line: str
     has_log: bool
+    run: int | None = None  # the run it belongs to (None: no broker said)
+    started: str | None = None  # when it started (with no broker: when its log was last written)
 
 
 def agent_rows(
@@ -88,10 +90,14 @@ def agent_rows(
     counts: Mapping[str, int],
     last_lines: Mapping[str, str | None],
     now: datetime,
+    log_times: Mapping[str, str] | None = None,
 ) -> list[AgentRow]:
     """Every principal the broker issued, merged with the board, the wait line and the log files.
 
-    With no broker (``agents`` is None) the rows come from the log files alone.
+    With no broker (``agents`` is None) the rows come from the log files alone
+    (``log_times``: when each was last written).  The order is the one a person
+    scans: live agents (the current run) by name, then past sessions newest
+    first, the broker's own log last.
     """
     live_rows = {r["principal"]: r for r in (board or {}).get("agents", ())}
     unread = {r["agent"]: r["unread"] for r in (board or {}).get("agents", ())}
@@ -125,6 +131,8 @@ def agent_rows(
                 lines=counts.get(key, 0),
                 last_line=last_lines.get(key) or "",
                 has_log=key in logs,
+                run=a.get("run"),
+                started=a.get("started_at"),
             )
         )
     for key, name in logs.items():
@@ -132,10 +140,28 @@ def agent_rows(
             # With a broker, a log nobody issued is left out, except the broker's own.
             continue
         rows.append(
-            AgentRow(key, name.agent, False, "broker log" if key == "broker" else "log only", "", (), (), 0, counts.get(key, 0), last_lines.get(key) or "", True)
+            AgentRow(
+                key, name.agent, False, "broker log" if key == "broker" else "log only", "", (), (), 0,
+                counts.get(key, 0), last_lines.get(key) or "", True, started=(log_times or {}).get(key),
+            )
         )
-    rows.sort(key=lambda r: (r.key == "broker", not r.live, r.agent, r.key))
-    return rows
+    live = sorted((r for r in rows if r.live), key=lambda r: (r.agent, r.key))
+    # Newest first: ISO times sort as text; a row with no time goes after every dated one.
+    past = sorted((r for r in rows if not r.live and r.key != "broker"), key=lambda r: (r.started or "", r.key), reverse=True)
+    return [*live, *past, *(r for r in rows if r.key == "broker")]
+
+
+def first_agent(rows: Sequence[AgentRow]) -> str | None:
+    """Where the Agents table's cursor starts: a live agent of the current run, else the newest
+    past session, else the broker's log (None for no rows)."""
+    live = [r for r in rows if r.live]
+    if live:
+        current = max((r.run for r in live if r.run is not None), default=None)
+        return next(r.key for r in live if current is None or r.run == current)
+    past = [r for r in rows if r.key != "broker"]
+    if past:
+        return max(past, key=lambda r: r.started or "").key
+    return rows[0].key if rows else None
 
 
 # -- locks ---------------------------------------------------------------------------------
@@ -208,6 +234,34 @@ def reply_target(messages: Sequence[Mapping[str, Any]]) -> str | None:
     return None
 
 
+@final
+@attrs.frozen
+class ThreadView:
+    """The thread on screen in the Mail tab: its id and its messages, read together.
+
+    The pane's header and the ``r`` key both read this one value, so the
+    thread the header names is the thread a reply goes to, and the agent it
+    names is the one who receives it.  While the thread is being read (or
+    when it could not be) ``messages`` is None: the header says so and ``r``
+    waits.
+    """
+
+    thread: str
+    messages: tuple[Mapping[str, Any], ...] | None = None
+    problem: str | None = None  # why it could not be read
+
+    @property
+    def reply_to(self) -> str | None:
+        return None if self.messages is None else reply_target(self.messages)
+
+    def header(self) -> str:
+        if self.messages is None:
+            return self.problem or f"thread {self.thread}: reading it..."
+        to = self.reply_to
+        return f"thread {self.thread}" + (f"  (r replies in this thread to {to})" if to else "  (no agent in it to reply to)")
+
+
+
 # -- claims --------------------------------------------------------------------------------
 
 
@@ -236,6 +290,15 @@ def tier_counts(claims: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     for c in claims:
         counts[c["tier"]] = counts.get(c["tier"], 0) + 1
     return counts
+
+
+def witnesses(claim: Mapping[str, Any]) -> str:
+    """How many witnesses a claim has, in the one wording the claims table and the biography share:
+    every corroboration recorded, and how many of them the trust policy counted (``memory``'s
+    ``witnesses`` tally: ``{"total", "counted"}``)."""
+    tally = claim.get("witnesses") or {}
+    total, counted = int(tally.get("total", 0)), int(tally.get("counted", 0))
+    return "none" if not total else f"{total}, {counted} counted"
 
 
 _REASONS: Final = {
@@ -271,14 +334,22 @@ def biography(claim: Mapping[str, Any]) -> list[str]:
             mark = "  <- this one" if e["id"] == claim["id"] else ""
             later = f", superseded by #{e['superseded_by']}" if e.get("superseded_by") else ""
             out.append(f"  #{e['id']} edition {e['edition']} [{e['tier']}] by {e['author']} at {when(e['created_at'])}{later}{mark}")
-    out += ["", f"witnesses ({len(claim.get('corroborations') or [])}):"]
+    out += ["", f"witnesses: {witnesses(claim)}"]
     for w in claim.get("corroborations") or []:
-        how = "blind" if w.get("blind") else "informed"
+        how = w.get("witness") or ("blind" if w.get("blind") else "informed")
+        if w.get("restatement"):
+            how += f" (rediscovered it in #{w['restatement']})"
         out.append(f"  {w['principal']} (domain {w['domain']}) {how}, {_verdict(w)}  at {when(w['at'])}")
         if w.get("evidence"):
             out.append(f"      evidence: {clean(w['evidence'])}")
-    if not claim.get("corroborations"):
-        out.append("  none yet")
+    links = claim.get("links") or []
+    if links:
+        out += ["", "restatements:"]
+        for link in links:
+            if link["claim"] == claim["id"]:
+                out.append(f"  restates #{link['restates']} ({link['kind']}, similarity {link['similarity']:.2f})")
+            else:
+                out.append(f"  restated by #{link['claim']} ({link['kind']}, similarity {link['similarity']:.2f})")
     disputes = claim.get("disputes") or []
     if disputes:
         out += ["", f"disputes ({len(disputes)}):"]

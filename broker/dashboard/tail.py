@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Final, Iterable, final
 
@@ -86,6 +87,8 @@ class LogTailer:
         self.max_read = max_read
         self._files: dict[str, _Follow] = {}
         self.names: dict[str, LogName] = {}
+        #: When each file was last seen to change (UTC ISO time, as the store writes times).
+        self.modified: dict[str, str] = {}
 
     def discover(self) -> list[LogName]:
         """Look for log files not yet followed; start each at its last ``FIRST_READ`` bytes."""
@@ -101,9 +104,11 @@ class LogTailer:
                 name = LogName.parse(Path(entry.path))
                 if name is None or name.key in self._files:
                     continue
-                start = max(0, entry.stat().st_size - FIRST_READ)
+                stat = entry.stat(follow_symlinks=False)
+                start = max(0, stat.st_size - FIRST_READ)
                 self._files[name.key] = _Follow(Path(entry.path), offset=start, cut=start > 0)
                 self.names[name.key] = name
+                self.modified[name.key] = _iso(stat.st_mtime)
                 found.append(name)
         return found
 
@@ -116,22 +121,50 @@ class LogTailer:
         self.discover()
         out: dict[str, list[str]] = {}
         for key, follow in self._files.items():
-            lines = self._read(follow)
+            lines = self._read(key, follow)
             if lines:
                 out[key] = lines
         return out
 
-    def _read(self, follow: _Follow) -> list[str]:
+    def count(self, key: str) -> tuple[int, str | None]:
+        """How many finished lines the file holds from its start, and the last one (cleaned); ``(0, None)``
+        for a file that is gone or is not a plain file.  Reads the whole file, a chunk at a time
+        (``conclave dashboard --json`` reports every log's size in lines)."""
+        follow = self._files.get(key)
+        fd = None if follow is None else open_log(follow.path)
+        if fd is None:
+            return 0, None
+        lines, offset, last, pending = 0, 0, b"", b""
+        keep = MAX_LINE * 4  # a line is shown cut at MAX_LINE characters: its start is enough
+        try:
+            while chunk := os.pread(fd, 1 << 20, offset):
+                offset += len(chunk)
+                head, newline, rest = chunk.rpartition(b"\n")
+                if not newline:
+                    pending = (pending + chunk)[:keep]
+                    continue
+                lines += head.count(b"\n") + 1
+                before, inner, after = head.rpartition(b"\n")
+                last = after[:keep] if inner else (pending + head)[:keep]
+                pending = rest[:keep]
+        finally:
+            os.close(fd)
+        return lines, clean(last.decode("utf-8", errors="replace").rstrip("\r")) if lines else None
+
+    def _read(self, key: str, follow: _Follow) -> list[str]:
         fd = open_log(follow.path)
         if fd is None:
             return []
         try:
-            return self._read_from(fd, follow)
+            return self._read_from(fd, follow, key)
         finally:
             os.close(fd)
 
-    def _read_from(self, fd: int, follow: _Follow) -> list[str]:
-        size = os.fstat(fd).st_size
+    def _read_from(self, fd: int, follow: _Follow, key: str | None = None) -> list[str]:
+        stat = os.fstat(fd)
+        size = stat.st_size
+        if key is not None and size != follow.offset:
+            self.modified[key] = _iso(stat.st_mtime)
         if size < follow.offset:  # truncated or replaced: start again
             follow.offset, follow.partial, follow.cut = 0, b"", False
         if size == follow.offset:
@@ -153,6 +186,10 @@ class LogTailer:
         follow.partial = rest
         out += [clean(raw.decode("utf-8", errors="replace").rstrip("\r")) for raw in done]
         return out
+
+
+def _iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="microseconds")
 
 
 @final

@@ -69,7 +69,7 @@ def send(
         if subject is not None:
             check_line(subject, "msg.send: the subject")
     except ConclaveError as exc:
-        die(f"{exc.message} [{exc.code.value}]")
+        die(f"{exc.message} [{exc.code.value}]", error=exc.code.value)
     message = call(target, "msg.send", _given(to=to, body=text, thread=thread, subject=subject))
 
     def human(m: dict[str, Any]) -> None:
@@ -267,7 +267,7 @@ def _board_or_none(client: Any) -> dict[str, Any] | None:
     except ConclaveError as exc:
         if exc.code is ErrorCode.UNAVAILABLE:
             return None
-        die(f"{exc.message} [{exc.code.value}]")
+        die(f"{exc.message} [{exc.code.value}]", error=exc.code.value)
     except OSError:
         return None
 

@@ -305,7 +305,8 @@ def _build(conn: apsw.Connection, rows: Sequence[tuple[Any, ...]], viewer: Princ
                 at=at,
                 read=None if own is None else own.read_at is not None,
                 acked=None if own is None else own.acked_at is not None,
-                deliveries=tuple(copies[mid]) if audit else None,
+                # Everyone's copy for the sender and the operator; the viewer's own copy for a recipient.
+                deliveries=tuple(copies[mid]) if audit else tuple(d for d in copies[mid] if d.mailbox == box),
             )
         )
     return out

@@ -56,8 +56,9 @@ class Message:
 
     ``read`` and ``acked`` describe the *viewer's* copy (None when the viewer
     is not a recipient, e.g. the sender); ``read`` is whether it had been
-    shown before this listing.  ``deliveries`` -- everyone's copy -- is
-    filled only for the sender and the operator.
+    shown before this listing.  ``deliveries`` is everyone's copy
+    for the sender and the operator, and only the viewer's own for anyone else
+    (always a list: a script reads one shape).
     """
 
     id: int
@@ -71,7 +72,7 @@ class Message:
     at: str
     read: bool | None = None
     acked: bool | None = None
-    deliveries: tuple[Delivery, ...] | None = None
+    deliveries: tuple[Delivery, ...] = ()
 
     @property
     def from_operator(self) -> bool:

@@ -59,8 +59,10 @@ def render_message(message: Mapping[str, Any]) -> str:
     ]
     if message.get("subject"):
         lines.append(f"subject: {message['subject']}")
-    if message.get("deliveries") is not None:
-        lines.append("deliveries: " + (", ".join(_delivery(d) for d in message["deliveries"]) or "none"))
+    deliveries = message.get("deliveries") or []
+    # A recipient's list holds only its own copy, which the state above already says.
+    if not (len(deliveries) == 1 and message.get("read") is not None):
+        lines.append("deliveries: " + (", ".join(_delivery(d) for d in deliveries) or "none"))
     # Header lines are one line each, whatever a field holds.
     lines = [visible(line) for line in lines]
     lines += [f"{fence}mail from {visible(message['sender'])}", body.rstrip("\n"), fence]

@@ -19,11 +19,12 @@ launcher's options for one agent:
   ``status``, ``diff``, ``log`` work, commits do not; no new entry can be
   made at the top of the tree);
 * at both levels, paths inside the tree that the person's git trusts
-  (``core.hooksPath``, included config, a filter's script:
-  :mod:`broker.sandbox.gitlayout`) are read-only (:func:`git_options`);
-* every level strips the deputies' variables (:data:`DEPUTY_VARIABLES`) and
-  makes the agent adopt its own orphans; a root broker's agents lose every
-  capability.
+  (``core.hooksPath``, included config, a filter's script, a submodule's
+  ``.git``: :mod:`broker.sandbox.gitlayout`) are read-only (:func:`git_options`);
+* every level strips the deputies' variables (:data:`DEPUTY_VARIABLES`), and
+  the launcher stays as the agent's keeper and child subreaper (a PID
+  namespace of its own in ``strict`` where the kernel allows one); a root
+  broker's agents lose every capability.
 
 Never does a box name a secret on a command line: ``/proc/<pid>/cmdline``
 is readable to every process of the uid.
@@ -103,6 +104,11 @@ class Box:
     temp: Path | None = None
     cgroup: Path | None = None
 
+    def with_options(self, *options: str) -> Box:
+        """The same box with more launcher options (the supervisor's per-spawn descriptors and share)."""
+        cut = self.argv.index("--")
+        return attrs.evolve(self, argv=(*self.argv[:cut], *options, *self.argv[cut:]))
+
     def release(self) -> set[int]:
         """Kill what is left in the agent's cgroup, remove it and the temp directory; return the pids killed."""
         killed = kill_cgroup(self.cgroup) if self.cgroup is not None else set()
@@ -177,13 +183,13 @@ def build(
     home = home if home is not None else os.environ.get("HOME")
     expand = lambda p: p.replace("~", home, 1) if home and p.startswith("~") else p  # noqa: E731
     cgroup = _new_cgroup(machine.cgroup, session) if machine.cgroup is not None else None
-    options: list[str] = ["--subreaper"] + (["--cgroup", str(cgroup)] if cgroup else [])
+    options: list[str] = ["--cgroup", str(cgroup)] if cgroup else []
     env: dict[str, str] = {}
     temp: Path | None = None
     if level != "off":
         writable = [str(repo), str(agent_dir), *(expand(p) for p in write)]
         if level == "strict":
-            options.append("--ns")
+            options += ["--ns", "--pidns"] if machine.pid_namespaces else ["--ns"]
             for path in HIDDEN:
                 options += ["--hide", expand(path)]
             writable += ["/tmp", "/dev/shm"]

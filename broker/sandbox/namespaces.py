@@ -32,6 +32,7 @@ import stat
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 
 MS_RDONLY = 1
 MS_NOSUID = 2
@@ -75,11 +76,16 @@ def _write(path: str, text: str) -> None:
         os.close(fd)
 
 
-def enter() -> None:
-    """A new user and mount namespace with an identity uid/gid map; nothing propagates back out."""
+def enter(*, pid: bool = False) -> None:
+    """A new user and mount namespace with an identity uid/gid map; nothing propagates back out.
+
+    With ``pid``, also a new PID namespace -- for the caller's *children*: the first one it
+    forks is that namespace's init, and when the init dies the kernel kills everything in it.
+    """
     uid, gid = os.getuid(), os.getgid()
-    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
-        _fail("unshare(CLONE_NEWUSER | CLONE_NEWNS)")
+    flags = CLONE_NEWUSER | CLONE_NEWNS | (CLONE_NEWPID if pid else 0)
+    if _libc.unshare(flags) != 0:
+        _fail("unshare(CLONE_NEWUSER | CLONE_NEWNS" + (" | CLONE_NEWPID)" if pid else ")"))
     _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
     try:
         _write("/proc/self/setgroups", "deny\n")  # must precede gid_map for an unprivileged writer
@@ -104,6 +110,12 @@ def private_ptys() -> None:
     terminals, and cannot open the person's -- where TIOCSTI would type commands into their shell."""
     _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
     _mount("/dev/pts/ptmx", "/dev/ptmx", None, MS_BIND)
+
+
+def private_proc() -> None:
+    """A /proc of the caller's own PID namespace (the caller is its init): the agent sees its
+    own processes only.  Before Landlock, which forbids mounting."""
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
 def hide(path: str, keep: dict[str, int]) -> bool:

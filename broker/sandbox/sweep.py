@@ -1,18 +1,21 @@
-"""Nothing an agent starts may outlive it: freeze and sweep what it left behind.
+"""The broker's last line against leftovers: freeze and sweep what its agents' launchers missed.
 
-The broker is a child subreaper, and every sandboxed agent adopts its own
-orphans (the launcher's ``--subreaper``), so while an agent lives everything
-it started stays in its tree, however it double-forks or ``setsid``\\ s.
-When the agent exits, what is left becomes the broker's children.  The
-broker's own helpers (``git`` for the commit guard) run in the broker's
-process group, which no agent descendant can join (another session), so
-every other child of the broker that is not a live agent is an orphan.
+Each agent's launcher ends what its agent leaves (``keeper.py``: a PID
+namespace, the agent's cgroup, or its own sweep as the agent's child
+subreaper).  What can still reach the broker is what an unboxed agent undid
+that with (it killed its launcher, say): the broker is a child subreaper
+too, so such orphans become its children.  The broker's own helpers
+(``git`` for the commit guard) run in the broker's process group, which no
+agent descendant can join (another session), so every other child of the
+broker that is not a live launcher is an orphan.
 
 :func:`sweep` stops (SIGSTOP) every orphan and all its descendants first,
 so nothing can fork its way out during the kill, then SIGKILLs them, and
 repeats until a pass finds none.  Where the broker has a delegated cgroup
 v2 (``broker.sandbox.machine``), ``cgroup.kill`` catches even a process
-that escaped the tree, and the sweep runs after it anyway.
+that escaped the tree, and the sweep runs after it anyway.  :func:`end_tree`
+does the same for one pinned process and everything below it (the next
+broker, ending what a killed one left: ``leftovers.py``).
 """
 
 from __future__ import annotations
@@ -110,6 +113,45 @@ def sweep(broker: int, live: Iterable[int], spare: Callable[[int], bool] = lambd
                 killed.add(pid)
         time.sleep(0.001)  # let the kernel re-parent the children of the dead
     return killed
+
+
+def subtree(root: int, table: dict[int, tuple[int, int, str]]) -> list[int]:
+    """``root`` (if it is in ``table``) and everything below it, parents before children."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, stack = [], [root] if root in table else []
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children.get(pid, ()))
+    return found
+
+
+def end_tree(root: int, *, stop_root: Callable[[], bool], kill_root: Callable[[], bool]) -> int:
+    """Freeze ``root`` and everything below it, then kill them all; how many were alive.
+
+    A stopped process cannot fork, and a stopped parent cannot reap, so once a pass finds
+    nothing new the set is closed and no pid in it can have been reused.  ``root`` is
+    signalled through the caller's callables (a pidfd pinned to the process it checked).
+    """
+    if not stop_root():
+        return 0
+    frozen: dict[int, str] = {}
+    for _ in range(MAX_PASSES):
+        table = process_table()
+        new = [pid for pid in subtree(root, table) if pid not in frozen and pid != root]
+        settling = [pid for pid in frozen if table.get(pid, (0, 0, "Z"))[2] not in ("T", "t", "Z", "X")]
+        if not new and not settling:
+            break
+        for pid in new:
+            _signal(pid, signal.SIGSTOP)
+            frozen[pid] = table[pid][2]
+        time.sleep(0.001)
+    for pid in frozen:
+        _signal(pid, signal.SIGKILL)
+    kill_root()
+    return 1 + sum(1 for state in frozen.values() if state != "Z")
 
 
 def _signal(pid: int, sig: signal.Signals) -> bool:

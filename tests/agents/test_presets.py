@@ -241,19 +241,29 @@ def test_bad_preset_is_refused_at_team_load_naming_what_is_missing(tmp_path, ent
     assert not (tmp_path / "state" / "agents").exists()
 
 
-def test_sandbox_needs_name_the_npm_tree_the_binary_runs_from():
-    """The binaries live wherever npm put them (here: the real-agent cache); inside the agent's
-    sandbox the preset asks to read that whole tree -- Codex's `codex` is a node script that
-    runs a binary from a sibling package -- and to write nothing beyond the per-agent directory."""
+def test_sandbox_needs_name_the_npm_tree_the_binary_runs_from(tmp_path):
+    """The binaries live wherever they were installed; inside the agent's sandbox the preset asks
+    to read that whole tree and to write nothing beyond the per-agent directory.  Two layouts:
+    npm's (Codex's `codex` is a node script that runs a binary from a sibling package, so the
+    whole node_modules) and the platform packages the tests fetch (the package the binary was
+    unpacked from: Codex keeps its resources beside its bin/ directory)."""
     from agents.presets import REGISTRY
     from broker.spec import AgentSpec
     from tests.agents import realbin
 
+    modules = tmp_path / "prefix" / "node_modules"
+    (modules / ".bin").mkdir(parents=True)
+    (modules / "@openai" / "codex" / "bin").mkdir(parents=True)
+    (modules / "@openai" / "codex" / "bin" / "codex.js").write_text("#!/usr/bin/env node\n")
+    (modules / ".bin" / "codex").symlink_to("../@openai/codex/bin/codex.js")
+    needs = REGISTRY["codex"].sandbox_needs(AgentSpec(name="a", command=(str(modules / ".bin" / "codex"),), preset="codex", prompt="p"))
+    assert needs.read == (str(modules),) and needs.write == ()
+
     found = realbin.ensure()
-    modules = str(found.root / "node_modules")
     for preset, binary in (("claude-code", found.claude), ("codex", found.codex)):
         needs = REGISTRY[preset].sandbox_needs(AgentSpec(name="a", command=(str(binary),), preset=preset, prompt="p"))
-        assert needs.read == (modules,) and needs.write == (), (preset, needs)
+        package = next(p for p in Path(os.path.realpath(binary)).parents if (p / "package.json").is_file())
+        assert needs.read == (str(found.bin), str(package)) and needs.write == (), (preset, needs)
     plain = REGISTRY["command"].sandbox_needs(AgentSpec(name="a", command=("/usr/bin/env",), preset="command"))
     assert plain.read == ("/usr/bin",) and plain.write == ()
 

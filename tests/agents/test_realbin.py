@@ -1,8 +1,19 @@
-"""The installer of the pinned real binaries fails loudly, naming why, when it cannot install."""
+"""The fetcher of the pinned real binaries: no npm needed, every tarball checked, and a loud failure
+naming why when it cannot install."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import http.server
+import io
+import json
 import os
+import tarfile
+import threading
+import urllib.parse
+from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -11,24 +22,102 @@ from tests.agents import realbin
 
 def test_an_unreachable_registry_fails_saying_so(tmp_path, monkeypatch):
     monkeypatch.setenv(realbin.ENV_CACHE, str(tmp_path / "binaries"))
-    monkeypatch.setenv("npm_config_registry", "http://127.0.0.1:9/")  # nothing listens on the discard port
-    monkeypatch.setenv("npm_config_cache", str(tmp_path / "npm-cache"))  # and no tarball cached to fall back on
-    monkeypatch.setenv("npm_config_fetch_retries", "0")
+    monkeypatch.setenv(realbin.ENV_REGISTRY, "http://127.0.0.1:9/")  # nothing listens on the discard port
     with pytest.raises(realbin.AgentBinariesError) as caught:
         realbin.ensure()
     message = str(caught.value)
-    assert "the npm registry could not be reached" in message and "@anthropic-ai/claude-code@2.1.332" in message
-    assert "ECONNREFUSED" in message
+    assert "the npm registry could not be reached" in message and "@anthropic-ai/claude-code-linux-" in message
+    assert "Connection refused" in message and realbin.ENV_CACHE in message
 
 
-def test_no_npm_fails_saying_what_to_install(tmp_path, monkeypatch):
-    monkeypatch.setenv(realbin.ENV_CACHE, str(tmp_path / "binaries"))
-    monkeypatch.setenv("PATH", str(tmp_path))  # no npm here
-    with pytest.raises(realbin.AgentBinariesError, match="need npm"):
-        realbin.ensure()
+def _tarball(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"package/{name}")
+            info.size, info.mode = len(data), 0o755
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def registry(tmp_path, monkeypatch) -> Iterator[dict[str, tuple[bytes, str]]]:
+    """A stand-in npm registry on 127.0.0.1: ``served[name@version] = (tarball, integrity it publishes)``."""
+    served: dict[str, tuple[bytes, str]] = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            path = urllib.parse.unquote(self.path).lstrip("/")
+            if path.endswith(".tgz"):
+                body = served[path.removesuffix(".tgz")][0]
+            else:
+                name, version = path.rsplit("/", 1)
+                if f"{name}@{version}" not in served:
+                    self.send_error(404)
+                    return
+                integrity = served[f"{name}@{version}"][1]
+                body = json.dumps({"dist": {"tarball": f"http://127.0.0.1:{port}/{name}@{version}.tgz", "integrity": integrity}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv(realbin.ENV_REGISTRY, f"http://127.0.0.1:{port}")
+    try:
+        yield served
+    finally:
+        server.shutdown()
+
+
+def _integrity(data: bytes) -> str:
+    return "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+
+
+def test_a_tarball_that_does_not_match_its_published_hash_is_not_installed(tmp_path, registry):
+    """A registry (or a proxy on the way) serving altered bytes: refused, nothing unpacked.
+    Control: the same tarball with its true hash unpacks the program, executable, where bin/ expects it."""
+    package = realbin.Package("@example/tool-linux-x64", "1.0.0", "vendor/bin/tool", "tool")
+    good = _tarball({"vendor/bin/tool": b"#!/bin/sh\necho tool 1.0.0\n", "package.json": b"{}"})
+    registry["@example/tool-linux-x64@1.0.0"] = (good, _integrity(good + b"tampered"))
+    target = tmp_path / "cache" / "tool"
+    with pytest.raises(realbin.AgentBinariesError, match="does not match the integrity hash"):
+        realbin._fetch(package, target)
+    assert not target.exists()
+    registry["@example/tool-linux-x64@1.0.0"] = (good, _integrity(good))
+    realbin._fetch(package, target)
+    assert os.access(target / "vendor" / "bin" / "tool", os.X_OK)
+
+
+def test_a_tarball_cannot_write_outside_its_directory(tmp_path, registry):
+    """A hostile tarball with ../ and absolute names is refused by the extraction filter."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        info = tarfile.TarInfo("package/../../escaped")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    evil = buffer.getvalue()
+    registry["@example/evil@1.0.0"] = (evil, _integrity(evil))
+    with pytest.raises(tarfile.TarError):
+        realbin._fetch(realbin.Package("@example/evil", "1.0.0", "x", "x"), tmp_path / "cache" / "deep" / "evil")
+    assert not (tmp_path / "cache" / "escaped").exists() and not (tmp_path / "escaped").exists()
 
 
 def test_the_cache_lives_outside_the_repository(monkeypatch):
     monkeypatch.delenv(realbin.ENV_CACHE, raising=False)
     repo = os.path.realpath(os.path.join(os.path.dirname(realbin.__file__), "..", ".."))
     assert not os.path.realpath(realbin.prefix()).startswith(repo + os.sep)
+
+
+def test_the_platform_packages_are_the_ones_the_npm_wrappers_would_run():
+    """The packages fetched are the ones `npm install @anthropic-ai/claude-code @openai/codex` picks for this
+    machine (their wrappers only choose and exec them)."""
+    claude, codex = realbin.packages()
+    assert claude.name.startswith("@anthropic-ai/claude-code-linux-") and claude.version == realbin.CLAUDE_CODE[1]
+    assert codex.name == "@openai/codex" and codex.version.startswith(realbin.CODEX[1] + "-linux-")
+    assert Path(codex.program).name == "codex" and "-unknown-linux-musl" in codex.program

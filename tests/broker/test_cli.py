@@ -71,3 +71,22 @@ def test_ops_lists_every_op_with_or_without_a_broker(start_run, tmp_path):
     # Control: a running broker answers the same list.
     run = start_run([{"name": "alice"}])
     assert {o["op"] for o in json.loads(run.cli("ops", "--json").stdout)} == names
+
+
+def test_with_json_an_error_is_a_json_object_on_stderr(tmp_path):
+    """Scripts pass --json and parse what comes back, errors included: code, message, fix, exit."""
+    run = Run(tmp_path, [{"name": "alice", "command": ["sh", "-c", "exit 0"]}])
+    run.start(wait_for=[])
+    run.wait_exit()
+    run.close()
+    where = ["--state-dir", str(run.state), "--repo", str(run.repo)]
+    out = conclave("memory", "show", "999", "--json", *where)
+    assert out.returncode == 1 and out.stdout == ""
+    error = json.loads(out.stderr)["error"]
+    assert error["code"] == "not_found" and "999" in error["message"] and error["exit"] == 1
+    assert not error["message"].endswith("[not_found]")
+    usage = json.loads(conclave("agents", "--json", "--state-dir", str(tmp_path / "nothing"), "--repo", str(tmp_path)).stderr)["error"]
+    assert usage["code"] == "no_broker" and usage["fix"] and usage["exit"] == 3
+    # Control: without --json the same failure is one sentence for people.
+    human = conclave("memory", "show", "999", *where)
+    assert human.returncode == 1 and human.stderr.startswith("conclave: ") and "[not_found]" in human.stderr

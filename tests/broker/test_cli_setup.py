@@ -49,6 +49,13 @@ def test_team_check_validates_without_running(tmp_path):
     assert bad.returncode == 2 and "cwd 'nowhere' is not a directory" in bad.stderr and bad.stdout == ""
 
 
+def test_run_without_a_team_file_says_where_it_looked(tmp_path):
+    repo = make_repo(tmp_path)
+    out = conclave("run", "--repo", str(repo), "--state-dir", str(tmp_path / "state"))
+    assert out.returncode == 2 and f"reads {repo / 'team.toml'}" in out.stderr and "conclave init" in out.stderr
+    assert not (tmp_path / "state").exists()
+
+
 def test_init_writes_a_commented_team_that_runs_as_written(tmp_path):
     repo = make_repo(tmp_path)
     state = tmp_path / "state"
@@ -57,10 +64,12 @@ def test_init_writes_a_commented_team_that_runs_as_written(tmp_path):
     team = (repo / "team.toml").read_text()
     assert team.count("#") > 20 and os.access(repo / "agents" / "example.sh", os.X_OK)
     assert conclave("team", "check", str(repo / "team.toml"), "--repo", str(repo)).returncode == 0
-    ran = conclave("run", "--team", str(repo / "team.toml"), "--repo", str(repo), "--state-dir", str(state), "--json")
+    # No --team: `conclave run` reads the team.toml init wrote.
+    ran = conclave("run", "--repo", str(repo), "--state-dir", str(state), "--json")
     assert ran.returncode == 0, ran.stdout + ran.stderr
     claims = json.loads(conclave("memory", "list", "--json", "--repo", str(repo), "--state-dir", str(state)).stdout)
-    assert len(claims) == 1 and claims[0]["counted_corroborations"] == 1  # bob vouched for alice's count
+    # bob and carol vouched for alice's count: two independent domains, the default quorum.
+    assert len(claims) == 1 and claims[0]["counted_corroborations"] == 2 and claims[0]["tier"] == "trusted", claims
     # A second init refuses to overwrite; --force does.
     (repo / "team.toml").write_text("# mine\n")
     again = conclave("init", "--repo", str(repo))

@@ -35,6 +35,10 @@ def test_doctor_reports_what_the_kernel_allows(tmp_path: Path) -> None:
     assert any("T2" in k for k in report["threats"]) and any("T3" in k for k in report["threats"])
     human = conclave("doctor")
     assert human.returncode == 0 and f"default sandbox: {MACHINE.strongest}" in human.stdout
+    flat = " ".join(human.stdout.split())
+    assert "off: NO protection against T2: an unboxed agent can ptrace your shell and make it run `conclave memory promote`" in flat
+    assert report["pid_namespaces"] == MACHINE.pid_namespaces
+    assert report["threats"]["leftover processes, off"].startswith(("its cgroup", "its launcher's sweep"))
     # From a directory under /tmp (which a strict box replaces) the answer is the same.
     elsewhere = conclave("doctor", "--json", cwd=tmp_path)
     assert json.loads(elsewhere.stdout)["strongest"] == MACHINE.strongest
@@ -46,7 +50,11 @@ def test_run_prints_each_agents_box_and_off_is_loud(tmp_path: Path) -> None:
     out = conclave("run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / "state"))
     assert out.returncode == 0, out.stderr
     assert f"alice: sandbox {MACHINE.strongest}" in out.stdout
-    assert "bob: sandbox off -- NO SANDBOX" in out.stdout
+    assert "bob: sandbox off -- NO SANDBOX: NO protection against T2" in out.stdout
+    # Said in those words: what an unboxed agent can do to the person, and that lineage is no defence there.
+    flat = " ".join(out.stdout.split())
+    assert "can ptrace your shell and make it run `conclave memory promote`" in flat
+    assert "the lineage check is no defence at this level" in flat
     summary = conclave("run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / "state2"), "--json")
     boxes = {a["agent"]: a["sandbox"] for a in json.loads(summary.stdout)["agents"]}
     assert boxes == {"alice": MACHINE.strongest, "bob": "off"}
@@ -124,3 +132,21 @@ def test_the_run_summary_counts_what_an_agent_left_behind(tmp_path: Path) -> Non
     assert "bob:" not in human.stdout.split("exit code 0")[-1]  # control: bob left nothing, and is not named
     summary = json.loads(conclave("run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / "s2"), "--json").stdout)
     assert {a["agent"]: a["leftovers"] for a in summary["agents"]} == {"alice": 1, "bob": 0}
+
+
+def test_what_each_level_guarantees_about_leftovers_is_said_in_words() -> None:
+    """The banner and `doctor` call the launcher's sweep weaker whenever it is all there is."""
+    from broker.sandbox.machine import Machine
+
+    bare = Machine(landlock_abi=7, user_namespaces=True, user_namespaces_error=None, cgroup=None, uid=1000, pid_namespaces=False)
+    assert bare.weaker("strict") and bare.weaker("landlock")
+    assert bare.leftovers("landlock").startswith("WEAKER: no PID namespace or delegated cgroup")
+    assert bare.process_share("landlock").startswith("none: one agent can take every process")
+    # Control: a PID namespace (strict) or a delegated cgroup (any level) is not the weaker sweep.
+    full = Machine(landlock_abi=7, user_namespaces=True, user_namespaces_error=None, cgroup=Path("/sys/fs/cgroup/user"), uid=1000, pid_namespaces=True)
+    assert not full.weaker("strict") and "kernel kills everything it started" in full.leftovers("strict")
+    assert not full.weaker("landlock") and "cgroup.kill" in full.leftovers("landlock")
+    assert full.process_share("strict").startswith("max_processes (RLIMIT_NPROC in its own user namespace")
+    assert Machine(landlock_abi=7, user_namespaces=True, user_namespaces_error=None, cgroup=None, uid=0).process_share("strict").startswith(
+        "none: uid 0 is exempt"
+    )

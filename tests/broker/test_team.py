@@ -32,6 +32,7 @@ GOOD = '[[agent]]\nname = "alice"\ncommand = ["true"]\n'
         ('[[agent]]\nname = "alice"\ncommand = ["true"]\ncwd = "no/such/dir"\n', "cwd 'no/such/dir' is not a directory in the repository"),
         ('[[agent]]\nname = "alice"\ncommand = ["true"]\nenv = {CONCLAVE_TICKET = "x"}\n', "CONCLAVE_"),
         ('[[agent]]\nname = "alice"\ncommand = ["true"]\nprompt = "do it"\n', "prompt is the task for a preset agent"),
+        ('[[agent]]\nname = "alice"\ncommand = "sh -c \'echo hi"\n', "cannot be split into words (No closing quotation)"),
         ("[[agent]\n", "not valid TOML"),
         ("", "no agents"),
     ],
@@ -75,6 +76,21 @@ def test_conclave_run_with_a_bad_team_file_exits_2_and_writes_nothing(tmp_path):
     out = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert (state / "conclave.db").exists()
+
+
+def test_an_unclosed_quote_in_a_string_command_is_one_line_and_exit_2(tmp_path):
+    """A newcomer's typo in a string command: one line naming the agent and the fix, no traceback."""
+    repo = make_repo(tmp_path)
+    team = tmp_path / "team.toml"
+    team.write_text('[[agent]]\nname = "alice"\ncommand = "sh -c \'echo hi"\n')
+    cmd = [sys.executable, "-m", "broker.cli", "run", "--team", str(team), "--repo", str(repo), "--state-dir", str(tmp_path / "state")]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "agent 'alice'" in out.stderr and "close the quote" in out.stderr
+    # Control: the same command with its quote closed runs.
+    team.write_text('[[agent]]\nname = "alice"\ncommand = "sh -c \'echo hi\'"\n')
+    assert subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=60).returncode == 0
 
 
 def test_default_state_dir_is_outside_the_work_tree_under_the_state_home(tmp_path):

@@ -4,10 +4,12 @@ against a real broker the harness started, and readers for what the panes show."
 from __future__ import annotations
 
 import asyncio
+import io
 import sys
 import time
 from typing import Any, Awaitable, Callable, TypeVar
 
+from rich.console import Console
 from rich.text import Text
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
@@ -103,6 +105,13 @@ def shown(app: DashboardApp, selector: str) -> str:
     widget = (app.screen if selector.startswith("#ask") else app.main).query_one(selector, Static)
     content = widget.content
     return content.plain if isinstance(content, Text) else str(content)
+
+
+def screen_text(app: DashboardApp) -> str:
+    """The whole screen as a person sees it (what Textual would draw on the terminal), as plain text."""
+    console = Console(width=app.size.width, height=app.size.height, file=io.StringIO(), record=True, color_system=None, legacy_windows=False)
+    console.print(app.screen._compositor.render_update(full=True))
+    return console.export_text()
 
 
 def output_lines(app: DashboardApp) -> list[str]:

@@ -92,10 +92,10 @@ def test_mail_pane_shows_threads_and_the_inbox_and_a_reply_reaches_the_agent(tea
         thread = await until(pilot, lambda: row_for(app, "#threads", sent["thread"]), "carol's thread")
         assert "carol" in thread[1] and "operator" in thread[1]
         message = await until(pilot, lambda: row_for(app, "#inbox", str(sent["id"])), "carol's message in the operator's inbox")
-        assert message[1].startswith("carol:") and message[4].endswith("tests pass on my branch")
+        assert message[1].startswith("carol:") and message[4] == "new: tests pass on my branch shall I merge?"  # the whole body, its lines joined
         await select_row(pilot, "#threads", sent["thread"])
         view = await until(pilot, lambda: "shall I merge?" in shown(app, "#thread-view") and shown(app, "#thread-view"), "the thread")
-        assert "(r replies to carol)" in view and "[merge?]" in view
+        assert "[merge?]" in view and shown(app, "#thread-title") == f"thread {sent['thread']}  (r replies in this thread to carol)"
         # Cancel first: nothing is sent.
         await pilot.press("r")
         await until(pilot, lambda: isinstance(app.screen, Ask), "the reply dialog")
@@ -115,6 +115,40 @@ def test_mail_pane_shows_threads_and_the_inbox_and_a_reply_reaches_the_agent(tea
     inbox = carol.call("msg.inbox", unread=True)
     reply = [m for m in inbox if m["body"] == "yes merge it"]
     assert len(reply) == 1 and reply[0]["sender_agent"] == "operator" and reply[0]["thread"] == sent["thread"]
+
+
+def test_new_mail_in_the_background_does_not_move_the_thread_a_reply_goes_to(team: Run) -> None:
+    """The person reads carol's thread, picked in the threads table, while the inbox's cursor sits on
+    dave's message.  New mail arrives and the inbox is refilled: its cursor fires a selection of its
+    own.  The header must go on naming carol's thread, and `r` must reply there, to carol."""
+    carol, dave, bob = team.puppet("carol"), team.puppet("dave"), team.puppet("bob")
+    theirs = carol.call("msg.send", to="operator", body="which branch do I rebase on?")
+    other = dave.call("msg.send", to="operator", body="the docs build is green")
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        app = pilot.app
+        await pilot.press("3")
+        await until(pilot, lambda: row_for(app, "#inbox", str(other["id"])), "dave's message in the inbox")
+        await select_row(pilot, "#inbox", str(other["id"]))
+        await until(pilot, lambda: shown(app, "#thread-title").startswith(f"thread {other['thread']} "), "dave's thread on screen")
+        await select_row(pilot, "#threads", theirs["thread"])
+        header = f"thread {theirs['thread']}  (r replies in this thread to carol)"
+        await until(pilot, lambda: shown(app, "#thread-title") == header, "carol's thread on screen")
+        late = bob.call("msg.send", to="operator", body="a new question, in a new thread")
+        await until(pilot, lambda: row_for(app, "#inbox", str(late["id"])), "the new mail in the inbox")
+        await pilot.pause(0.5)  # the refill's selection events have been handled
+        assert shown(app, "#thread-title") == header
+        await pilot.press("r")
+        ask = await until(pilot, lambda: isinstance(app.screen, Ask) and app.screen, "the reply dialog")
+        assert ask.question == f"Reply to carol in thread {theirs['thread']}"
+        await type_text(pilot, "rebase on main")
+        await pilot.press("enter")
+        await until(pilot, lambda: "sent message" in shown(app, "#status"), "the reply to be sent")
+
+    drive(app_for(team), scenario)
+    reply = [m for m in carol.call("msg.inbox", unread=True) if m["body"] == "rebase on main"]
+    assert len(reply) == 1 and reply[0]["thread"] == theirs["thread"]
+    assert not [m for m in dave.call("msg.inbox", unread=True) if m["body"] == "rebase on main"]
 
 
 def test_promote_through_the_ui_makes_the_claim_trusted_in_the_store(team: Run) -> None:
@@ -175,7 +209,7 @@ def test_claims_pane_searches_and_shows_biography_witnesses_and_trust_graph(team
     alice, bob, carol, dave = (team.puppet(n) for n in PUPPETS)
     cid = alice.call("memory.remember", kind="discovery", text="The tokenizer tests need the zstd fixtures unpacked.")["id"]
     carol.call("memory.recall", query="tokenizer zstd fixtures")  # carol has seen it: informed
-    bob.call("memory.corroborate", id=cid, evidence="reproduced")
+    bob.call("memory.corroborate", id=cid, evidence="Reproduced: the tokenizer tests only pass once the zstd fixtures are unpacked.")  # blind: never shown it
     carol.call("memory.corroborate", id=cid)
     dave.call("memory.dispute", id=cid, reason="only on a cold cache")
 
@@ -187,8 +221,8 @@ def test_claims_pane_searches_and_shows_biography_witnesses_and_trust_graph(team
         await type_text(pilot, "zstd tokenizer")
         await until(pilot, lambda: [r[0] for r in rows(app, "#claims")] == [str(cid)], "the search to leave only this claim")
         await select_row(pilot, "#claims", str(cid))
-        bio = await until(pilot, lambda: "witnesses (2)" in shown(app, "#bio") and shown(app, "#bio"), "the biography")
-        assert "(domain bob) blind, counted" in bio and "evidence: reproduced" in bio
+        bio = await until(pilot, lambda: "witnesses: 2, 2 counted" in shown(app, "#bio") and shown(app, "#bio"), "the biography")
+        assert "(domain bob) blind, counted" in bio and "evidence: Reproduced: the tokenizer tests" in bio
         assert "(domain carol) informed, counted" in bio
         assert "disputes (1):" in bio and "(domain dave), counted: only on a cold cache" in bio
         assert "-> trusted" in bio and "-> disputed" in bio  # how it reached its tier, step by step
@@ -200,6 +234,31 @@ def test_claims_pane_searches_and_shows_biography_witnesses_and_trust_graph(team
         await until(pilot, lambda: rows(app, "#claims") == [], "the empty result")
 
     drive(app_for(team), scenario)
+
+
+def test_the_witness_column_and_the_biography_count_witnesses_alike(start_run: Any) -> None:
+    """Three corroborations, one from the author's own child (never counted): the claims table said 2
+    (the counted ones) while the biography said 3.  Both now read the memory's one tally."""
+    run = start_run([{"name": "alice", "may_spawn": 1}, {"name": "bob"}, {"name": "carol"}])
+    cid = run.puppet("alice").call("memory.remember", kind="discovery", text="The lexer tests need the unicode tables.")["id"]
+    for witness in (run.puppet("bob"), run.puppet("carol"), run.spawn_puppet("alice", "helper")):
+        witness.call("memory.show", id=cid)  # read first: a vouch by id alone is unread and never counts
+        witness.call("memory.corroborate", id=cid)
+    shown_claim = run.op("memory.show", id=cid)
+    listed = next(c for c in run.op("memory.list") if c["id"] == cid)
+    assert [c["counted"] for c in shown_claim["corroborations"]] == [True, True, False]
+    assert listed["witnesses"] == shown_claim["witnesses"] == {"total": 3, "counted": 2}
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        app = pilot.app
+        await pilot.press("4")
+        await select_row(pilot, "#claims", str(cid))
+        bio = await until(pilot, lambda: "witnesses:" in shown(app, "#bio") and shown(app, "#bio"), "the biography")
+        column = row_for(app, "#claims", str(cid))[4]
+        assert column == "3, 2 counted" and "witnesses: 3, 2 counted" in bio
+        assert bio.count("not counted") == 1  # the listed rows agree with the count above them
+
+    drive(app_for(run), scenario)
 
 
 def test_force_release_and_revoke_go_through_the_broker_after_confirmation(team: Run) -> None:
@@ -246,6 +305,12 @@ def test_json_snapshot_and_refusal_inside_an_agent(team: Run) -> None:
     assert {"alice", "bob", "carol", "printer", "broker"} <= names
     printer = next(a for a in data["agents"] if a["agent"] == "printer")
     assert printer["live"] and printer["log"].endswith(".log") and Path(printer["log"]).exists()
+    # Every log's lines are counted from its start (they were always 0), and its last line is given.
+    after = Path(printer["log"]).read_bytes().count(b"\n")
+    assert 0 < printer["lines"] <= after and printer["last_line"].startswith("printer line ")
+    quiet = [a for a in data["agents"] if a["log"] and a["agent"] != "printer" and a["live"]]
+    for agent in quiet:  # their logs do not grow: the count is exact
+        assert agent["lines"] == Path(agent["log"]).read_bytes().count(b"\n"), agent
     from store.database import connect
 
     db = connect(team.state / "conclave.db", readonly=True)
@@ -364,12 +429,12 @@ def test_the_output_tail_ends_quietly_when_the_app_unmounts_between_two_polls(te
     app = app_for(team, tail=0.3)
 
     async def scenario(pilot: Pilot[None]) -> None:
-        tail = next(w for w in app.workers if w.name == "tail")
+        # Both loops, held from the start: a loop that ended leaves the app's worker list.
+        tail, poll = (next(w for w in app.workers if w.name == name) for name in ("tail", "poll"))
         await until(pilot, lambda: output_lines(app) is not None and app.lognames, "the tail's first poll")
         assert tail.state is WorkerState.RUNNING  # the control: the tail runs, polling every 0.3 s (and the broker poll)
         await app.on_unmount()  # what the unmount does, while the loop sleeps
         await asyncio.sleep(0.8)  # the loop wakes at least twice
-        poll = next(w for w in app.workers if w.name == "poll")
         for loop in (tail, poll):
             assert loop.state is not WorkerState.ERROR and not isinstance(loop.error, RuntimeError), (loop.name, loop.state, loop.error)
 

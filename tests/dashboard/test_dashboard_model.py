@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from broker.dashboard.model import agent_rows, claim_rows, exit_words, reply_target, span, thread_rows
+from broker.dashboard.model import ThreadView, agent_rows, biography, claim_rows, exit_words, first_agent, reply_target, span, thread_rows, witnesses
 from broker.dashboard.tail import LogName
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
@@ -72,3 +72,58 @@ def test_claims_by_tier_with_search() -> None:
     assert [c["id"] for c in claim_rows(claims, tier="retired", search="")] == [3]
     assert [c["id"] for c in claim_rows(claims, tier="live", search="lexer bob")] == []
     assert [c["id"] for c in claim_rows(claims, tier="live", search="LEXER carol")] == [4]
+
+
+def _agent(key: str, *, live: bool, run: int, started: str) -> dict[str, object]:
+    return {"principal": key, "agent": key.split(":")[0], "live": live, "exit_code": None if live else 0, "revoked_at": None, "run": run, "started_at": started}
+
+
+def test_the_cursor_starts_on_a_live_agent_of_the_current_run_else_the_newest_session() -> None:
+    """An old run's aardvark sorts before every agent by name; it must not be where the cursor starts."""
+    agents = [
+        _agent("aardvark:o1", live=False, run=1, started=ago(3600)),
+        _agent("zed:o2", live=False, run=1, started=ago(3500)),
+        _agent("bob:n1", live=True, run=2, started=ago(60)),
+        _agent("alice:n2", live=True, run=2, started=ago(59)),
+    ]
+    rows = agent_rows(agents, None, None, {}, {}, {}, NOW)
+    assert [r.key for r in rows] == ["alice:n2", "bob:n1", "zed:o2", "aardvark:o1"]  # live by name, then newest first
+    assert first_agent(rows) == "alice:n2"
+    # Control: nothing live -- the newest session, whatever its name.
+    ended = [dict(a, live=False) for a in agents]
+    assert first_agent(agent_rows(ended, None, None, {}, {}, {}, NOW)) == "alice:n2"
+    # With no broker the logs decide, by when each was last written.
+    logs = {k: LogName.parse(Path(f)) for k, f in (("aardvark:o1", "aardvark-o1.log"), ("zed:o2", "zed-o2.log"), ("broker", "broker.log"))}
+    offline = agent_rows(None, None, None, logs, {}, {}, NOW, {"aardvark:o1": ago(10), "zed:o2": ago(5), "broker": ago(1)})
+    assert first_agent(offline) == "zed:o2" and [r.key for r in offline][-1] == "broker"
+    assert first_agent(agent_rows(None, None, None, {"broker": logs["broker"]}, {}, {}, NOW)) == "broker"
+    assert first_agent([]) is None
+
+
+def test_a_thread_view_names_the_thread_and_the_agent_a_reply_goes_to() -> None:
+    messages = ({"sender_agent": "carol", "sender": "carol:c1", "recipients": ["operator"], "id": 4, "at": ago(5), "body": "merge?"},)
+    view = ThreadView("t7", messages)
+    assert view.header() == "thread t7  (r replies in this thread to carol)" and view.reply_to == "carol"
+    # While it is read, or when it could not be, nobody is named and `r` has no one to answer.
+    assert ThreadView("t8").header() == "thread t8: reading it..." and ThreadView("t8").reply_to is None
+    failed = ThreadView("t8", problem="thread t8 could not be read: the broker stopped")
+    assert failed.header() == "thread t8 could not be read: the broker stopped" and failed.reply_to is None
+    only_mine = ThreadView("t9", ({"sender_agent": "operator", "sender": "operator:o", "recipients": ["bob"], "id": 5, "at": ago(1), "body": "hi"},))
+    assert only_mine.reply_to is None and "no agent in it" in only_mine.header()
+
+
+def test_the_witness_column_and_the_biography_count_witnesses_alike() -> None:
+    """Three corroborations, two counted: the table and the biography both say so, in the same words."""
+    claim = {
+        "id": 3, "tier": "trusted", "kind": "discovery", "scope": "repo", "edition": 1, "author": "alice:a1", "author_domain": "alice",
+        "created_at": ago(60), "text": "The parser is slow.",
+        "corroborations": [
+            {"principal": "bob:b1", "domain": "bob", "blind": True, "counted": True, "at": ago(50)},
+            {"principal": "carol:c1", "domain": "carol", "blind": False, "counted": True, "at": ago(40)},
+            {"principal": "alice/kid:k1", "domain": "alice", "blind": False, "counted": False, "reason_not_counted": "author_domain", "at": ago(30)},
+        ],
+        "witnesses": {"total": 3, "counted": 2},
+    }
+    assert witnesses(claim) == "3, 2 counted"
+    assert f"witnesses: {witnesses(claim)}" in biography(claim)
+    assert witnesses({"witnesses": {"total": 0, "counted": 0}}) == "none"

@@ -112,6 +112,26 @@ def test_a_log_swapped_for_a_link_to_a_secret_is_not_shown(tmp_path: Path) -> No
     assert tail.poll() == {}
 
 
+def test_a_log_is_counted_from_its_start_to_its_last_finished_line(tmp_path: Path) -> None:
+    """`dashboard --json` reports each log's lines: every finished line from the start (the live view reads
+    only the last 256 KiB), the last one cleaned, an unfinished line not yet counted."""
+    log = tmp_path / "alice-s1.log"
+    line = b"x" * 99 + b"\n"
+    log.write_bytes(b"first\n" + line * (3 * (1 << 20) // 100) + b"the last \x1b]0;pwned\x07line\nhalf")
+    tail = LogTailer(tmp_path)
+    tail.discover()
+    assert tail.count("alice:s1") == (1 + 3 * (1 << 20) // 100 + 1, "the last line")
+    (tmp_path / "bob-s2.log").write_bytes(b"")
+    tail.discover()
+    assert tail.count("bob:s2") == (0, None) and tail.count("carol:s3") == (0, None)
+    # A log swapped for a link to a secret is not read for its count either.
+    secret = tmp_path / "secret"
+    secret.write_text("key\n" * 5)
+    log.unlink()
+    log.symlink_to(secret)
+    assert tail.count("alice:s1") == (0, None)
+
+
 def test_invisible_characters_in_agent_output_are_spelled_out() -> None:
     """A bidi override or a zero-width space would make the operator read other words than were written."""
     assert clean("paid \u202eeulav\u202c ok\u200b!") == "paid \\u202eeulav\\u202c ok\\u200b!"

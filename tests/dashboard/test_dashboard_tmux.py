@@ -9,9 +9,11 @@ installs it when run as root with apt-get).
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -20,6 +22,7 @@ import pytest
 
 from agents.harness import Run
 from broker.entry import conclave_argv
+from broker.errors import ConclaveError
 from tests.dashboard.dashtools import PRINTER
 
 
@@ -73,7 +76,7 @@ def test_dashboard_in_a_real_terminal_shows_the_team_and_promotes_through_the_ke
         alice, bob = run.puppet("alice"), run.puppet("bob")
         alice.call("status.set", text="writing the tmux check")
         cid = alice.call("memory.remember", kind="discovery", text="The terminal check drives tmux with send-keys.")["id"]
-        bob.call("memory.corroborate", id=cid)
+        bob.call("memory.corroborate", id=cid, evidence="I looked: the terminal check uses tmux send-keys to drive the terminal.")
         command = shlex.join(
             # The shell tmux starts may export COLUMNS/LINES from the pane's first, default size;
             # Textual (through shutil) would believe them over the terminal.
@@ -111,3 +114,46 @@ def test_tmux_would_show_a_title_escape_that_reached_it(tmp_path: Path, tmux: Tm
     while "pwned" not in tmux("display-message", "-p", "-t", "raw", "#{pane_title}"):
         assert time.monotonic() < deadline, "tmux never took the title escape"
         time.sleep(0.1)
+
+
+def test_in_a_120x40_then_80x24_terminal_every_column_and_every_agent_stays_on_screen(tmp_path: Path, tmux: Tmux) -> None:
+    """What the newcomer saw in a real terminal: at 120x40 a long status pushed `waits for` and `unread`
+    off the right edge, and at 80x24 three agent rows showed.  The same terminal, resized by tmux."""
+    names = ["alice", "bob", "carol", "dave", "erin", "frank"]
+    run = Run(tmp_path / "run", [{"name": n} for n in names])
+    run.start()
+    waiter = None
+    try:
+        alice, bob, carol = run.puppet("alice"), run.puppet("bob"), run.puppet("carol")
+        alice.call("status.set", text="refactoring the tokenizer's error recovery so that partial input keeps its positions")
+        alice.call("lock.acquire", resources=["src/tokenizer/recovery.py"])
+        carol.call("msg.send", to="alice", body="tell me when recovery.py is free")
+        carol.call("msg.send", to="operator", body="The integration tests on the arm64 runner time out; raise the limit?")
+        waiter = threading.Thread(target=lambda: bob.call("lock.acquire", resources=["src/tokenizer/recovery.py"], wait=120))
+        waiter.start()
+        run.wait_until(lambda: run.op("lock.list")["waiting"], what="bob in the wait line")
+        command = shlex.join(
+            ["env", "-u", "CONCLAVE_TICKET", "-u", "CONCLAVE_SOCKET", "-u", "CONCLAVE_STATE_DIR", "-u", "COLUMNS", "-u", "LINES", "TERM=xterm-256color",
+             *conclave_argv("dashboard", "--repo", str(run.repo), "--state-dir", str(run.state), "--refresh", "0.3")]
+        )
+        tmux("new-session", "-d", "-s", "dash", "-x", "120", "-y", "40", f"{command}; sleep 60")
+        screen = tmux.wait_for("dash", lambda s: "broker running" in s and "src/tokenizer/" in s and " bob:" in s, "the agents pane at 120x40")
+        assert "waits for" in screen and "unread" in screen
+        alice_line = next(line for line in screen.splitlines() if " alice:" in line)
+        assert alice_line.rstrip().endswith(" 1")  # carol's unread mail, on alice's own line
+        bob_line = next(line for line in screen.splitlines() if " bob:" in line)
+        assert "src/tokenizer/" in bob_line  # what bob waits for, beside its name
+        tmux("send-keys", "-t", "dash", "3")
+        screen = tmux.wait_for("dash", lambda s: "operator's inbox (1 shown)" in s, "the inbox")
+        assert "The integration tests on the arm64" in screen  # not cut at 17 characters
+        # The same terminal, made small: every agent keeps a row.
+        tmux("resize-window", "-t", "dash", "-x", "80", "-y", "24")
+        tmux("send-keys", "-t", "dash", "1")
+        screen = tmux.wait_for("dash", lambda s: all(f" {n}:" in s for n in names) and "unread" in s, "every agent at 80x24")
+        assert len(screen.splitlines()[0]) <= 80
+    finally:
+        with contextlib.suppress(ConclaveError):
+            run.puppet("alice").call("lock.release", resources=["src/tokenizer/recovery.py"])
+        if waiter is not None:
+            waiter.join(timeout=30)
+        run.close()

@@ -426,7 +426,12 @@ def test_a_client_that_gives_up_leaves_no_ghost_in_line(run: Run) -> None:
     # A ghost left in line would later be granted the file for nobody.
     alice, bob = run.puppet("alice"), run.puppet("bob")
     alice.call("lock.acquire", resources=["ghost.txt"])
-    script = "conclave lock acquire ghost.txt --wait 60 & p=$!; sleep 2; kill -9 $p; wait $p; exit 0"
+    # Killed once it is in line (a fixed sleep raced a slow start under load: killed before it asked).
+    in_line = "conclave lock list --json | python3 -c 'import json,sys; sys.exit(not json.load(sys.stdin)[\"waiting\"])'"
+    script = (
+        f"conclave lock acquire ghost.txt --wait 60 & p=$!; i=0; until {in_line}; do i=$((i+1)); "
+        "[ $i -gt 600 ] && exit 3; sleep 0.1; done; kill -9 $p; wait $p; exit 0"
+    )
     assert bob.sh("sh", "-c", script).returncode == 0
     run.wait_until(lambda: not run.op("lock.list")["waiting"], timeout=10, what="the ghost to leave the line")
     alice.call("lock.release", resources=["ghost.txt"])

@@ -185,3 +185,18 @@ def test_children_have_their_own_inbox_and_stay_addressable(run: Run) -> None:
     with pytest.raises(ConclaveError) as refused:
         bob.call("msg.send", to="alice/nobody", body="hello?")
     assert refused.value.code is ErrorCode.NOT_FOUND
+
+
+def test_a_recipients_deliveries_are_its_own_copy_and_the_senders_are_everyones(run: Run) -> None:
+    """One shape for scripts: ``deliveries`` is always a list.  A recipient of mail to all sees
+    only its own copy (never whether the others read it); the sender and the operator see all."""
+    alice, bob, carol = run.puppet("alice"), run.puppet("bob"), run.puppet("carol")
+    sent = alice.call("msg.send", to="all", body=f"standup in five {word()}")
+    [bobs] = [m for m in bob.call("msg.inbox", include_acked=True) if m["id"] == sent["id"]]
+    assert [d["mailbox"] for d in bobs["deliveries"]] == ["bob"]
+    # Control: the sender and the operator see every recipient's copy of the same message.
+    [senders] = [m for m in alice.call("msg.thread", thread=sent["thread"]) if m["id"] == sent["id"]]
+    assert {d["mailbox"] for d in senders["deliveries"]} >= {"bob", "carol"}
+    audit = json.loads(run.cli("msg", "thread", sent["thread"], "--json").stdout)
+    assert {d["mailbox"] for d in audit[0]["deliveries"]} >= {"bob", "carol"}
+    del carol

@@ -21,6 +21,8 @@ from typing import Any, Iterator
 
 import pytest
 
+from tests.memory.memory_support import vouch
+
 from agents.harness import Run
 from memory import graph
 from memory.graphviz import GraphvizError, find_dot, to_svg
@@ -132,14 +134,91 @@ def test_dot_and_mermaid_quote_hostile_names_so_they_stay_inside_their_label() -
     for line in mermaid.splitlines():
         if "|" in line:  # an edge: exactly one quoted label between the pipes
             assert line.count('"') == 2 and line.count("|") == 2, line
+    # The title is front matter: a subject with quotes and a line of dashes stays one quoted line.
+    titled = graph.to_mermaid(graph.build(f"agent {HOSTILE}\n---\nflowchart TB", []))
+    head = titled.splitlines()[:4]
+    assert head[0] == "---" and head[1].startswith('title: "') and head[1].endswith('"') and head[2:] == ["---", "flowchart LR"]
 
 
 def test_graphviz_parses_the_hostile_dot_as_one_graph_of_our_nodes() -> None:
     dot_program = need_graphviz()
-    drawn = graph.build("claim 1", [claim(1, "alice:s1", corroborations=[witness(f"bob:{HOSTILE}")])])
+    drawn = graph.build("claim 1", [claim(1, "alice:s1", corroborations=[witness(f"bob:{HOSTILE}")], text=HOSTILE)])
     canon = subprocess.run([dot_program, "-Tcanon"], input=graph.to_dot(drawn), capture_output=True, text=True, check=True).stdout
     assert "evil" not in re.findall(r"^\s*(\w+)\s*->", canon, re.M)
-    assert sorted(set(re.findall(r"^\s*(n\d+)\s*\[", canon, re.M))) == ["n0", "n1"]
+    assert sorted(set(re.findall(r"^\s*([nc]\d+)\s*\[", canon, re.M))) == ["c1", "n0", "n1"]  # two principals, one claim box
+
+
+# -- what a person reads in the picture ----------------------------------------------------------
+
+TWO_CLAIMS = [
+    claim(
+        1, "alice:s1", tier="trusted", text="The parser tests need the zstd fixtures unpacked first, or they fail with a confusing FileNotFoundError.",
+        corroborations=[witness("bob:s2", blind=True), witness("alice/helper:s4", counted=False, reason="author_domain")],
+    ),
+    claim(2, "bob:s2", tier="disputed", text="The lint step fails on python 3.13 images.", corroborations=[witness("alice:s1")], disputes=[witness("carol:s3")]),
+]
+
+
+def test_pictures_show_each_claims_tier_and_words_where_its_witnesses_point() -> None:
+    """Edges used to say `#2` and nothing else: a person had to look the claim up elsewhere."""
+    drawn = graph.build("agent alice", TWO_CLAIMS)
+    dot = graph.to_dot(drawn)
+    # Each claim is a box, coloured by its tier, with its words; every witness points at it, the author "wrote" it.
+    fill, line = graph.TIER_COLOURS["trusted"]
+    box = next(l for l in dot.splitlines() if l.strip().startswith("c1 ["))
+    assert '"#1 [trusted]\\nThe parser tests need the zstd' in box and f'fillcolor="{fill}"' in box and f'color="{line}"' in box
+    assert box.count("\\n") == graph.BOX_LINES and "\u2026" in box  # long text: cut, and it says so
+    assert f'fillcolor="{graph.TIER_COLOURS["disputed"][0]}"' in next(l for l in dot.splitlines() if l.strip().startswith("c2 ["))
+    ids = {n.principal: f"n{i}" for i, n in enumerate(drawn.nodes)}
+    assert f'{ids["bob:s2"]} -> c1 [label="#1 blind, counted"' in dot
+    assert f'{ids["alice:s1"]} -> c1 [label="wrote"' in dot and f'{ids["bob:s2"]} -> c2 [label="wrote"' in dot
+    # The box sits in its author's domain.
+    alice_cluster = dot.split('label="domain alice";')[1].split("}")[0]
+    assert "c1 [" in alice_cluster and "c2 [" not in alice_cluster
+    # Every line of a box fits its width.
+    for ref in drawn.claims:
+        assert all(len(text) <= graph.BOX_WIDTH for text in ref.box()[1:])
+
+
+def test_mermaid_has_a_title_tier_colours_and_the_same_edge_colours_as_dot() -> None:
+    drawn = graph.build("agent alice", TWO_CLAIMS)
+    mermaid = graph.to_mermaid(drawn)
+    lines = mermaid.splitlines()
+    assert lines[:4] == ["---", 'title: "trust graph of agent alice"', "---", "flowchart LR"]
+    assert any(l.strip().startswith('c1["#35;1 #91;trusted#93;<br/>The parser tests') for l in lines)
+    for tier in ("trusted", "disputed"):
+        fill, line = graph.TIER_COLOURS[tier]
+        assert f"  classDef {tier} fill:{fill},stroke:{line},color:{line}" in lines
+    assert "  class c1 trusted" in lines and "  class c2 disputed" in lines
+    assert not any("classDef unverified" in l for l in lines)  # only the tiers drawn
+    # Links are styled by their order: the witness edges first, then "wrote".
+    links = [l for l in lines if "-->" in l or "-.->" in l or "--x" in l or "-.-x" in l or "==>" in l]
+    styles = {int(i): l.split()[2] for l in lines if l.strip().startswith("linkStyle") for i in l.split()[1].split(",")}
+    assert sorted(styles) == list(range(len(links)))
+    colour_of = {"counted": graph.EDGE_COLOURS["counted"], "not counted": graph.EDGE_COLOURS["not counted"], "disputed": graph.EDGE_COLOURS["disputed"]}
+    for i, link in enumerate(links):
+        want = graph.EDGE_COLOURS["wrote"] if "wrote" in link else colour_of["disputed"] if "disputed" in link else colour_of["not counted"] if "not counted" in link else colour_of["counted"]
+        assert styles[i] == f"stroke:{want},color:{want}", (link, styles[i])
+    # The same colours as DOT's.
+    dot = graph.to_dot(drawn)
+    assert all(colour in dot for colour in graph.EDGE_COLOURS.values())
+
+
+def test_pictures_are_the_same_whatever_order_the_claims_arrive_in() -> None:
+    forward, backward = graph.build("x", TWO_CLAIMS), graph.build("x", list(reversed(TWO_CLAIMS)))
+    for fmt in graph.FORMATS:
+        assert graph.render(forward, fmt) == graph.render(backward, fmt), fmt
+
+
+def test_text_groups_witnesses_under_each_claims_tier_and_words() -> None:
+    text = graph.to_text(graph.build("agent alice", TWO_CLAIMS))
+    section = text.split("who vouched for whom:\n")[1].splitlines()
+    assert section[0] == "  #1 [trusted] The parser tests need the zstd fixtures unpacked first, or \u2026"
+    assert section[1].startswith("    bob:s2") and "#1 blind, counted" in section[1]
+    assert any(l.startswith("  #2 [disputed] The lint step fails on python 3.13 images.") for l in section)
+    # One claim drawn: its line at the top says it all, no heading repeats it.
+    one = graph.to_text(graph.build("claim 1", TWO_CLAIMS[:1]))
+    assert "  #1 [trusted]" not in one.split("who vouched for whom:")[1]
 
 
 # -- Graphviz ----------------------------------------------------------------------------------
@@ -172,6 +251,7 @@ def test_real_graphviz_draws_svg() -> None:
     text = svg.decode()
     assert text.lstrip().startswith("<?xml") and "<svg" in text
     assert "domain alice" in text and "#1 blind, counted" in text
+    assert "#1 [unverified]" in text and "claim 1 text" in text and graph.TIER_COLOURS["unverified"][0] in text  # the claim's box
 
 
 # -- against a real broker -------------------------------------------------------------------
@@ -184,8 +264,8 @@ def vouched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, dic
         alice, bob, carol = run.puppet("alice"), run.puppet("bob"), run.puppet("carol")
         first = alice.call("memory.remember", kind="discovery", text="The build uses ninja on linux hosts.")["id"]
         carol.call("memory.recall", query="ninja build linux")  # carol reads it first: her vouch is informed
-        bob.call("memory.corroborate", id=first)
-        carol.call("memory.corroborate", id=first)
+        bob.call("memory.corroborate", id=first, evidence="Checked on my linux host: the build runs with ninja.")  # blind: never shown it
+        vouch(carol, first)
         run.spawn_puppet("alice", "helper").call("memory.corroborate", id=first)  # the author's own family
         second = bob.call("memory.remember", kind="failure", text="The lint step fails on python 3.13 images.")["id"]
         alice.call("memory.dispute", id=second, reason="it passes on the 3.13 image here")
@@ -242,7 +322,8 @@ def test_dot_and_mermaid_from_the_command(vouched: tuple[Run, dict[str, int]]) -
     assert dot.returncode == 0 and dot.stdout.startswith("digraph trust {") and dot.stdout.count("subgraph cluster_") == 3
     assert "style=dashed" in dot.stdout and "style=solid" in dot.stdout
     mermaid = run.cli("memory", "graph", "--agent", "alice", "--format", "mermaid")
-    assert mermaid.returncode == 0 and mermaid.stdout.startswith("flowchart LR") and "--x|" in mermaid.stdout
+    assert mermaid.returncode == 0 and mermaid.stdout.startswith('---\ntitle: "trust graph of agent alice"\n---\nflowchart LR') and "--x|" in mermaid.stdout
+    assert "classDef disputed" in mermaid.stdout and "linkStyle" in mermaid.stdout
 
 
 def test_svg_without_graphviz_says_so_and_writes_nothing(vouched: tuple[Run, dict[str, int]], tmp_path: Path) -> None:

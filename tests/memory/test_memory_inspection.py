@@ -6,7 +6,7 @@ import json
 from typing import Iterator
 
 import pytest
-from tests.memory.memory_support import FACT
+from tests.memory.memory_support import FACT, vouch, REDISCOVERED
 
 from agents.harness import Run
 from broker.errors import ConclaveError, ErrorCode
@@ -19,8 +19,8 @@ def story(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, dict[
         alice, bob, carol = run.puppet("alice"), run.puppet("bob"), run.puppet("carol")
         claim = alice.call("memory.remember", kind="discovery", text=FACT.format("session"), evidence="seen in CI run 4411")["id"]
         carol.call("memory.recall", query="session tests flaky")
-        bob.call("memory.corroborate", id=claim, evidence="reproduced locally")
-        carol.call("memory.corroborate", id=claim)
+        bob.call("memory.corroborate", id=claim, evidence=REDISCOVERED.format("session"))
+        vouch(carol, claim)
         edition = alice.call("memory.revise", id=claim, text="The session tests are flaky on arm64 CI because the fixture reuses a fixed port.")["id"]
         kid = run.spawn_puppet("alice", "helper")
         other = kid.call("memory.remember", kind="failure", text="The session fixture leaks one socket per test.")["id"]
@@ -35,7 +35,7 @@ def test_show_tells_a_claims_whole_biography(story: tuple[Run, dict[str, int]]) 
     assert [e["id"] for e in bio["editions"]] == [ids["claim"], ids["edition"]]
     first = run.op("memory.show", id=ids["claim"])
     assert [(c["principal"].split(":")[0], c["blind"], c["counted"]) for c in first["corroborations"]] == [("bob", True, True), ("carol", False, True)]
-    assert first["corroborations"][0]["evidence"] == "reproduced locally"
+    assert first["corroborations"][0]["evidence"] == REDISCOVERED.format("session")
     kinds = [h["kind"] for h in first["history"]]
     assert kinds == ["memory.remember", "memory.corroborate", "memory.corroborate", "memory.tier", "memory.revise"]
     retired = run.op("memory.show", id=ids["other"])
@@ -61,6 +61,31 @@ def test_trail_lists_what_an_agent_and_its_children_did_in_time_order(story: tup
     assert cli.returncode == 0 and len(json.loads(cli.stdout)) == 2
 
 
+def test_a_claims_trail_follows_the_event_log_and_names_the_reply_a_witness_was_shown(story: tuple[Run, dict[str, int]]) -> None:
+    """A corroboration's reply shows the claim, and that exposure is written in the same job, with the
+    same timestamp: sorted by time, "shown via show" came before the corroboration it answered."""
+    run, ids = story
+    rows = run.op("memory.trail", claim=ids["claim"])
+    steps = [(r["principal"].split(":")[0], r["action"], r["note"] and r["note"].rsplit(":", 1)[0]) for r in rows if r["claim"] == ids["claim"]]
+    assert steps == [
+        ("alice", "authored", "edition 1"),
+        ("carol", "shown", "via recall"),  # carol read it before she vouched: her vouch is informed
+        ("bob", "corroborated", None),
+        ("bob", "shown", "the reply to its corroboration"),
+        ("carol", "shown", "via show"),  # `vouch` reads the claim before it corroborates
+        ("carol", "corroborated", None),
+        ("carol", "tier", "unverified -> trusted; corroborate by carol"),
+        ("carol", "shown", "the reply to its corroboration"),  # sent once the job, tier change and all, was done
+    ], steps
+    bob_vouch = next(r for r in rows if r["action"] == "corroborated" and r["principal"].startswith("bob:"))
+    bob_reply = next(r for r in rows if r["note"] == "the reply to its corroboration" and r["principal"].startswith("bob:"))
+    assert bob_reply["at"] == bob_vouch["at"] and bob_reply["reply_to"] == bob_vouch["seq"] and bob_reply["seq"] is None
+    # The edition's own trail goes on in the same order: the revision, then what followed it.
+    assert [r["action"] for r in rows if r["claim"] == ids["edition"]] == ["revised"]
+    evented = [r["seq"] for r in rows if r["seq"] is not None]
+    assert evented == sorted(evented) and len(set(evented)) == len(evented)
+
+
 def test_log_filters_by_kind_agent_claim_and_time(story: tuple[Run, dict[str, int]]) -> None:
     run, ids = story
     everything = run.op("memory.log")
@@ -83,14 +108,14 @@ def test_list_and_stats(story: tuple[Run, dict[str, int]]) -> None:
     assert [c["id"] for c in run.op("memory.list", of_agent="alice", include_retired=True, kind="failure")] == [ids["other"]]
     stats = run.op("memory.stats")
     assert stats["by_tier"] == {"unverified": 1, "trusted": 0, "disputed": 0, "superseded": 1, "retired": 1}
-    assert stats["corroborations"] == {"total": 2, "counted": 2, "blind": 1} and stats["policy"]["quorum"] == 2
+    assert stats["corroborations"] == {"total": 2, "counted": 2, "blind": 1, "unread": 0} and stats["policy"]["quorum"] == 2
 
 
 def test_retire_and_unretire_keep_the_row_and_recompute_the_standing(start_run) -> None:  # type: ignore[no-untyped-def]
     run: Run = start_run([{"name": "alice"}, {"name": "bob"}, {"name": "carol"}])
     claim = run.puppet("alice").call("memory.remember", kind="pattern", text="The cache keys include the tenant id.")["id"]
-    run.puppet("bob").call("memory.corroborate", id=claim)
-    run.puppet("carol").call("memory.corroborate", id=claim)
+    vouch(run.puppet("bob"), claim)
+    vouch(run.puppet("carol"), claim)
     run.op("memory.retire", id=claim, reason="cache removed")
     assert run.puppet("bob").call("memory.recall", query="cache keys tenant") == []
     back = run.op("memory.unretire", id=claim, reason="cache is back")

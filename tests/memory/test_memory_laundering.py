@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Iterator
 
 import pytest
-from tests.memory.memory_support import FACT, read_db
+from tests.memory.memory_support import FACT, REDISCOVERED, read_db
 
 from agents.harness import Run
 
@@ -42,8 +42,8 @@ def test_dispute_then_corroborate_is_informed(run: Run) -> None:
     bob = run.puppet("bob")
     disputed = bob.call("memory.dispute", id=claim, reason="looked wrong at first")
     assert FACT.format("sharder") == disputed["text"]  # the reply did show him the text
-    vouched = bob.call("memory.corroborate", id=claim)
-    assert vouched["blind"] is False, vouched
+    vouched = bob.call("memory.corroborate", id=claim, evidence=REDISCOVERED.format("sharder"))
+    assert vouched["blind"] is False and vouched["witness"] == "informed", vouched
     informed_second_witness(run, "carol", claim, "sharder")
     assert run.op("memory.show", id=claim)["tier"] != "trusted"
 
@@ -54,10 +54,10 @@ def test_corroborate_revise_corroborate_is_informed(run: Run) -> None:
     'blind' and carol informed: trusted, on a laundered blind witness."""
     claim = remember(run, "alice", "scheduler")
     bob = run.puppet("bob")
-    first = bob.call("memory.corroborate", id=claim)
+    first = bob.call("memory.corroborate", id=claim, evidence=REDISCOVERED.format("scheduler"))
     assert first["blind"] is True and first["text"] == FACT.format("scheduler")
     edition = run.puppet("alice").call("memory.revise", id=claim, text=FACT.format("scheduler v2"))["id"]
-    again = bob.call("memory.corroborate", id=edition)
+    again = bob.call("memory.corroborate", id=edition, evidence=REDISCOVERED.format("scheduler v2"))
     assert again["blind"] is False, again
     informed_second_witness(run, "carol", edition, "scheduler")
     assert run.op("memory.show", id=edition)["tier"] == "unverified"
@@ -67,16 +67,16 @@ def test_corroborating_twice_does_not_launder_either(run: Run) -> None:
     """bob's second vouch for the same edition comes after his first reply showed it."""
     claim = remember(run, "alice", "indexer")
     bob = run.puppet("bob")
-    assert bob.call("memory.corroborate", id=claim)["blind"] is True
-    assert bob.call("memory.corroborate", id=claim)["blind"] is False
+    assert bob.call("memory.corroborate", id=claim, evidence=REDISCOVERED.format("indexer"))["blind"] is True
+    assert bob.call("memory.corroborate", id=claim, evidence=REDISCOVERED.format("indexer"))["blind"] is False
 
 
 def test_a_genuinely_blind_witness_still_counts(run: Run) -> None:
     """Control: dave was never shown the claim -- no recall, no reply, no show --
-    and vouches by id: blind, and with carol's informed vouch the claim is trusted."""
+    and says in its own words what it found: blind, and with carol's informed vouch the claim is trusted."""
     claim = remember(run, "alice", "compressor")
     informed_second_witness(run, "carol", claim, "compressor")
-    blind = run.puppet("dave").call("memory.corroborate", id=claim)
+    blind = run.puppet("dave").call("memory.corroborate", id=claim, evidence=REDISCOVERED.format("compressor"))
     assert blind["blind"] is True and blind["tier"] == "trusted", blind
     # The exposure log says how each witness saw it: carol by recall (and her reply), dave only in his reply.
     conn = read_db(run.state)

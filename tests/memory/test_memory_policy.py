@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.memory.memory_support import vouch
+
 from memory.policy import NotCounted, PolicyError, Tier, TrustPolicy, Witness, judge
 
 
@@ -87,8 +89,8 @@ async def test_raising_the_quorum_demotes_claims_that_no_longer_reach_it(start_r
 
     run = start_run([{"name": "alice"}, {"name": "bob"}, {"name": "carol"}])
     claim = run.puppet("alice").call("memory.remember", kind="discovery", text="The cache warms in ninety seconds after a deploy.")["id"]
-    run.puppet("bob").call("memory.corroborate", id=claim)
-    assert run.puppet("carol").call("memory.corroborate", id=claim)["tier"] == "trusted"
+    vouch(run.puppet("bob"), claim)
+    assert vouch(run.puppet("carol"), claim)["tier"] == "trusted"
     run.stop()
     paths = StatePaths(repo=run.repo, state=run.state)
     stricter = parse({"agent": [{"name": "alice", "command": ["true"]}], "policy": {"quorum": 3}}, repo=run.repo, rules=composition.team_rules(), check_commands=False)

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from tests.memory.memory_support import FACT, POLICY, principal, read_db, remember, trust
+from tests.memory.memory_support import FACT, POLICY, principal, read_db, remember, trust, vouch
 
 from agents.harness import Run
 from broker import composition, registry
@@ -131,8 +131,8 @@ def test_unverified_claims_stay_out_of_context_by_default_but_show_in_recall(sta
     alice, dave = run.puppet("alice"), run.puppet("dave")
     unverified = alice.call("memory.remember", kind="discovery", text=FACT.format("graphql"))["id"]
     trusted = alice.call("memory.remember", kind="solution", text="The graphql gateway needs a 90 second timeout on arm64 CI.")["id"]
-    run.puppet("bob").call("memory.corroborate", id=trusted)
-    run.puppet("carol").call("memory.corroborate", id=trusted)
+    vouch(run.puppet("bob"), trusted)
+    vouch(run.puppet("carol"), trusted)
 
     pushed = dave.call("memory.context", query="graphql flaky arm64 timeout")
     assert [c["id"] for c in pushed["claims"]] == [trusted]

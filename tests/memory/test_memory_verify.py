@@ -11,7 +11,7 @@ from typing import Callable, Iterator
 
 import apsw
 import pytest
-from tests.memory.memory_support import FACT
+from tests.memory.memory_support import FACT, vouch
 
 from agents.harness import Run
 from store import database
@@ -25,8 +25,8 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, dic
         trusted = alice.call("memory.remember", kind="discovery", text=FACT.format("ledger"))["id"]
         unverified = alice.call("memory.remember", kind="solution", text="The ledger compaction needs 2 GB of scratch space.")["id"]
         doomed = alice.call("memory.remember", kind="pattern", text="The ledger writes are batched by tenant.")["id"]
-        run.puppet("bob").call("memory.corroborate", id=trusted)
-        run.puppet("carol").call("memory.corroborate", id=trusted)
+        vouch(run.puppet("bob"), trusted)
+        vouch(run.puppet("carol"), trusted)
         run.puppet("bob").call("memory.dispute", id=unverified, reason="it needs 4 GB since the last release")
         run.op("memory.retire", id=doomed, reason="superseded by the design doc")
         run.stop()

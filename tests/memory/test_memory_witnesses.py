@@ -12,7 +12,7 @@ import json
 from typing import Iterator
 
 import pytest
-from tests.memory.memory_support import FACT, memory_events, witnesses
+from tests.memory.memory_support import FACT, memory_events, witnesses, vouch, REDISCOVERED
 
 from agents.harness import Run
 from broker.errors import ConclaveError
@@ -48,7 +48,7 @@ def test_request_naming_its_own_witness_is_refused(run: Run) -> None:
     assert reply["error"]["code"] == "identity_field"
     assert run.op("memory.show", id=claim)["corroborations"] == []
     # Control: the same request without the field is recorded -- as bob, the connection's principal.
-    after = bob.call("memory.corroborate", id=claim)
+    after = vouch(bob, claim)
     assert witnesses(after) == [(bob.key, True, None)]
 
 
@@ -56,12 +56,12 @@ def test_spawned_child_cannot_vouch_for_its_parent(run: Run) -> None:
     """A child alice spawned corroborates alice's claim: one trust domain, so it does not count."""
     claim = remember(run, "alice", FACT.format("raft"))
     kid = run.spawn_puppet("alice", "kid1")
-    result = kid.call("memory.corroborate", id=claim)
+    result = vouch(kid, claim)
     assert (result["counted"], result["reason_not_counted"], result["tier"]) == (False, "author_domain", "unverified")
     assert witnesses(result) == [(kid.key, False, "author_domain")]
     # Control: two independent agents on the same claim make it trusted.
-    run.puppet("carol").call("memory.corroborate", id=claim)
-    final = run.puppet("dave").call("memory.corroborate", id=claim)
+    vouch(run.puppet("carol"), claim)
+    final = vouch(run.puppet("dave"), claim)
     assert final["tier"] == "trusted" and sorted(final["standing"]["counted_domains"]) == ["carol", "dave"]
 
 
@@ -69,10 +69,10 @@ def test_parent_cannot_vouch_for_its_child(run: Run) -> None:
     """alice's child authors; alice corroborates her own child's claim."""
     kid = run.spawn_puppet("alice", "kid2")
     claim = kid.call("memory.remember", kind="solution", text=FACT.format("billing"))["id"]
-    result = run.puppet("alice").call("memory.corroborate", id=claim)
+    result = vouch(run.puppet("alice"), claim)
     assert (result["counted"], result["reason_not_counted"]) == (False, "author_domain")
     # Control: bob is another domain and counts.
-    assert run.puppet("bob").call("memory.corroborate", id=claim)["counted"] is True
+    assert vouch(run.puppet("bob"), claim)["counted"] is True
 
 
 def test_siblings_spawned_by_one_agent_cannot_author_and_vouch(run: Run) -> None:
@@ -84,20 +84,20 @@ def test_siblings_spawned_by_one_agent_cannot_author_and_vouch(run: Run) -> None
     assert result["tier"] == "unverified"
     assert witnesses(result) == [(s2.key, False, "author_domain"), (s3.key, False, "author_domain")]
     # Control: two agents outside bob's domain promote it.
-    run.puppet("carol").call("memory.corroborate", id=claim)
-    assert run.puppet("erin").call("memory.corroborate", id=claim)["tier"] == "trusted"
+    vouch(run.puppet("carol"), claim)
+    assert vouch(run.puppet("erin"), claim)["tier"] == "trusted"
 
 
 def test_same_agent_twice_counts_once(run: Run) -> None:
     """carol corroborates the same claim twice, the second time on a fresh connection."""
     claim = remember(run, "alice", FACT.format("indexer"))
     carol = run.puppet("carol")
-    carol.call("memory.corroborate", id=claim)
+    vouch(carol, claim)
     second = carol.call("memory.corroborate", id=claim, fresh=True)
     assert (second["counted"], second["reason_not_counted"], second["tier"]) == (False, "domain_already_counted", "unverified")
     assert len(second["corroborations"]) == 2  # recorded all the same
     # Control: a second domain completes the quorum.
-    assert run.puppet("dave").call("memory.corroborate", id=claim)["tier"] == "trusted"
+    assert vouch(run.puppet("dave"), claim)["tier"] == "trusted"
 
 
 def test_substring_confusion_corroboration_lands_only_on_the_id_given(run: Run) -> None:
@@ -105,15 +105,15 @@ def test_substring_confusion_corroboration_lands_only_on_the_id_given(run: Run) 
     short = remember(run, "alice", "The gateway retry budget is three attempts.")
     longer = remember(run, "alice", "The gateway retry budget is three attempts on arm64 CI.")
     bob = run.puppet("bob")
-    bob.call("memory.corroborate", id=longer)
+    vouch(bob, longer)
     assert len(run.op("memory.show", id=longer)["corroborations"]) == 1
     assert run.op("memory.show", id=short)["corroborations"] == []
     # Text is not a target: an id must be a number.
     with pytest.raises(ConclaveError) as refused:
-        bob.call("memory.corroborate", id="The gateway retry budget")
+        vouch(bob, "The gateway retry budget")
     assert refused.value.code.value == "invalid_args"
     # Control: corroborating the short one lands on the short one.
-    bob.call("memory.corroborate", id=short)
+    vouch(bob, short)
     assert len(run.op("memory.show", id=short)["corroborations"]) == 1
     assert len(run.op("memory.show", id=longer)["corroborations"]) == 1
 
@@ -121,8 +121,8 @@ def test_substring_confusion_corroboration_lands_only_on_the_id_given(run: Run) 
 def test_rewriting_a_trusted_claim_starts_an_unverified_edition(run: Run) -> None:
     """CLIO's update kept 'trusted' on new text.  Here the new edition starts from nothing."""
     claim = remember(run, "alice", FACT.format("scheduler"))
-    run.puppet("bob").call("memory.corroborate", id=claim)
-    assert run.puppet("carol").call("memory.corroborate", id=claim)["tier"] == "trusted"
+    vouch(run.puppet("bob"), claim)
+    assert vouch(run.puppet("carol"), claim)["tier"] == "trusted"
     alice = run.puppet("alice")
     edition = alice.call("memory.revise", id=claim, text="The scheduler tests are flaky on arm64 CI because DNS lookups time out.")
     assert edition["tier"] == "unverified" and edition["corroborations"] == [] and edition["supersedes"] == claim
@@ -139,20 +139,20 @@ def test_rewriting_a_trusted_claim_starts_an_unverified_edition(run: Run) -> Non
         run.puppet("dave").call("memory.revise", id=edition["id"], text="The scheduler tests pass everywhere.")
     assert forbidden.value.code.value == "forbidden"
     with pytest.raises(ConclaveError) as stale:
-        run.puppet("dave").call("memory.corroborate", id=claim)
+        vouch(run.puppet("dave"), claim)
     assert stale.value.code.value == "conflict" and str(edition["id"]) in stale.value.message
     # Control: the new edition earns trust the same way the first did.
-    run.puppet("bob").call("memory.corroborate", id=edition["id"])
-    assert run.puppet("erin").call("memory.corroborate", id=edition["id"])["tier"] == "trusted"
+    vouch(run.puppet("bob"), edition["id"])
+    assert vouch(run.puppet("erin"), edition["id"])["tier"] == "trusted"
 
 
 def test_corroboration_after_reading_is_informed_and_a_rediscovery_is_blind(run: Run) -> None:
     claim = remember(run, "alice", FACT.format("exporter"))
     carol = run.puppet("carol")
     assert claim in [c["id"] for c in carol.call("memory.recall", query="exporter tests flaky")]
-    assert carol.call("memory.corroborate", id=claim)["blind"] is False
-    # Control: dave was never shown the claim.
-    assert run.puppet("dave").call("memory.corroborate", id=claim)["blind"] is True
+    assert vouch(carol, claim)["blind"] is False
+    # Control: dave was never shown the claim, and says in his own words what he found.
+    assert run.puppet("dave").call("memory.corroborate", id=claim, evidence=REDISCOVERED.format("exporter"))["blind"] is True
     rows = {w["principal"]: w["blind"] for w in run.op("memory.show", id=claim)["corroborations"]}
     assert rows == {carol.key: False, run.puppet("dave").key: True}
 
@@ -162,9 +162,9 @@ def test_a_child_reading_makes_its_parent_informed(run: Run) -> None:
     claim = remember(run, "alice", FACT.format("compactor"))
     kid = run.spawn_puppet("bob", "reader")
     kid.call("memory.context", query="compactor tests flaky", include_unverified=True)
-    assert run.puppet("bob").call("memory.corroborate", id=claim)["blind"] is False
+    assert run.puppet("bob").call("memory.corroborate", id=claim, evidence=REDISCOVERED.format("compactor"))["blind"] is False
     # Control: erin's domain never saw it.
-    assert run.puppet("erin").call("memory.corroborate", id=claim)["blind"] is True
+    assert run.puppet("erin").call("memory.corroborate", id=claim, evidence=REDISCOVERED.format("compactor"))["blind"] is True
 
 
 def test_agents_cannot_promote_retire_or_revoke(run: Run) -> None:
@@ -198,10 +198,10 @@ def test_restarted_author_cannot_corroborate(start_run) -> None:  # type: ignore
     )
     reborn = run.puppet("carol", fresh=True)
     assert reborn.key != first_session and reborn.identity["domain"] == "carol"
-    result = reborn.call("memory.corroborate", id=claim)
+    result = vouch(reborn, claim)
     assert (result["counted"], result["reason_not_counted"]) == (False, "author_domain")
     # Control: bob is independent.
-    assert run.puppet("bob").call("memory.corroborate", id=claim)["counted"] is True
+    assert vouch(run.puppet("bob"), claim)["counted"] is True
 
 
 def test_informed_only_quorum_under_require_blind_is_refused(start_run) -> None:  # type: ignore[no-untyped-def]
@@ -213,20 +213,20 @@ def test_informed_only_quorum_under_require_blind_is_refused(start_run) -> None:
     claim = run.puppet("alice").call("memory.remember", kind="discovery", text=FACT.format("resolver"))["id"]
     for who in ("bob", "carol"):
         run.puppet(who).call("memory.recall", query="resolver tests flaky")
-    run.puppet("bob").call("memory.corroborate", id=claim)
-    result = run.puppet("carol").call("memory.corroborate", id=claim)
+    vouch(run.puppet("bob"), claim)
+    result = vouch(run.puppet("carol"), claim)
     assert result["tier"] == "unverified" and result["standing"]["quorum"] == 3
     assert [w["blind"] for w in result["corroborations"]] == [False, False]
     # A third informed domain reaches the quorum of 3, and is still refused.
     run.puppet("dave").call("memory.recall", query="resolver")
-    third = run.puppet("dave").call("memory.corroborate", id=claim)
+    third = vouch(run.puppet("dave"), claim)
     assert third["tier"] == "unverified" and "blind" in third["standing"]["short_of_trust"]
     # Control: the same claim with one blind witness among the counted ones is trusted.
     claim2 = run.puppet("alice").call("memory.remember", kind="discovery", text=FACT.format("linker"))["id"]
     run.puppet("bob").call("memory.recall", query="linker tests flaky")
-    run.puppet("bob").call("memory.corroborate", id=claim2)
-    run.puppet("carol").call("memory.corroborate", id=claim2)
-    assert run.puppet("dave").call("memory.corroborate", id=claim2)["tier"] == "trusted"
+    vouch(run.puppet("bob"), claim2)
+    vouch(run.puppet("carol"), claim2)
+    assert run.puppet("dave").call("memory.corroborate", id=claim2, evidence=REDISCOVERED.format("linker"))["tier"] == "trusted"
 
 
 def test_revoke_cascades_a_demotion(start_run) -> None:  # type: ignore[no-untyped-def]
@@ -235,10 +235,10 @@ def test_revoke_cascades_a_demotion(start_run) -> None:  # type: ignore[no-untyp
     bob = run.puppet("bob")
     needs_bob = run.puppet("alice").call("memory.remember", kind="discovery", text=FACT.format("vm"))["id"]
     without_bob = run.puppet("alice").call("memory.remember", kind="discovery", text=FACT.format("gc"))["id"]
-    bob.call("memory.corroborate", id=needs_bob)
-    assert run.puppet("carol").call("memory.corroborate", id=needs_bob)["tier"] == "trusted"
-    run.puppet("carol").call("memory.corroborate", id=without_bob)
-    assert run.puppet("dave").call("memory.corroborate", id=without_bob)["tier"] == "trusted"
+    vouch(bob, needs_bob)
+    assert vouch(run.puppet("carol"), needs_bob)["tier"] == "trusted"
+    vouch(run.puppet("carol"), without_bob)
+    assert vouch(run.puppet("dave"), without_bob)["tier"] == "trusted"
 
     result = run.op("memory.revoke", target=bob.key, reason="prompt-injected")
     assert result["changes"] == [{"id": needs_bob, "from": "trusted", "to": "unverified"}] and result["ended"] is True

@@ -44,6 +44,7 @@ def test_brokers_live_through_a_server_restart(two_hosts: Callable[..., tuple[Ru
     # Writes go on, across hosts, on one chain.
     second = alice.call("memory.remember", kind="discovery", scope="repo", text="The search index is rebuilt from the claims table.")
     assert second["id"] > first["id"]
+    dave.call("memory.show", id=second["id"])  # dave reads it: an informed witness
     corroborated = dave.call("memory.corroborate", id=second["id"])
     assert corroborated["counted"] is True
 

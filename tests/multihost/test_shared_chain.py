@@ -42,6 +42,7 @@ def test_a_forged_event_and_a_cut_are_named_by_verify_on_both_brokers(two_hosts:
     a, b = two_hosts([{"name": "alice"}], [{"name": "carol"}])
     alice, carol = a.puppet("alice"), b.puppet("carol")
     claim = alice.call("memory.remember", kind="discovery", text=FACT)
+    carol.call("memory.show", id=claim["id"])
     carol.call("memory.corroborate", id=claim["id"])
     alice.call("msg.send", to="carol", body="signed with the vault key")
 

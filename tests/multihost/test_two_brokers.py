@@ -31,7 +31,7 @@ def test_agents_on_two_hosts_corroborate_each_other_into_trusted(two_hosts: Call
     # A claim from alpha, vouched for by beta's carol and alpha's bob: trusted.
     claim = alice_a.call("memory.remember", kind="discovery", text=FACT)
     assert claim["author"] == alice_a.key
-    after_carol = carol_b.call("memory.corroborate", id=claim["id"])
+    after_carol = carol_b.call("memory.corroborate", id=claim["id"], evidence="Seen here too: the integration suite needs postgres running before the workers start.")
     assert after_carol["tier"] == "unverified" and counted(after_carol) == {carol_b.key: True}
 
     # The namesake: alice on beta is the same agent (one trust domain), so she cannot vouch for alpha's alice.
@@ -44,12 +44,15 @@ def test_agents_on_two_hosts_corroborate_each_other_into_trusted(two_hosts: Call
     sybil = kid.call("memory.corroborate", id=claim["id"])
     assert counted(sybil)[kid.key] is False and sybil["tier"] == "unverified"
 
+    bob_a.call("memory.show", id=claim["id"])  # bob reads it first: informed
     trusted = bob_a.call("memory.corroborate", id=claim["id"])
     assert trusted["tier"] == "trusted"
     assert {k for k, v in counted(trusted).items() if v} == {carol_b.key, bob_a.key}
 
     # And the other way: beta's claim, vouched for by alpha's agents, is trusted on both brokers.
     theirs = carol_b.call("memory.remember", kind="pattern", text=OTHER)
+    for witness in (alice_a, bob_a):
+        witness.call("memory.show", id=theirs["id"])
     alice_a.call("memory.corroborate", id=theirs["id"])
     assert bob_a.call("memory.corroborate", id=theirs["id"])["tier"] == "trusted"
     seen_from_beta = {c["id"]: c["tier"] for c in carol_b.call("memory.recall", query="integration postgres workers arm64 cargo registry")}

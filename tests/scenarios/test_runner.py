@@ -92,14 +92,15 @@ def test_the_whole_catalogue_passes(tmp_path):
 def test_every_defence_still_switches_off_cleanly_against_the_code() -> None:
     """`python -m scenarios.defences` proves each defence by patching it out; a patch that no longer
     matches its file (the code moved on) would prove nothing.  Checked here, in a fraction of a second."""
-    from scenarios.defences import ROOT, PatchError, catalogue, switch_off
+    from scenarios.defences import ROOT, PatchError, catalogue, files_of, switch_off
 
     defences = catalogue()
     assert len(defences) >= 40
     for defence in defences:
         assert (ROOT / "scenarios" / defence["scenario"]).is_file(), defence["name"]
-        text = (ROOT / defence["file"]).read_text()
-        assert switch_off(defence, text) != text, defence["name"]
+        for name in dict.fromkeys(files_of(defence)):
+            text = (ROOT / name).read_text()
+            assert switch_off(defence, text, name) != text, defence["name"]
     # Control: a patch whose text is not in the file is refused, naming it.
     stale = {**defences[0], "find": "this line is in no file"}
     with pytest.raises(PatchError, match="0 matches of 'this line is in no file'"):

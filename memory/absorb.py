@@ -1,0 +1,142 @@
+"""One store job per embedded batch: the vectors, the semantic verdicts, the restatements.
+
+For each claim of the batch that is still live:
+
+1. its vector is stored (``memory.vectors.store_batch``, one ``memory.embed``
+   event for the batch);
+2. if the semantic prefilter refused it, it is **retired** by the broker
+   (reason naming the class and the nearest exemplar) with a
+   ``memory.rejected`` event (op, rule, field -- nothing of the text);
+3. otherwise, if it says what an earlier live claim of **another trust
+   domain** says (cosine >= ``semantic.RESTATES_AT``), the two are linked
+   (``claim_links``) and the new claim is retired as a restatement -- one
+   claim, not two:
+
+   * **rediscovery**: the new claim's domain was never shown the earlier
+     one (any edition, any channel).  It is recorded as a *blind*
+     corroboration of the earlier claim by the new claim's author, with the
+     new text as its evidence -- the strongest evidence there is, and it
+     counts once per domain like any witness;
+   * **restatement**: the domain had been shown it.  Linked, not counted:
+     an informed near-duplicate is agreement, and agreement is
+     ``corroborate``'s to record.
+
+Everything here is recorded in the keyed event log in this same
+transaction: the link and the corroboration in the ``memory.corroborate``
+and ``memory.retire`` events' payloads (``restates``, ``link``,
+``similarity``), so each row can be rebuilt from its event.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final, final
+
+import apsw
+import attrs
+
+from memory import authoring, claims, curation, exposures, semantic, vectors
+from memory.claims import ClaimRow
+from memory.policy import TrustPolicy
+from store import events
+from store.events import BROKER_ACTOR
+
+if TYPE_CHECKING:
+    from memory.semantic import Refusal
+
+#: Earlier claims looked at for a restatement.
+_NEIGHBOURS: Final = 8
+
+
+@final
+@attrs.frozen
+class Outcome:
+    embedded: int = 0
+    refused: int = 0
+    linked: int = 0
+
+
+@final
+@attrs.frozen
+class Author:
+    """The principal a restatement's witness row speaks for: the new claim's author (its own finding)."""
+
+    key: str
+    domain: str
+
+
+def absorb(
+    conn: apsw.Connection,
+    policy: TrustPolicy,
+    index: vectors.VectorIndex,
+    model: str,
+    blobs: dict[int, bytes],
+    verdicts: dict[int, Refusal | None],
+) -> Outcome:
+    rows = claims.load_many(conn, blobs)
+    live = {i: blobs[i] for i in blobs if i in rows and rows[i].live}
+    embedded = vectors.store_batch(conn, model, live, actor=BROKER_ACTOR)
+    refused = linked = 0
+    for claim_id in sorted(live):
+        claim = claims.load(conn, claim_id)
+        if claim is None or not claim.live:
+            continue  # an earlier claim of this batch restated it away
+        verdict = verdicts.get(claim_id)
+        if verdict is not None:
+            refuse(conn, claim, verdict)
+            refused += 1
+            continue
+        if link(conn, policy, index, claim, vectors.decode(live[claim_id])):
+            linked += 1
+    return Outcome(embedded, refused, linked)
+
+
+def refuse(conn: apsw.Connection, claim: ClaimRow, verdict: Refusal) -> None:
+    """Retire a claim the semantic prefilter refused; the event names the class and exemplar, never the text."""
+    op = "memory.revise" if claim.supersedes else "memory.remember"
+    events.append(
+        conn, "memory.rejected", actor=BROKER_ACTOR, subject=op,
+        payload={"rule": verdict.rule, "field": "text", "layer": "meaning", "claim": claim.id, "exemplar": verdict.exemplar, "similarity": verdict.similarity},
+    )  # fmt: skip
+    curation.retire(
+        conn, claim, actor=events.qualify(conn, BROKER_ACTOR), reason=f"refused by the prefilter: {verdict.detail()}",
+        detail={"rule": "prefilter", "class": verdict.rule, "exemplar": verdict.exemplar, "similarity": verdict.similarity},
+    )  # fmt: skip
+
+
+def link(conn: apsw.Connection, policy: TrustPolicy, index: vectors.VectorIndex, claim: ClaimRow, vector: object) -> bool:
+    """Link ``claim`` to the earlier claim of another domain it restates, if any (see the module's docstring)."""
+    found = index.search(conn, vector, limit=_NEIGHBOURS, trusted_only=False, floor=semantic.RESTATES_AT)  # type: ignore[arg-type]
+    earlier = claims.load_many(conn, [i for i, _ in found if i < claim.id])
+    for other_id, similarity in found:
+        other = earlier.get(other_id)
+        if other is None or not other.live or other.author_domain == claim.author_domain:
+            continue
+        informed = exposures.seen_by_domain(conn, claim.author_domain, other.lineage)
+        kind = "restatement" if informed else "rediscovery"
+        at = events.now()
+        similarity = round(similarity, 4)
+        conn.execute(
+            "INSERT INTO claim_links(claim, restates, kind, similarity, at) VALUES (?,?,?,?,?)", (claim.id, other.id, kind, similarity, at)
+        )
+        if kind == "rediscovery":
+            _rediscovered(conn, policy, claim, other, similarity, at)
+        curation.retire(
+            conn, claim, actor=events.qualify(conn, BROKER_ACTOR),
+            reason=f"restates claim {other.id} ({'an independent rediscovery, recorded as its blind corroboration' if kind == 'rediscovery' else 'its author had been shown it: linked, not counted'})",
+            detail={"rule": "restatement", "restates": other.id, "link": kind, "similarity": similarity},
+        )  # fmt: skip
+        return True
+    return False
+
+
+def _rediscovered(conn: apsw.Connection, policy: TrustPolicy, claim: ClaimRow, other: ClaimRow, similarity: float, at: str) -> None:
+    witness = Author(claim.author, claim.author_domain)
+    conn.execute(
+        "INSERT INTO corroborations(claim, principal, domain, at, evidence, blind, counted, witness, similarity, restatement) "
+        "VALUES (?,?,?,?,?,1,0,'blind',?,?)",
+        (other.id, witness.key, witness.domain, at, claim.text, similarity, claim.id),
+    )
+    row = conn.last_insert_rowid()
+    extra = {"blind": True, "witness": "blind", "similarity": similarity, "evidence_match": "rediscovery", "restatement": claim.id}
+    authoring.record_witness(conn, policy, witness, other, "memory.corroborate", row, at, extra, claim.text)  # type: ignore[arg-type]
+
