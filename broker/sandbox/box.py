@@ -252,10 +252,12 @@ def git_options(level: str, git: GitBox) -> list[str]:
     if level == "strict":
         if git.agent_git_dir is None:
             raise ValueError("a strict box needs the agent's own git directory")
-        from broker.sandbox.gitdir import SHARED_OBJECTS
+        from broker.sandbox.gitdir import SHARED_OBJECTS, SUBMODULES
 
         target = git.repo / ".git"
         options += ["--bind", str(git.agent_git_dir), str(target), "--bind-ro", str(git.git_dir / "objects"), str(target / SHARED_OBJECTS)]
+        if os.path.isdir(git.agent_git_dir / SUBMODULES):  # made only where the person has submodules' git directories
+            options += ["--bind-ro", str(git.git_dir / SUBMODULES), str(target / SUBMODULES)]
         pinned: set[Path] = set()
         for path in git.protected:
             for parent in reversed(path.relative_to(git.repo).parents[:-1]):

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Final, final
@@ -45,6 +46,10 @@ from broker.sandbox.gitlayout import Layout
 
 #: Where the person's objects appear inside an agent's git directory (a read-only bind in its box).
 SHARED_OBJECTS: Final = "shared-objects"
+#: The person's submodules' git directories (``.git/modules``), where they exist: a read-only bind in
+#: the box, so the agent's ``git status`` can look inside a checked-out submodule (its ``.git`` file
+#: names ``../../.git/modules/...``).  The agent cannot commit there.
+SUBMODULES: Final = "modules"
 #: Object ids a branch is remembered to have shown without anything pending (the newest are kept).
 KNOWN_LIMIT: Final = 512
 
@@ -186,6 +191,14 @@ class AgentGitDir:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
+def has_submodules(layout: Layout) -> bool:
+    """The person's git directory keeps submodules' git directories (a real directory, not a link)."""
+    try:
+        return stat.S_ISDIR(os.lstat(layout.git_dir / SUBMODULES).st_mode)
+    except OSError:
+        return False
+
+
 def create(layout: Layout, root: Path, session: str, *, hook: str, agent_git: Path, baseline: frozenset[tuple[str, str]]) -> AgentGitDir:
     """Make the git directory for one spawn at ``root/session``.
 
@@ -230,6 +243,8 @@ def _fill(fd: int, person: int, layout: Layout, path: Path, *, hook: str, agent_
     gitfiles.create_at(fd, "packed-refs", ("# pack-refs with: sorted \n" + packed).encode(errors="surrogateescape"))
     for top in ("refs/heads", "refs/tags", "objects/info", "objects/pack", "info", "hooks", SHARED_OBJECTS):
         os.close(gitfiles.open_dir_beneath(fd, top, create=True))
+    if has_submodules(layout):
+        os.mkdir(SUBMODULES, 0o700, dir_fd=fd)
     for name, target in symbolic.items():
         head_dir, _, leaf = name.rpartition("/")
         sub = gitfiles.open_dir_beneath(fd, head_dir, create=True)

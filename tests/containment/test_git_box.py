@@ -444,6 +444,10 @@ def test_a_submodules_git_cannot_be_swapped_for_an_agents_repository(tmp_path: P
             assert made.returncode == 0, (level, made.stderr)  # the agent's own repository, in the tree: allowed
             for attack in SUBMODULE_ATTACKS:
                 assert agent.sh("sh", "-c", attack).returncode != 0, (level, attack)
+            # The submodule's own git directory is the person's: read-only (strict: bound into the agent's own).
+            assert agent.sh("sh", "-c", "echo '[core]' >> .git/modules/lib/sub/config").returncode != 0, level
+            looked = agent.sh("git", "status", "--porcelain")  # and the agent's git still looks inside it
+            assert looked.returncode == 0, (level, looked.stderr)
             person_status()
             assert not marker.exists(), f"{level}: the person's git status ran the agent's program"
         assert (run.repo / "lib" / "sub" / ".git").read_text() == "gitdir: ../../.git/modules/lib/sub\n"
