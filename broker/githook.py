@@ -44,6 +44,8 @@ HOOK = "reference-transaction"
 SETTLE = "conclave-settle"
 ZERO = "0" * 40
 EXIT_REFUSED = 1
+#: ``SO_PEERPIDFD`` (Linux 6.5); the constant, where this Python does not name it.
+SO_PEERPIDFD = getattr(_socket, "SO_PEERPIDFD", 77)
 #: Seconds the hook waits for the broker (a large commit is copied and checked before the answer).
 TIMEOUT = 600.0
 
@@ -117,6 +119,24 @@ def _ancestors() -> set[int]:
     return found
 
 
+def _is_the_broker_outside(sock: _socket.socket) -> bool:
+    """(In a PID namespace of the agent's own the broker's pid reads 0.)  Is the server the very
+    process the broker named at spawn (``CONCLAVE_BROKER_PROCESS``)?  As broker.client does, by
+    the pidfd the kernel gives for the peer."""
+    expected = os.environ.get("CONCLAVE_BROKER_PROCESS")
+    if not expected:
+        return False
+    try:
+        pidfd = sock.getsockopt(_socket.SOL_SOCKET, SO_PEERPIDFD)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(pidfd)
+    finally:
+        os.close(pidfd)
+    return f"{st.st_dev}:{st.st_ino}" == expected
+
+
 class _Scanner:
     """What ``_json.make_scanner`` reads from its context (``json.decoder`` without ``re``)."""
 
@@ -165,7 +185,7 @@ def _call(op: str, args: dict) -> dict:  # type: ignore[type-arg]
         sock.connect(path)
         if ticket:
             server = int.from_bytes(sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)[:4], sys.byteorder, signed=True)
-            if server not in _ancestors():
+            if not (server == 0 and _is_the_broker_outside(sock)) and (server == 0 or server not in _ancestors()):
                 raise Refused(f"{path} is served by pid {server}, which is not the broker that started this agent")
         requests = (("hello", hello), (op, args))
         sock.sendall("".join(_encode({"id": n, "op": name, "args": body}) + "\n" for n, (name, body) in enumerate(requests, 1)).encode())
