@@ -259,6 +259,7 @@ def test_no_planted_program_runs_and_nothing_is_hidden_from_the_person(planted: 
                 assert not hidden(entry, seen, f"{agent}-{entry.name}"), (agent, entry.name, seen["status"], seen["show"])
     # Another agent works: its commit goes through the broker (refused while the agents' nested
     # repositories sit in the tree: the broker names them), and its own git looks at the tree.
+    run.wait_followed("bob")  # the person's last commit reached bob's git first (else git finds HEAD moved under it)
     bob.call("lock.acquire", resources=["bob.txt", "git"])
     (repo / "bob.txt").write_text("bob's change\n")
     bob.sh("git", "add", "bob.txt")
