@@ -2,7 +2,9 @@
 
 Each function is one store-owner job.  The acting principal is always the
 connection's (the router passes it in); nothing here accepts a name for the
-author or a witness.  Text has already passed the prefilter (``memory.ops``
+author or a witness.  What a decision reads of the claim -- whether it is
+live, its author's domain, its witnesses -- comes from its keyed events
+(``memory.facts``), never from its rows alone.  Text has already passed the prefilter (``memory.ops``
 runs it before the job, so rejected text never reaches the writer thread).
 
 A reply that carries a claim's text *shows* it.  ``corroborate`` and
@@ -18,30 +20,68 @@ domain never counts); they log nothing (see docs/MEMORY.md, "Blind witnesses").
 
 from __future__ import annotations
 
+import unicodedata
 from typing import TYPE_CHECKING, Any, Final
 
 import apsw
 import attrs
 
 from broker.errors import ConclaveError, ErrorCode
-from memory import claims, exposures, standing
-from store import events
+from memory import claims, exposures, facts, standing
+from store import dialect, events
 from memory.claims import ClaimRow
-from memory.policy import TrustPolicy, Verdict
+from memory.policy import Standing, TrustPolicy, Verdict, Witness
 
 if TYPE_CHECKING:
     from broker.identity import Principal
 
 
-def remember(conn: apsw.Connection, policy: TrustPolicy, author: Principal, *, kind: str, scope: str, text: str, evidence: str | None) -> dict[str, Any]:
-    """A new claim, unverified.  Never merged into an existing one, even a word-for-word twin:
-    the reply names live twins so the agent can corroborate one by id instead."""
+def remember(
+    conn: apsw.Connection, policy: TrustPolicy, author: Principal, *, kind: str, scope: str, text: str, evidence: str | None,
+    again: ClaimRow | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """A new claim, unverified -- unless the same agent (any session, any run) already holds a
+    live claim of the same kind and scope with the same text (:func:`own_live_claim`): then that
+    claim comes back (``"repeated": true``), a ``memory.repeat`` event records the repetition,
+    and nothing is stored twice.  Another agent's twin is never merged: the reply names live
+    twins so the agent can corroborate one by id instead.
+
+    On SQLite the job looks for the agent's own claim itself (a read on the writer, in
+    microseconds).  On a server that read would cost every ``remember`` a round trip on the
+    writer connection, which holds the write lock for every broker: the op looks first, on a
+    reader, and passes what it found as ``again``."""
+    own = again if dialect.is_postgresql(conn) else own_live_claim(conn, author, kind=kind, scope=scope, text=text)
+    if own is not None:
+        payload: dict[str, Any] = {"kind": kind, "scope": scope, "text_sha256": claims.digest(text)}
+        if evidence is not None:
+            payload["evidence_sha256"] = claims.digest(evidence)
+        events.append(conn, "memory.repeat", actor=author.key, subject=str(own.id), payload=payload)
+        out = standing.describe(conn, policy, own)
+        out["repeated"] = True
+        out["twins"] = [{"id": t.id, "tier": t.tier.value} for t in claims.twins(conn, own.text_key, besides=own.id)]
+        return out
     claim = claims.insert(conn, author, kind=kind, scope=scope, text=text, evidence=evidence)
     out = standing.describe_new(policy, claim)
     twins: list[dict[str, Any]] = []
     out["twins"] = twins  # filled once the query is back (on a server, with the batch's next statement)
     claims.twins_later(conn, claim.text_key, besides=claim.id, then=lambda found: twins.extend({"id": t.id, "tier": t.tier.value} for t in found))
     return out
+
+
+def same_text(text: str) -> str:
+    """What "the same text" means for one agent remembering it again: Unicode-normalized
+    (NFKC), case folded, runs of white space as one space, trailing punctuation dropped."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split()).rstrip(" .!;:,")
+
+
+def own_live_claim(conn: apsw.Connection, author: Principal, *, kind: str, scope: str, text: str) -> ClaimRow | None:
+    """The author's agent's own live claim with this text, kind and scope, if it has one (the oldest)."""
+    agent = author.key.rpartition(":")[0]
+    wanted = same_text(text)
+    for twin in claims.twins(conn, claims.text_key(text), besides=None):
+        if twin.author.rpartition(":")[0] == agent and (twin.kind, twin.scope) == (kind, scope) and same_text(twin.text) == wanted:
+            return twin
+    return None
 
 
 def revise(conn: apsw.Connection, policy: TrustPolicy, author: Principal, claim_id: int, *, text: str, evidence: str | None) -> dict[str, Any]:
@@ -56,7 +96,7 @@ def revise(conn: apsw.Connection, policy: TrustPolicy, author: Principal, claim_
         ConclaveError: ``not_found``, ``conflict`` (superseded or retired),
             ``forbidden`` (another trust domain's claim).
     """
-    old = claims.require_live(conn, claim_id, "revise")
+    old, _, _ = facts.require_live(conn, claim_id, "revise")  # its author's domain as the events say it
     if old.author_domain != author.domain:
         raise ConclaveError(
             ErrorCode.FORBIDDEN,
@@ -81,6 +121,8 @@ class EvidenceMatch:
     similarity: float | None
     matched: bool
     method: str
+    #: The SHA-256 of the claim text the evidence was measured against (checked against the claim's event in the job).
+    text_sha256: str | None = None
 
 
 NO_EVIDENCE: Final = EvidenceMatch(None, False, "none")
@@ -101,7 +143,12 @@ def corroborate(
       not match): it vouches by id for text it never saw.  Recorded, never
       counted.
     """
-    claim = claims.require_live(conn, claim_id, "corroborate")
+    claim, told, revoked = facts.require_live(conn, claim_id, "corroborate")
+    if match.text_sha256 is not None and match.text_sha256 != told.text_sha256:
+        raise facts.RowTampered(
+            f"claim {claim.id}'s text is not the text its keyed event {told.seq} recorded (sha256 {told.text_sha256[:16]}...): "
+            "the row was changed behind the broker's back, and no evidence is judged against it (run `conclave memory verify`)"
+        )
     at = events.now()
     # The author's domain wrote the claim: it has seen it, whatever the exposure log says.
     shown = witness.domain == claim.author_domain or exposures.seen_by_domain(conn, witness.domain, claim.lineage)
@@ -112,8 +159,10 @@ def corroborate(
         (claim.id, witness.key, witness.domain, at, evidence, int(blind), kind, match.similarity),
     )
     row = conn.last_insert_rowid()
+    new = Witness(row=row, principal=witness.key, domain=witness.domain, at=at, blind=blind, revoked=witness.key in revoked, unread=kind == "unread")
+    judged = told.standing(policy, revoked, extra=new)
     extra = {"blind": blind, "witness": kind, "similarity": match.similarity, "evidence_match": match.method}
-    verdict = record_witness(conn, policy, witness, claim, "memory.corroborate", row, at, extra, evidence)
+    verdict = record_witness(conn, witness, claim, judged, "memory.corroborate", row, at, extra, evidence)
     out = _after(conn, policy, claim.id, verdict, blind=blind, witness=kind, similarity=match.similarity)
     exposures.record(conn, witness, [claim], "show", at)  # the reply carries the text: from now on, informed
     return out
@@ -121,14 +170,16 @@ def corroborate(
 
 def dispute(conn: apsw.Connection, policy: TrustPolicy, witness: Principal, claim_id: int, *, reason: str) -> dict[str, Any]:
     """Refute a claim, by id.  An independent dispute makes it ``disputed``."""
-    claim = claims.require_live(conn, claim_id, "dispute")
+    claim, told, revoked = facts.require_live(conn, claim_id, "dispute")
     at = events.now()
     conn.execute(
         "INSERT INTO disputes(claim, principal, domain, at, reason, counted) VALUES (?,?,?,?,?,0)",
         (claim.id, witness.key, witness.domain, at, reason),
     )
     row = conn.last_insert_rowid()
-    verdict = record_witness(conn, policy, witness, claim, "memory.dispute", row, at, {"reason_sha256": claims.digest(reason)}, None)
+    new = Witness(row=row, principal=witness.key, domain=witness.domain, at=at, revoked=witness.key in revoked)
+    judged = told.standing(policy, revoked, extra=new, extra_is_dispute=True)
+    verdict = record_witness(conn, witness, claim, judged, "memory.dispute", row, at, {"reason_sha256": claims.digest(reason)}, None)
     out = _after(conn, policy, claim.id, verdict)
     exposures.record(conn, witness, [claim], "show", at)  # the reply carries the text
     return out
@@ -136,17 +187,16 @@ def dispute(conn: apsw.Connection, policy: TrustPolicy, witness: Principal, clai
 
 def record_witness(
     conn: apsw.Connection,
-    policy: TrustPolicy,
     witness: Principal,
     claim: ClaimRow,
+    judged: Standing,
     kind: str,
     row: int,
     at: str,
     extra: dict[str, Any],
     evidence: str | None,
 ) -> Verdict:
-    """Judge the claim with the new row, log the event with this row's verdict, write the standing."""
-    judged = standing.evaluate(conn, policy, claim)
+    """Log the event with this row's verdict (``judged``: the claim's events and the new witness), write the standing."""
     pool = judged.corroborations if kind == "memory.corroborate" else judged.disputes
     verdict = next(v for v in pool if v.row == row)
     payload = {

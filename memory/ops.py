@@ -21,10 +21,12 @@ from broker.errors import ConclaveError, ErrorCode
 from broker.core import Call, Feature
 from broker.optable import Access, OpTable
 from memory import authoring, claims, curation, doctor, exposures, inspection, prefilter, retrieval, revocation, schema, settings, standing, trails, vectors
-from store import events
+from store import dialect, events
 from store.events import BROKER_ACTOR
 from store.integrity import ExpectedHead
 from memory.policy import PolicyError
+from memory.projection import MemoryLog
+from broker.team import VERIFY_EVERY
 from memory.service import MemoryService
 
 if TYPE_CHECKING:
@@ -196,8 +198,15 @@ async def remember(call: Call, args: RememberArgs) -> dict[str, Any]:
         _text(op, "evidence", args.evidence, claims.MAX_NOTE)
     await _screen(call, op, [("text", prefilter.check_claim(args.text, args.scope)), *_notes(args.evidence)])
     svc = service(call)
+    again = None
+    if dialect.of(call.core.store.backend) == dialect.POSTGRESQL:  # off the writer (authoring.remember says why)
+        again = await call.core.store.read(
+            lambda conn: authoring.own_live_claim(conn, call.principal, kind=args.kind, scope=args.scope, text=args.text)
+        )
     result = await call.core.store.call(
-        lambda conn: authoring.remember(conn, svc.policy, call.principal, kind=args.kind, scope=args.scope, text=args.text, evidence=args.evidence),
+        lambda conn: authoring.remember(
+            conn, svc.policy, call.principal, kind=args.kind, scope=args.scope, text=args.text, evidence=args.evidence, again=again
+        ),
         replayable=True,
     )
     svc.note_new_claim()
@@ -231,7 +240,7 @@ async def corroborate(call: Call, args: CorroborateArgs) -> dict[str, Any]:
     svc = service(call)
     claim = await svc.read(lambda conn: claims.require(conn, args.id))
     # The witness's own statement against the claim, by meaning, before the job (off the event loop).
-    match = await svc.meaning.evidence_match(claim.text, args.evidence)
+    match = attrs.evolve(await svc.meaning.evidence_match(claim.text, args.evidence), text_sha256=claims.digest(claim.text))
     return await call.core.store.call(
         lambda conn: authoring.corroborate(conn, svc.policy, call.principal, args.id, evidence=args.evidence, match=match), replayable=True
     )
@@ -307,6 +316,7 @@ async def stats(call: Call, _args: NoArgs) -> dict[str, Any]:
     meaning = svc.meaning
     out = await svc.read(lambda conn: {**inspection.stats(conn, svc.policy, path), "vectors": vectors.count(conn, meaning.model)})
     out["meaning"] = meaning.describe()
+    out["background_verify"] = attrs.asdict(svc.watched)
     return out
 
 
@@ -458,6 +468,7 @@ async def start(core: BrokerCore, nursery: trio.Nursery) -> None:
         raise ConclaveError(ErrorCode.INVALID_ARGS, str(exc)) from None
 
     def settle(conn):  # type: ignore[no-untyped-def]
+        exposures.start_log(conn)
         if wanted is None:
             return settings.recorded(conn) or settings.MemorySettings()
         before = settings.record(conn, wanted, actor=BROKER_ACTOR)
@@ -471,6 +482,9 @@ async def start(core: BrokerCore, nursery: trio.Nursery) -> None:
     core.extensions[SERVICE] = svc
     if core.live:
         nursery.start_soon(svc.auto_groom)
+        every = team.verify_every if team is not None else VERIFY_EVERY
+        if every > 0:
+            nursery.start_soon(svc.watch, every)
         nursery.start_soon(svc.meaning.run, lambda: svc.policy)
 
 
@@ -479,4 +493,6 @@ def check_team(team: Team, where: str) -> None:
     settings.MemorySettings.from_tables(team.policy, team.memory, where)
 
 
-FEATURE = Feature("memory", OPS, schema=schema.SCHEMA, start=start, check_team=check_team, doctor=doctor.report)
+FEATURE = Feature(
+    "memory", OPS, schema=schema.SCHEMA, start=start, check_team=check_team, projector=lambda: MemoryLog(rebuild_blind=True), doctor=doctor.report
+)

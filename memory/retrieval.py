@@ -31,7 +31,7 @@ import apsw
 import apsw.fts5query as fts5query
 import attrs
 
-from memory import claims, exposures, standing
+from memory import claims, exposures, facts, standing
 from store import dialect, events
 from memory.claims import ClaimRow
 from memory.policy import Tier, TrustPolicy
@@ -227,6 +227,11 @@ def recall(
     """Search every live claim, badged with its tier; log the exposures."""
     hits = rank(conn, query, limit=limit, trusted_only=False, probe=probe)
     rows = _rows(conn, hits)
+    if rows:
+        # The badge an agent reads is the tier the keyed events gave the claim, or the claim is not shown.
+        confirmed = facts.shown_as_stored(conn, {r.id: r.tier for r in rows})
+        kept = [(r, h) for r, h in zip(rows, [h for h in hits if h.id in {r.id for r in rows}]) if r.id in confirmed]
+        rows, hits = [r for r, _ in kept], [h for _, h in kept]
     exposures.record(conn, principal, rows, "recall", events.now())
     described = standing.describe_many(conn, policy, rows) if rows else []
     return [{**d, "score": round(h.score, 6)} for d, h in zip(described, hits)]
@@ -292,6 +297,13 @@ def context(
                 spent += cost
         if taken and len(chosen) == taken:
             break  # a whole step of lines too long for what is left: the budget is as full as it gets
+    if chosen:
+        # Pushed as [TRUSTED] only if the keyed events made it trusted (a row or index edited behind the
+        # broker's back does not put a claim into every agent's context).
+        confirmed = facts.shown_as_stored(conn, {c.id: c.tier for c, _ in chosen})
+        kept = [(c, line) for c, line in chosen if c.id in confirmed and (include_unverified or c.tier is Tier.TRUSTED)]
+        spent -= sum(tokens(line) + 1 for c, line in chosen if (c, line) not in kept)
+        chosen = kept
     if not chosen:
         return {"block": "", "claims": [], "tokens": 0, "budget": budget}
     exposures.record(conn, principal, [c for c, _ in chosen], "context", events.now())

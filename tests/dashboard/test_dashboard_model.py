@@ -127,3 +127,15 @@ def test_the_witness_column_and_the_biography_count_witnesses_alike() -> None:
     assert witnesses(claim) == "3, 2 counted"
     assert f"witnesses: {witnesses(claim)}" in biography(claim)
     assert witnesses({"witnesses": {"total": 0, "counted": 0}}) == "none"
+
+
+def test_agent_rows_show_what_each_binary_reported_using() -> None:
+    """Issue 23: usage in the dashboard.  Claude Code reports tokens and cost, Codex tokens only;
+    a plain command reports nothing and shows nothing."""
+    agents = [
+        {"principal": "ann:a1", "agent": "ann", "live": True, "usage": {"tokens": 44950, "cost_usd": 0.180123}},
+        {"principal": "cole:c1", "agent": "cole", "live": False, "exit_code": 0, "usage": {"tokens": 19086, "cost_usd": None}},
+        {"principal": "sh:s1", "agent": "sh", "live": False, "exit_code": 0},
+    ]
+    rows = {r.key: r.usage for r in agent_rows(agents, None, None, {}, {}, {}, NOW)}
+    assert rows == {"ann:a1": "44,950 tok, $0.1801", "cole:c1": "19,086 tok", "sh:s1": ""}
