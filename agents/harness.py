@@ -313,6 +313,21 @@ class Run:
                 raise TimeoutError(f"timed out waiting for {what}")
             time.sleep(interval)
 
+    def person_git(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """git run by this test process on the repository, as the person at their shell would."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("CONCLAVE_", "GIT_"))}
+        return subprocess.run(["git", "-C", str(self.repo), *GIT_IDENTITY, *args], capture_output=True, text=True, env=env)
+
+    def wait_followed(self, *agents: str, timeout: float = 10) -> str:
+        """Block until each agent's git shows the person's ``HEAD`` (its git directory followed the branch); return it."""
+        head = self.person_git("rev-parse", "HEAD").stdout.strip()
+
+        def followed() -> bool:
+            return all(self.puppet(a).sh("git", "rev-parse", "HEAD").stdout.strip() == head for a in agents)
+
+        self.wait_until(followed, timeout=timeout, interval=0.1, what=f"{', '.join(agents)} to follow the person's branch to {head[:12]}")
+        return head
+
     def wait_for_json(self, path: Path, timeout: float = 10, what: str | None = None) -> Any:
         """The JSON another process writes to ``path``, once it is whole (a file seen mid-write does not parse yet)."""
 

@@ -42,7 +42,7 @@ count cannot be kept, the agent stops: a stop hook that traps an agent
 helps nobody.
 
 Writes made through a shell (``sed -i``, ``cat >``) are not edit tool calls
-and no hook sees them; the git pre-commit guard refuses to commit them
+and no hook sees them; the commit guard refuses to bring commits of them in
 without the locks.
 """
 
@@ -168,7 +168,7 @@ def pre_tool_use(event: Any, *, repo: str, state: str, agent: str, ask: Ask) -> 
         rel = os.path.relpath(real, root).replace(os.sep, "/")
         inside.append(rel)
         if refusal is None and (rel == ".git" or rel.startswith(".git/")):
-            refusal = Verdict(False, f"conclave: {rel} is inside .git, where the commit guard lives; use git commands, not file edits", (rel,))
+            refusal = Verdict(False, f"conclave: {rel} is inside .git, where git keeps its own files (and the commit guard's hook); use git commands, not file edits", (rel,))
     if not inside:
         return Verdict(True, paths=tuple(raws))
     args: dict[str, Any] = {"tool": tool, "paths": inside}

@@ -5,7 +5,8 @@
 
 Spawns ``/bin/true`` from a fresh thread each time (as trio spawns), interleaved,
 bare and through the launcher with the policy a real agent gets (``box.build`` on a
-scratch repository).  Prints, per level, the wall clock added (p50, p90) and the
+scratch repository; a strict spawn also makes the agent's own git directory first,
+on a repository of 500 files and 50 branches, where the tree has them).  Prints, per level, the wall clock added (p50, p90) and the
 CPU time added (user + system of the spawned processes, from RUSAGE_CHILDREN): on a
 loaded machine the wall clock mostly measures the wait for a core, the CPU time
 what the box itself costs.  Only ``box.build`` and ``machine.probe`` are used, so
@@ -36,22 +37,34 @@ def box_overhead(tmp: Path, rounds: int = 100) -> tuple[dict[str, list[float]], 
     found = machine.probe()
     repo = tmp / "box-repo"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    views = _git_views(repo, tmp / "box-state")
     (tmp / "box-agent").mkdir()
     argv = {"plain": ["/bin/true"]}
     boxes = []
     for level in ("off", "landlock", "strict"):
         if found.offers(level) is None:
             built = box.build(level, ["/bin/true"], machine=found, repo=repo, state=tmp / "box-state", agent_dir=tmp / "box-agent",
-                              socket_path=tmp / "box.sock", session=f"bench-{level}")
+                              socket_path=tmp / "box.sock", session=f"bench-{level}", **_git_box(views, level, f"bench-{level}"))  # fmt: skip
             argv[level] = list(built.argv)
             boxes.append(built)
     samples: dict[str, list[float]] = {k: [] for k in argv}
     cpu: dict[str, list[float]] = {k: [] for k in argv}
+    sessions = iter(range(10**6))
 
     def spawn(command: list[str], out: list[float]) -> None:
         t0 = time.perf_counter()
+        fresh = None
+        if views is not None and "--ns" in command:
+            # A strict spawn also pays for the agent's own git directory, made for it (in the broker).
+            session = f"bench{next(sessions)}"
+            fresh = box.build("strict", ["/bin/true"], machine=found, repo=repo, state=tmp / "box-state", agent_dir=tmp / "box-agent",
+                              socket_path=tmp / "box.sock", session=session, **_git_box(views, "strict", session))  # fmt: skip
+            command = list(fresh.argv)
         subprocess.run(command, cwd=repo, check=True)
         out.append(time.perf_counter() - t0)
+        if fresh is not None:
+            fresh.release()
+            views.dirs.pop(session).remove()
 
     def used() -> float:
         r = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -68,7 +81,40 @@ def box_overhead(tmp: Path, rounds: int = 100) -> tuple[dict[str, list[float]], 
             samples[name] += got
     for built in boxes:
         built.release()
+    if views is not None:
+        for session in list(views.dirs):
+            views.dirs.pop(session).remove()
+        views.close()
     return samples, cpu
+
+
+def _git_views(repo: Path, state: Path):  # type: ignore[no-untyped-def]
+    """The owner of agents' git directories, on a repository of 500 files and 50 branches -- or None
+    in a tree from before agents had git directories of their own (compare.py --scripts this)."""
+    try:
+        from broker.sandbox import gitlayout
+        from broker.sandbox.gitviews import GitViews
+    except ImportError:
+        return None
+    for i in range(500):
+        path = repo / "src" / f"m{i // 50}" / f"f{i}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"x = {i}\n")
+    ident = ["-c", "user.name=bench", "-c", "user.email=bench@example.invalid"]
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo), *ident, "commit", "-qm", "bench"], check=True)
+    for i in range(50):
+        subprocess.run(["git", "-C", str(repo), "branch", f"topic-{i}"], check=True)
+    return GitViews(gitlayout.check(repo), state, python=sys.executable)
+
+
+def _git_box(views, level: str, session: str) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    if views is None or level == "off":
+        return {}
+    from broker.sandbox import box
+
+    agent_git_dir = views.create(session).path if level == "strict" else None
+    return {"git": box.GitBox(views.layout.repo, views.layout.git_dir, agent_git_dir, views.layout.protected)}
 
 
 def pct(samples: list[float], q: float) -> float:

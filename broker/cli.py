@@ -18,6 +18,7 @@ from typing import Annotated, Any, List, Optional
 import typer
 
 from broker.clikit import EXIT_USAGE, JsonOpt, RepoOpt, StateOpt, Target, call, cell, console, die, emit, say, table
+from broker.literal import visible
 
 app = typer.Typer(
     name="conclave",
@@ -123,6 +124,12 @@ def run(
             die(f"no team file: conclave run reads {team} unless --team names one; `conclave init` writes a starter", EXIT_USAGE)
     team_spec = _load_team(team, paths)
     _require_git(paths.repo, repo)
+    from broker.sandbox import gitlayout
+
+    try:
+        layout = gitlayout.check(paths.repo)
+    except gitlayout.GitLayoutError as exc:
+        die(f"conclave run: {exc}", EXIT_USAGE)
     machine = sandbox_machine.probe()
     try:
         chosen = sandbox_box.levels(((a.name, a.sandbox) for a in team_spec.agents), machine, state_in_work_tree=paths.inside_work_tree())
@@ -174,6 +181,7 @@ def run(
             lambda: run_broker(
                 paths, team_spec, features=composition.features(), machine=machine, grace=grace,
                 terminal=sys.stdout.fileno() if watch else None, colour=watch and _colour(), limits=run_limits,
+                layout=layout, unboxed="off" in chosen.values(),
             )
         )  # fmt: skip
     except (BrokerAlreadyRunning, StateError, ProbeTaken) as exc:
@@ -320,6 +328,7 @@ def _summary_json(summary: Any) -> dict[str, Any]:
         "exit_code": summary.exit_code,
         "failed": [f"{o.agent}:{o.session}" for o in summary.failed],
         "agents": [attrs.asdict(o) for o in summary.outcomes],
+        "git": [attrs.asdict(n) for n in summary.git],
         "usage": summary.usage,
     }
 
@@ -331,6 +340,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
     for o in summary["agents"]:
         if o.get("leftovers"):
             say(f"{o['agent']}:{o['session']} left {o['leftovers']} process(es) behind; killed at its exit")
+    for note in summary.get("git", []):
+        # Paths and messages in a note are agents' words: shown literally.
+        say(visible(f"git: {note['principal']}: {note['text']}"))
     from broker.unreviewed import describe
 
     for line in describe(summary.get("unreviewed", [])):

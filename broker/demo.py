@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.entry import conclave_argv
+from broker.sandbox import gitrun
 
 CLAIM = "The config loader reads UTF-8 only and rejects other encodings when the file is opened."
 
@@ -183,7 +184,8 @@ def run_demo(*, keep: bool, json_out: bool) -> int:
         run = _conclave(repo, "run", "--team", str(repo / "team.toml"), check=False)
         claims = _conclave(repo, "memory", "list")
         claim_id = next(c["id"] for c in claims if c["text"] == CLAIM)
-        commits = subprocess.run(["git", "-C", str(repo), "log", "--format=%an: %s"], capture_output=True, text=True).stdout
+        # After the agents ran: the repository's own .git named, never found from inside the tree.
+        commits = gitrun.text(repo / ".git", repo, ["log", "--format=%an: %s"]) + "\n"
         claim = _conclave(repo, "memory", "show", str(claim_id))
         trail = _conclave(repo, "memory", "trail", "--agent", "alice")
         if json_out:

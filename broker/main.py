@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Final, Sequence, final
 
@@ -34,7 +35,9 @@ from broker.limits import Limits, words
 from broker.operator_probe import OperatorProbe, ProbeTaken, box_probe_in_force
 from broker.output import EXTENSION as VIEW, RunView, Terminal
 from broker.paths import BrokerAlreadyRunning, StatePaths
-from broker.sandbox import sweep
+from broker.sandbox import guardhook, sweep
+from broker.sandbox.gitlayout import Layout
+from broker.sandbox.gitviews import GitNote, GitViews
 from broker.sandbox.leftovers import Ledger
 from broker.sandbox.machine import Machine
 from broker.server import bind, raise_descriptor_limit, serve
@@ -67,6 +70,8 @@ class RunSummary:
     outcomes: tuple[AgentOutcome, ...]
     stopped_by: str | None  # "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "operator", "timeout", "idle", "budget", or None when the team finished
     run: int = 0  # the run's number on this state directory (run-N.jsonl, conclave agents --run N)
+    #: What git saw that the person should know: refused bring-ins, commits agents left behind.
+    git: tuple[GitNote, ...] = ()
     #: What the agents' binaries reported using, all together (None when none reports usage).
     usage: dict[str, Any] | None = None
 
@@ -105,6 +110,8 @@ async def run_broker(
     on_ready: Callable[[BrokerCore], None] | None = None,
     terminal: int | None = None,
     colour: bool = False,
+    layout: Layout | None = None,
+    unboxed: bool = False,
     limits: Limits = Limits(),
 ) -> RunSummary:
     """Run a broker for ``team`` until every agent exits or it is stopped.
@@ -112,6 +119,9 @@ async def run_broker(
     ``terminal`` is the file descriptor the run is shown on (agents' output
     and the run's events, see :mod:`broker.output`), or None to show nothing
     (``--quiet``, ``--json``); the run journal is written either way.
+    ``layout`` is the repository's (``broker.sandbox.gitlayout.check``): with it the broker keeps
+    every boxed agent's git directory (:class:`GitViews`), and, when ``unboxed`` agents run,
+    puts the guard in the person's hooks directory for the run.
     ``limits`` are the run's own (``--timeout``, ``[run]``).
     """
     with broker_lock(paths):
@@ -145,13 +155,21 @@ async def run_broker(
                     core, socket_path=socket_path, machine=machine, grace=grace, view=view, run_limits=limits, ledger=ledger, agent_nofile=nofile
                 )
                 core.supervisor = supervisor
+                git: GitViews | None = None
+                guard: guardhook.InstalledGuard | None = None
                 try:
+                    if layout is not None:
+                        git = core.extensions["git"] = _git_views(paths, team, layout, view)
+                        if unboxed:
+                            guard = _install_guard(paths, layout, socket_path)
                     async with trio.open_nursery() as nursery:
                         if probe is not None:
                             await nursery.start(probe.serve)
                         await nursery.start(serve, core, listener)
                         nursery.start_soon(_reap_orphans, supervisor)
                         await nursery.start(view.run, core)
+                        if git is not None:
+                            await nursery.start(git.run)
                         view.started(paths.repo, [a.name for a in team.agents])
                         run_scope = trio.CancelScope()
 
@@ -169,16 +187,20 @@ async def run_broker(
                             on_ready(core)
                         with run_scope:
                             await supervisor.run(team)
-                        summary = _summary(core, supervisor, stopped_by, run_number)
+                        summary = _summary(core, supervisor, stopped_by, run_number, git)
                         await view.finish(summary.stopped_by, exit_code=summary.exit_code)
                         nursery.cancel_scope.cancel()
                 finally:
                     with trio.CancelScope(shield=True):
                         view.close()
+                        if git is not None:
+                            git.close()  # its reader is the broker's own child: gone before the sweep waits for every child
                         if probe is not None:
                             probe.close()
                         _kill_orphans()
                         supervisor.close()
+                        if guard is not None:
+                            guardhook.uninstall(guard)
                         _remove_socket(paths, socket_path)
                         stopped = {"stopped_by": stopped_by[0] if stopped_by else None}
                         # A store that cannot take it (a full disk, files swapped) must not turn a clean stop into a crash.
@@ -186,16 +208,17 @@ async def run_broker(
                                                  what="the broker's stop", patience=STOP_PATIENCE)
         finally:
             ledger.close()  # a clean stop, or one that never started agents: nothing left to answer for
-        return _summary(core, supervisor, stopped_by, run_number)
+        return _summary(core, supervisor, stopped_by, run_number, git)
 
 
-def _summary(core: BrokerCore, supervisor: Supervisor, stopped_by: list[str], run_number: int) -> RunSummary:
+def _summary(core: BrokerCore, supervisor: Supervisor, stopped_by: list[str], run_number: int, git: GitViews | None) -> RunSummary:
     return RunSummary(
         started_at=core.started_at,
         ended_at=events.now(),
         outcomes=tuple(supervisor.outcomes),
         stopped_by=stopped_by[0] if stopped_by else None,
         run=run_number,
+        git=tuple(git.notes) if git is not None else (),
         usage=supervisor.meter.run().as_dict() if supervisor.meter.by_principal else None,
     )
 
@@ -207,6 +230,24 @@ def _say_on_stderr(line: str) -> None:
         pass  # no terminal left: the run journal and the event log have it
 
 
+def _git_views(paths: StatePaths, team: Team, layout: Layout, view: RunView) -> GitViews:
+    """The owner of the agents' git directories; its notes go to the run view as they happen."""
+    team_file = None
+    if team.source is not None:
+        source = Path(os.path.realpath(team.source))
+        if source.is_relative_to(os.path.realpath(paths.repo)):
+            team_file = str(source.relative_to(os.path.realpath(paths.repo)))
+    git = GitViews(layout, paths.state, python=sys.executable, team_file=team_file)
+    git.on_note = lambda note: view.git(note.kind, note.text, principal=note.principal if ":" in note.principal else None)
+    return git
+
+
+def _install_guard(paths: StatePaths, layout: Layout, socket_path: Path) -> guardhook.InstalledGuard | None:
+    """The guard in the person's hooks directory, for unboxed agents (they use the person's .git)."""
+    try:
+        return guardhook.install(layout, python=sys.executable, state=str(paths.state), socket_path=str(socket_path), key_file=str(paths.operator_key_file))
+    except guardhook.GuardError as exc:
+        raise BrokerAlreadyRunning(f"the git guard for unboxed agents cannot be installed: {exc}") from None
 #: How long a stopping broker waits for a store that cannot take its last event.
 STOP_PATIENCE: Final = 5.0
 

@@ -238,6 +238,10 @@ class RunView:
             first = first[:119] + "\u2026"
         self._note("mail", f"mail to the operator, message {message_id} (thread {thread}): {first}  [conclave msg inbox]", principal=sender)
 
+    def git(self, kind: str, text: str, *, principal: str | None = None) -> None:
+        """Something about git the person should see now: a refused bring-in, commits an agent left."""
+        self._note(f"git_{kind}", text, principal=principal, failed=kind == "refused")
+
     def share_reached(self, principal: str, limit: int | None) -> None:
         """An agent reached its share of processes: its forks now fail inside its box, nobody else's."""
         of = f" of {limit} processes" if limit else ""

@@ -391,12 +391,18 @@ def known_state_dirs() -> list[str]:
 
 
 def git_toplevel(start: Path) -> Path | None:
+    """The work tree the person's command is run in, found as git finds it from ``start`` (the one
+    place conclave lets git search): never a bare repository (one planted in a work tree would be
+    found from inside it), with no ``GIT_*`` variable pointing elsewhere, running nothing."""
+    keep = ("GIT_CEILING_DIRECTORIES", "GIT_DISCOVERY_ACROSS_FILESYSTEM")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in keep}
     try:
         out = subprocess.run(
-            ["git", "-C", str(start), "rev-parse", "--show-toplevel"],
+            ["git", "-c", "safe.bareRepository=explicit", "-c", "core.fsmonitor=false", "-C", str(start), "rev-parse", "--show-toplevel"],
             capture_output=True,
             text=True,
             check=False,
+            env=env,
         )
     except FileNotFoundError:
         return None

@@ -152,7 +152,8 @@ class Notice:
     """One line of the run journal: something the broker saw happen.
 
     ``kind`` is one of ``run``, ``spawn``, ``exit``, ``lock_wait``,
-    ``lock_waited``, ``mail``, ``stopping``, ``dropped``, ``end``;
+    ``lock_waited``, ``mail``, ``git_refused``, ``git_left``, ``git_index``,
+    ``stopping``, ``dropped``, ``end``;
     ``principal`` the agent it is about (None: the run itself); ``log`` the
     principal's log file name (on ``spawn``); ``failed`` marks an exit that
     counts against the run.

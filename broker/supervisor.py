@@ -51,6 +51,7 @@ from broker.registry import LiveAgent
 from broker.sandbox import box as sandbox
 from broker.sandbox import share as shares
 from broker.sandbox import sweep
+from broker.sandbox.gitviews import GitViews
 from broker.sandbox.keeper import END_NOW
 from broker.sandbox.leftovers import Ledger
 from broker.sandbox.machine import LAUNCHER, Machine
@@ -313,8 +314,9 @@ class Supervisor:
                 decoder = preset.decoder(spec)
             agent_dir = self.core.paths.agent_dir(principal.agent, principal.session)
             agent_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            level = spec.sandbox or self.machine.strongest
             box = sandbox.build(
-                spec.sandbox or self.machine.strongest,
+                level,
                 command,
                 machine=self.machine,
                 repo=self.core.paths.repo,
@@ -326,6 +328,7 @@ class Supervisor:
                 write=spec.allow_write,
                 preset_read=needs.read,
                 preset_write=needs.write,
+                git=self._git_box(level, principal),
             )
             env.update(box.env)
             share = self._shares.share(spec.max_processes)
@@ -340,6 +343,7 @@ class Supervisor:
             box = box.with_options(*options)
         except BaseException:
             self.core.registry.end(principal)  # its ticket dies with the spawn that never happened
+            self._retire_git_now(principal)
             raise
         started = events.now()
         capture = self._capture(principal, spec, log_path, decoder)
@@ -368,6 +372,7 @@ class Supervisor:
             await capture.finish()
             self.core.registry.end(principal)
             box.release()
+            self._retire_git_now(principal)
             error = f"could not start {command[0]!r}: {exc.strerror or exc}"
             await self._persist_start(live, None, started, attempt, command, box.level)
             await self._persist_end(principal, None, SPAWN_FAILED, error, 0)
@@ -466,6 +471,10 @@ class Supervisor:
                 extra = {"output": output, **({"stopped": stopped[0]} if stopped else {}), **({"usage": usage.as_dict()} if usage else {})}
                 await self._persist_end(principal, process.pid, code, error, leftovers, extra)
                 await self.core.principal_ended(principal)
+                git = self._git()
+                note = await git.retire(principal.session, principal.key) if git is not None else None
+                if note is not None:
+                    await self.core.record("git.left", actor=events.BROKER_ACTOR, subject=principal.key, payload=note.detail)
                 spec = live.spec
                 revoked = principal.key in self._revoked
                 restart = spec.restart == "on-failure" and code != 0 and principal.parent is None and attempt < spec.max_restarts and not revoked
@@ -477,6 +486,28 @@ class Supervisor:
         if restart:
             await trio.sleep(RESTART_BACKOFF * (attempt + 1))
             await self._start(spec, parent=None, name=spec.name, attempt=attempt + 1)
+
+    # -- git -------------------------------------------------------------------------
+
+    def _git(self) -> GitViews | None:
+        git = self.core.extensions.get("git")
+        return git if isinstance(git, GitViews) else None
+
+    def _git_box(self, level: str, principal: Principal) -> sandbox.GitBox | None:
+        """The box's git: its own git directory in a strict box (made now), the protected paths at every level."""
+        git = self._git()
+        if git is None or level == "off":
+            return None
+        layout = git.layout
+        agent_git_dir = git.create(principal.session).path if level == "strict" else None
+        return sandbox.GitBox(layout.repo, layout.git_dir, agent_git_dir, layout.protected)
+
+    def _retire_git_now(self, principal: Principal) -> None:
+        """A spawn that never started: its git directory holds nothing of its own."""
+        git = self._git()
+        view = git.dirs.pop(principal.session, None) if git is not None else None
+        if view is not None:
+            view.remove()
 
     def _capture(self, principal: Principal, spec: AgentSpec, log_path: Path, decoder: OutputDecoder | None) -> Capture:
         key = principal.key

@@ -8,7 +8,7 @@ A reader learns the package here:
 * :class:`~locks.resources.Resource`, :class:`~locks.resources.Normalizer`,
   :func:`~locks.resources.overlaps` -- what can be locked, and when two
   resources are the same thing;
-* :mod:`locks.guard` -- the git pre-commit guard; :mod:`locks.ops` -- the
+* :mod:`locks.bringin` -- the commit guard (agents' commits brought in); :mod:`locks.ops` -- the
   wire ops; :mod:`locks.cli` -- ``conclave lock`` and ``conclave exec``.
 
 Names are imported on first use, so the CLI does not pay for trio when a

@@ -3,8 +3,9 @@
 ``start`` puts the :class:`~locks.table.LockTable` in
 ``core.extensions["locks"]`` (the status board reads ``holdings()`` and
 ``statistics()`` from it), releases an agent's locks when its process exits,
-releases ``connection``-scoped locks when their connection closes, and --
-in a running broker -- installs the git guard for the run.
+and releases ``connection``-scoped locks when their connection closes.  The
+``git.*`` ops bring agents' commits into the person's repository
+(:mod:`locks.bringin`).
 
 Slots are folded into the lock ops: ``lock.acquire`` of ``slot://NAME``
 takes one unit; ``slot.acquire`` / ``slot.release`` are shorthands for it.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from typing import Any, Final, Literal
 
 import attrs
@@ -23,7 +25,7 @@ from broker.core import Call, Feature
 from broker.errors import ConclaveError, ErrorCode
 from broker.optable import Access, OpTable
 from broker.team import Team
-from locks import guard, schema
+from locks import bringin, schema
 from locks.journal import Journal
 from locks.projection import LocksLog
 from locks.shared import LOST, SharedLocks, crosses_hosts
@@ -293,13 +295,7 @@ async def lock_log(call: Call, args: LogArgs) -> list[dict[str, Any]]:
 async def check_commit(call: Call, args: CheckArgs) -> dict[str, Any]:
     """What the calling agent lacks to commit these staged paths (the pre-commit guard asks)."""
     table = table_of(call)
-    staged: list[tuple[str, Resource]] = []
-    unlockable: list[dict[str, Any]] = []
-    for text in args.paths:
-        try:
-            staged.append((text, table.normalizer.path(text)))
-        except ResourceError as exc:
-            unlockable.append({"resource": text, "kind": "path", "why": str(exc), "held_by": []})
+    staged, unlockable = table.resolve_paths(args.paths)
     report = table.check_commit(call.principal, staged)
     if unlockable and not report["operator"]:
         report = {**report, "allowed": False, "missing": report["missing"] + unlockable}
@@ -333,6 +329,24 @@ async def check_edit(call: Call, args: EditArgs) -> dict[str, Any]:
     return {"allowed": allowed, "principal": call.principal.key, "missing": missing, "checked": len(checked)}
 
 
+@OPS.op("git.bring_in", bringin.UpdatesArgs, access=Access.AGENT)
+async def git_bring_in(call: Call, args: bringin.UpdatesArgs) -> dict[str, Any]:
+    """Bring the calling agent's commit into the person's repository (its git hook asks; docs/LOCKS.md)."""
+    return await bringin.bring_in(call, table_of(call), args)
+
+
+@OPS.op("git.check", bringin.UpdatesArgs)
+async def git_check(call: Call, args: bringin.UpdatesArgs) -> dict[str, Any]:
+    """Whether a branch update in the person's own repository may go ahead (the hook an unboxed agent's git runs)."""
+    return await bringin.check(call, table_of(call), args)
+
+
+@OPS.op("git.settle", bringin.NoArgs, access=Access.AGENT)
+async def git_settle(call: Call, args: bringin.NoArgs) -> dict[str, Any]:
+    """Move the calling agent's branch onto the commit a replayed bring-in made of its own."""
+    return await bringin.settle(call)
+
+
 @OPS.op("slot.acquire", SlotArgs, access=Access.AGENT)
 async def slot_acquire(call: Call, args: SlotArgs) -> dict[str, Any]:
     """Take one unit of a team-file slot (the same as lock.acquire of slot://NAME)."""
@@ -357,6 +371,7 @@ async def start(core: Any, nursery: trio.Nursery) -> None:
     )
     if core.live:
         await table.fencing.load(core.store)
+    _trust_team_file(core, table)
     core.extensions["locks"] = table
     await nursery.start(table.run)
     backend = core.store.backend
@@ -378,32 +393,19 @@ async def start(core: Any, nursery: trio.Nursery) -> None:
     core.on_principal_ended(principal_ended)
     core.on_settle_events(table.journal.flush)
     core.on_connection_closed(connection_closed)
-    if core.live:
-        await nursery.start(_keep_guard, core, table)
 
 
-async def _keep_guard(core: Any, table: LockTable, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Install the pre-commit guard for the life of the broker; remove it when the broker stops."""
-    try:
-        installed = guard.install(core.paths.repo, core.paths.state)
-    except guard.GuardError as exc:
-        log.warning("the git guard is not installed: %s", exc)
-        table.journal.add("lock.guard_skipped", actor=events.BROKER_ACTOR, payload={"reason": str(exc)})
-        task_status.started()
+def _trust_team_file(core: Any, table: LockTable) -> None:
+    """The team file, when it lives in the work tree, is trusted configuration: no agent locks it exclusively."""
+    source = core.team.source if core.team is not None else None
+    if source is None:
         return
-    table.journal.add(
-        "lock.guard_installed",
-        actor=events.BROKER_ACTOR,
-        subject=str(installed.hook),
-        payload={"chained": str(installed.chained) if installed.chained else None},
-    )
-    task_status.started()
-    try:
-        await trio.sleep_forever()
-    finally:
-        # The store is closing too, so removal goes to the broker log, not the event log.
-        removed = guard.uninstall(installed)
-        log.info("git guard %s from %s", "removed" if removed else "left in place", installed.hook)
+    real, repo = os.path.realpath(source), os.path.realpath(core.paths.repo)
+    if real.startswith(repo.rstrip("/") + "/"):
+        try:
+            table.trusted["the team file (trusted configuration)"] = table.normalizer.path(os.path.relpath(real, repo))
+        except ResourceError as exc:
+            log.warning("the team file %s cannot be named as a lock resource: %s", source, exc)
 
 
 def check_team(team: Team, where: str) -> None:

@@ -39,7 +39,7 @@ from broker.identity import Principal
 from broker.router import wait_while_connected
 from locks.fencing import FencingTokens
 from locks.journal import Journal
-from locks.resources import GIT, Kind, Normalizer, Resource, covers, overlaps
+from locks.resources import GIT, Kind, Normalizer, Resource, ResourceError, covers, overlaps
 from locks.slots import SlotSpec
 from locks.waitfor import Edge, describe_cycle, find_cycle
 from store import events
@@ -222,6 +222,8 @@ class LockTable:
         self._counts = dict.fromkeys(("granted", "released", "refused", "deadlocks", "timeouts", "expired", "forced", "lost"), 0)
         #: Told of every release, whatever its cause (locks.shared gives the host's hold back).
         self.on_release: Callable[[Sequence[Holding]], None] | None = None
+        #: Paths in the tree no agent may lock exclusively (the team file: trusted configuration).
+        self.trusted: dict[str, Resource] = {}
 
     # -- the owner task -------------------------------------------------------
 
@@ -295,6 +297,15 @@ class LockTable:
                     ErrorCode.NOT_FOUND,
                     f"no slot named {r.slot_name!r} (declared: {declared}); add a [[slot]] table with name and capacity to the team file",
                 )
+        if mode is Mode.EXCLUSIVE:
+            for r in resources:
+                for why, trusted in self.trusted.items():
+                    if r.is_filesystem and overlaps(trusted, r):
+                        raise ConclaveError(
+                            ErrorCode.FORBIDDEN,
+                            f"{r.key} covers {trusted.key}, {why}: no agent may lock it exclusively, edit it through the lock rules or commit it; "
+                            "lock narrower paths (the operator changes it)",
+                        )
         self._refuse_twice(holder, keys)
         return Request(owner, tuple(resources), mode, ttl, scope, connection, keys, holder)
 
@@ -781,6 +792,18 @@ class LockTable:
             payload={"paths": [raw for raw, _ in staged][:200], "missing": [m["resource"] for m in missing][:200]},
         )
         return {"allowed": allowed, "principal": principal.key, "operator": False, "missing": missing, "checked": len(staged)}
+
+    def resolve_paths(self, texts: Iterable[str]) -> tuple[list[tuple[str, Resource]], list[dict[str, Any]]]:
+        """``(staged, unlockable)``: each path as a resource, or, when it cannot be locked at all (a hard
+        link, a path out of the tree), as a missing lock saying why."""
+        staged: list[tuple[str, Resource]] = []
+        unlockable: list[dict[str, Any]] = []
+        for text in texts:
+            try:
+                staged.append((text, self.normalizer.path(text)))
+            except ResourceError as exc:
+                unlockable.append({"resource": text, "kind": "path", "why": str(exc), "held_by": []})
+        return staged, unlockable
 
     def uncovered(self, principal: Principal, staged: Sequence[tuple[str, Resource]]) -> list[dict[str, Any]]:
         """The paths no exclusive lock of ``principal`` covers, each with whoever holds it (nothing is logged)."""

@@ -17,9 +17,17 @@ to, and why each is safe there):
 * **denied**: every conclave state directory of this user and every
   credential of ``grants.HOME_SECRETS``, even inside a broader grant;
 * **strict** also hides deputies (private ``/tmp``, ``/dev/shm``,
-  ``/run/user/<uid>`` and home; container sockets emptied) and makes
-  ``.git/hooks`` and ``.git/config`` read-only, so nothing an agent writes
-  there runs later as the person;
+  ``/run/user/<uid>`` and home; container sockets emptied) and binds the
+  agent's own git directory over ``<repo>/.git``, the person's objects
+  read-only inside it (:mod:`broker.sandbox.gitdir`): the person's git
+  directory is out of sight, so nothing an agent writes there runs later as
+  the person;
+* **landlock** leaves ``.git`` out of the write grants (git is read-only:
+  ``status``, ``diff``, ``log`` work, commits do not; no new entry can be
+  made at the top of the tree);
+* at both levels, paths inside the tree that the person's git trusts
+  (``core.hooksPath``, included config, a filter's script, a submodule's
+  ``.git``: :mod:`broker.sandbox.gitlayout`) are read-only (:func:`git_options`);
 * every level strips the deputies' variables (:data:`DEPUTY_VARIABLES`), and
   the launcher stays as the agent's keeper and child subreaper (a PID
   namespace of its own in ``strict`` where the kernel allows one); a root
@@ -31,10 +39,8 @@ is readable to every process of the uid.
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,6 +64,13 @@ DEPUTY_VARIABLES: Final = frozenset({
     "WEZTERM_UNIX_SOCKET", "WEZTERM_PANE", "DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY",
     "DOCKER_HOST", "CONTAINER_HOST", "PODMAN_HOST", "GIT_ASKPASS", "SSH_ASKPASS",
 })  # fmt: skip
+#: Variables that point git at another repository, index, object store or configuration than the
+#: one the box gives it (a strict agent's own git directory bound over ``<repo>/.git``).
+GIT_LOCATIONS: Final = frozenset({
+    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_CONFIG", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM",
+    "GIT_CONFIG_COUNT", "GIT_CONFIG_PARAMETERS", "GIT_REPLACE_REF_BASE", "GIT_NO_REPLACE_OBJECTS",
+})  # fmt: skip
 #: The broker's own credentials, as libpq reads them from the environment it was started with
 #: (docs/DEPLOYMENT.md): never an agent's.  A team file's ``env`` may still give an agent its own.
 BROKER_CREDENTIAL_VARIABLES: Final = frozenset({"PGPASSWORD", "PGPASSFILE", "PGSERVICEFILE", "PGSSLKEY", "PGSSLCERT", "PGSSLROOTCERT"})
@@ -65,10 +78,22 @@ BROKER_CREDENTIAL_VARIABLES: Final = frozenset({"PGPASSWORD", "PGPASSFILE", "PGS
 #: not in its private home at all).
 HIDDEN: Final = ("/run/screen", "/var/run/screen", "/run/docker.sock", "/var/run/docker.sock", "/run/podman")
 DESCRIPTIONS: Final = {
-    "strict": "Landlock + namespaces (private /tmp and home, deputies hidden, .git/hooks read-only)",
-    "landlock": "Landlock only (home closed but for toolchains; a deputy's named socket can still be reached; .git/hooks writable)",
+    "strict": "Landlock + namespaces (private /tmp and home, deputies hidden, commits in a git directory of its own, brought in by the broker)",
+    "landlock": "Landlock only (home closed but for toolchains; a deputy's named socket can still be reached; git is read-only: no commits, no new top-level entries)",
     "off": "NO SANDBOX: this agent can read the operator key and the database as you",
 }
+
+
+@final
+@attrs.frozen
+class GitBox:
+    """What a box does about git: the agent's own git directory (strict), the person's, and the
+    paths in the tree the person's git trusts (read-only at every level)."""
+
+    repo: Path
+    git_dir: Path
+    agent_git_dir: Path | None = None
+    protected: tuple[Path, ...] = ()
 
 
 @final
@@ -252,8 +277,13 @@ def levels(agents: Iterable[tuple[str, str | None]], machine: Machine, *, state_
 
 
 def clean_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` without the deputies' variables and the broker's own credentials (at every level, ``off`` included)."""
-    return {k: v for k, v in env.items() if k not in DEPUTY_VARIABLES and k not in BROKER_CREDENTIAL_VARIABLES}
+    """``env`` without the deputies' variables, the broker's own credentials and the variables that point git
+    elsewhere (at every level, ``off`` included)."""
+    return {
+        k: v for k, v in env.items()
+        if k not in DEPUTY_VARIABLES and k not in BROKER_CREDENTIAL_VARIABLES and k not in GIT_LOCATIONS
+        and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))
+    }
 
 
 def build(
@@ -271,6 +301,7 @@ def build(
     preset_read: Iterable[str] = (),
     preset_write: Iterable[str] = (),
     home: str | None = None,
+    git: GitBox | None = None,
 ) -> Box:
     """The box for one agent: :data:`broker.sandbox.grants.GRANTS` for ``level``, as launcher options.
 
@@ -317,6 +348,8 @@ def build(
         for flag, paths in (("--ro", plan.read), ("--rw", _landlock_writes(level, plan)), ("--dev", plan.devices), ("--connect", plan.connect)):
             for path in dict.fromkeys(paths):
                 options += [flag, path]
+        if git is not None:
+            options += git_options(level, git)
         if os.geteuid() == 0:
             options.append("--drop-caps")
     return Box(level=level, argv=(*launcher_argv(), *options, "--", *command), env=env, temp=temp, cgroup=cgroup)
@@ -352,9 +385,6 @@ def _strict_options(plan: grants.Plan, *, repo: Path, home: str | None, socket_p
     kept = [p for p in dict.fromkeys((*plan.read, *plan.write, *plan.connect)) if _under(Path(p), private) and os.path.lexists(p)]
     for path in kept:
         options += ["--keep", path]
-    git_dir, *git_files = _git_files(repo) or [None]
-    if git_dir is not None:
-        options += ["--pin", git_dir]
     writable = _landlock_writes("strict", plan)
     read_only = [p for p in plan.read if p in kept and p not in plan.write]  # bound back under a writable tmpfs
     read_only += [p for p in plan.read_only if _inside_any(p, writable)]  # conclave inside a write grant
@@ -362,7 +392,7 @@ def _strict_options(plan: grants.Plan, *, repo: Path, home: str | None, socket_p
     # A read-only bind covers what lies beneath it: one per outermost path (the interpreter's
     # directories under ~/.pyenv come back read-only with it).
     outermost = [p for p in read_only if not any(q != p and real[q] != real[p] and grants.inside(real[p], real[q]) for q in read_only)]
-    for path in dict.fromkeys([*outermost, *git_files]):
+    for path in dict.fromkeys(outermost):  # the git directory and the paths git trusts: git_options
         if os.path.lexists(path):
             options += ["--read-only", path]
     # A denied path under a private mount is absent unless a grant brought it back; then it is hidden again.
@@ -407,16 +437,38 @@ def installation() -> list[str]:
     return sorted({os.path.realpath(p) for p in found})
 
 
-@functools.lru_cache(maxsize=8)
-def _git_files(repo: Path) -> list[str]:
-    """The git directory, then the hooks directory and config file git will honour for ``repo``
-    (code the person runs later); empty when ``repo`` is no git work tree."""
-    out = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "--git-common-dir", "--git-path", "hooks", "--git-path", "config"], capture_output=True, text=True
-    )
-    if out.returncode != 0:
-        return []
-    return [str(p if p.is_absolute() else repo / p) for p in map(Path, out.stdout.split())]
+def git_options(level: str, git: GitBox) -> list[str]:
+    """The launcher options for git in a box.
+
+    strict: the agent's git directory over ``<repo>/.git`` and the person's objects read-only at
+    ``shared-objects`` inside it; each protected path bound read-only over itself, and each
+    directory on its way pinned (a mount point cannot be renamed aside for a writable copy).
+    landlock: ``.git`` and each protected path kept read-only inside the tree's write grant.
+
+    Raises:
+        ValueError: a strict box without the agent's git directory (it would see the person's).
+    """
+    options: list[str] = []
+    if level == "strict":
+        if git.agent_git_dir is None:
+            raise ValueError("a strict box needs the agent's own git directory")
+        from broker.sandbox.gitdir import SHARED_OBJECTS, SUBMODULES
+
+        target = git.repo / ".git"
+        options += ["--bind", str(git.agent_git_dir), str(target), "--bind-ro", str(git.git_dir / "objects"), str(target / SHARED_OBJECTS)]
+        if os.path.isdir(git.agent_git_dir / SUBMODULES):  # made only where the person has submodules' git directories
+            options += ["--bind-ro", str(git.git_dir / SUBMODULES), str(target / SUBMODULES)]
+        pinned: set[Path] = set()
+        for path in git.protected:
+            for parent in reversed(path.relative_to(git.repo).parents[:-1]):
+                if git.repo / parent not in pinned:
+                    pinned.add(git.repo / parent)
+                    options += ["--pin", str(git.repo / parent)]
+            options += ["--read-only", str(path)]
+    elif level == "landlock":
+        for path in (git.repo / ".git", *git.protected):
+            options += ["--ro-hole", str(path)]
+    return options
 
 
 def _new_cgroup(parent: Path, session: str) -> Path | None:

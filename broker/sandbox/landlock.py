@@ -148,6 +148,44 @@ def _inside(path: str, base: str) -> bool:
     return path == base or path.startswith(base.rstrip("/") + "/")
 
 
+def _carve(roots, holes, *, skip_links: bool):  # type: ignore[no-untyped-def]
+    """Walk ``roots`` around ``holes``: ``(whole, on_the_way, in_holes)``.
+
+    A root (or entry) holding no hole is ``whole``; one holding a hole is
+    ``on_the_way`` and its entries are visited the same way; a hole, or a
+    path inside one, is ``in_holes`` as ``(path, named)`` (``named``: the
+    caller named it as a root).  With ``skip_links`` a symbolic link among
+    the entries is left out altogether (its target is governed by its own
+    rule); without, it is judged by where it leads.
+    """
+    real_holes = [os.path.realpath(h) for h in holes if os.path.lexists(h)]
+    whole: list[str] = []
+    on_the_way: list[str] = []
+    in_holes: list[tuple[str, bool]] = []
+
+    def visit(path: str, named: bool) -> None:
+        if skip_links and not named and os.path.islink(path):
+            return
+        real = os.path.realpath(path)
+        if any(_inside(real, h) for h in real_holes):
+            in_holes.append((real, named))
+        elif not any(_inside(h, real) and h != real for h in real_holes):
+            whole.append(real)
+        else:
+            on_the_way.append(real)
+            try:
+                names = sorted(os.listdir(real))
+            except OSError:
+                return
+            for name in names:
+                visit(os.path.join(real, name), False)
+
+    for root in roots:
+        if os.path.lexists(root):
+            visit(root, True)
+    return whole, on_the_way, in_holes
+
+
 def punch_holes(roots, deny):  # type: ignore[no-untyped-def]
     """Read rules for ``roots`` that leave out every ``deny`` path beneath them.
 
@@ -159,31 +197,26 @@ def punch_holes(roots, deny):  # type: ignore[no-untyped-def]
     names *inside* a denied path is kept (an explicit exception: an agent's
     own directory inside the state directory).
     """
-    denied = [os.path.realpath(d) for d in deny if os.path.lexists(d)]
-    rules: list[str] = []
-    listing: list[str] = []
+    whole, listing, in_holes = _carve(roots, deny, skip_links=False)
+    return whole + [path for path, named in in_holes if named], listing
 
-    def visit(root: str, named: bool) -> None:
-        real = os.path.realpath(root)
-        if any(_inside(real, d) for d in denied):
-            if named:
-                rules.append(real)
-            return
-        if not any(_inside(d, real) and d != real for d in denied):
-            rules.append(real)
-            return
-        listing.append(real)
-        try:
-            names = os.listdir(real)
-        except OSError:
-            return
-        for name in names:
-            visit(os.path.join(real, name), False)
 
-    for root in roots:
-        if os.path.lexists(root):
-            visit(root, True)
-    return rules, listing
+def carve_writes(roots, holes):  # type: ignore[no-untyped-def]
+    """Write rules for ``roots`` that leave every ``holes`` path beneath them read-only.
+
+    Returns ``(write_rules, read_rules)``.  Landlock cannot take a right back
+    beneath a granted directory, so a root that holds a hole is granted
+    *read* only and each of its entries is granted write -- except the hole
+    (read) and an entry on the way to one (visited the same way).  What that
+    costs, said where the boxes are described: in a directory on the way
+    nothing new can be made and no entry renamed or removed (the hole
+    cannot be moved aside for a writable one), though every file in it can
+    be written.  A symbolic link among the entries gets no rule (its
+    target is governed by its own).  A hole that does not exist is the
+    caller's to refuse.
+    """
+    whole, on_the_way, in_holes = _carve(roots, holes, skip_links=True)
+    return whole, on_the_way + [path for path, _named in in_holes]
 
 
 def carve_writes(roots, holes):  # type: ignore[no-untyped-def]

@@ -33,6 +33,7 @@ LISTS = (
     "ro", "rw", "dev", "deny", "connect", "hide", "pin", "read_only", "keep", "cgroup", "watch", "report", "max_processes", "nofile",
     "ro_hole", "private_home",
 )  # fmt: skip
+PAIRS = ("bind", "bind_ro")
 FLAGS = ("ns", "pidns", "landlock", "drop_caps")
 
 
@@ -44,11 +45,15 @@ def fail(message: str) -> None:
 
 def parse(argv: list[str]) -> tuple[dict[str, list[str]], set[str], list[str]]:
     lists: dict[str, list[str]] = {k: [] for k in LISTS}
+    lists["binds"] = []  # type: ignore[assignment]  # (source, target, read-only) in order
     flags: set[str] = set()
     i = 1
     while i < len(argv) and argv[i] != "--":
         key = argv[i][2:].replace("-", "_")
-        if key in lists and i + 1 < len(argv):
+        if key in PAIRS and i + 2 < len(argv):
+            lists["binds"].append((argv[i + 1], argv[i + 2], key == "bind_ro"))  # type: ignore[arg-type]
+            i += 3
+        elif key in lists and i + 1 < len(argv):
             lists[key].append(argv[i + 1])
             i += 2
         elif key in FLAGS:
@@ -165,6 +170,7 @@ def enter_namespaces(lists: dict[str, list[str]], *, pid: bool) -> None:
         namespaces.enter(pid=pid)
         # Opened in the new namespace (a bind source must be a mount of it), before anything covers them.
         kept = namespaces.open_kept(lists["keep"])
+        binds = namespaces.open_binds(lists["binds"])
         uid = os.getuid()
         homes = [os.path.realpath(p) for p in lists["private_home"]]  # before anything covers its way
         links = namespaces.links_on_the_way(["/tmp", "/dev/shm", f"/run/user/{uid}", *homes], [*lists["keep"], *lists["private_home"]])
@@ -180,6 +186,8 @@ def enter_namespaces(lists: dict[str, list[str]], *, pid: bool) -> None:
             namespaces.pin(path)
         for path in lists["read_only"]:
             namespaces.read_only(path)
+        for source, target, read_only in binds:
+            namespaces.bind(source, target, read_only=read_only)
         # Look the working directory up again: the one inherited may sit under a mount
         # made since (a work tree in /tmp, bound back over the private tmpfs), where a
         # relative path would miss the read-only views.

@@ -34,11 +34,14 @@ OPTIONS (repeatable where it makes sense):
                       and /run/user/<uid>
   --pidns             (--ns) and a PID namespace, C its init
   --hide PATH         (--ns) make PATH empty: a container socket, a secret inside a grant, ...
-  --pin PATH          (--ns) bind PATH over itself: a mount point cannot be renamed (.git)
-  --read-only PATH    (--ns) bind PATH over itself read-only (.git/hooks)
+  --pin PATH          (--ns) bind PATH over itself: a mount point cannot be renamed aside
+  --read-only PATH    (--ns) bind PATH over itself read-only (a path the person's git trusts)
   --keep PATH         (--ns) what a private or hidden directory must keep (bound back)
   --private-home HOME (--ns) an empty tmpfs over HOME: only the kept paths come back
                       (symbolic links on their way too); what is not kept reads as absent
+  --bind SRC DST      (--ns) bind directory SRC over DST (the agent's git directory over .git)
+  --bind-ro SRC DST   (--ns) the same, read-only (the person's objects inside it); binds are
+                      made in order, after the others, from sources opened before any mount
   --landlock          A restricts itself with Landlock (after every mount):
   --ro PATH  --rw PATH  --dev PATH  --deny PATH  --connect PATH
   --ro-hole PATH      (--landlock) keep PATH read-only although a --rw root holds it

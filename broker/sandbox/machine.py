@@ -5,12 +5,13 @@ Levels (the team file's ``sandbox = ...``):
 ``strict``
     Landlock plus a user and mount namespace: a private ``/tmp``,
     ``/dev/shm``, ``/run/user/<uid>`` and home (only the granted paths bound
-    back), deputies' sockets hidden, ``.git/hooks`` and ``.git/config``
-    read-only; and, where the kernel allows one, a PID namespace whose death
-    takes everything in it, and a share of the uid's processes
-    (``RLIMIT_NPROC`` in the agent's own user namespace).
+    back), deputies' sockets hidden, a git directory of its own bound over
+    ``.git`` (its commits are brought in by the broker); and, where the kernel
+    allows one, a PID namespace whose death takes everything in it, and a share
+    of the uid's processes (``RLIMIT_NPROC`` in the agent's own user namespace).
 ``landlock``
-    Landlock only (where unprivileged user namespaces are refused).
+    Landlock only (where unprivileged user namespaces are refused): git is
+    read-only, and nothing new can be made at the top of the tree.
 ``off``
     Nothing but a clean environment: no protection against T2 at all.
     Loud, and documented as such.
@@ -135,13 +136,14 @@ class Machine:
             "T2 (a process), strict": (
                 f"files: only the work tree, its own temp and directory are writable; every conclave state dir, your credentials and other "
                 f"agents are unreadable (home is an allow-list); "
-                f"{scopes}; private /tmp and /run/user hide multiplexers, D-Bus, ssh-agent, editor servers; .git/hooks and .git/config read-only"
+                f"{scopes}; private /tmp and /run/user hide multiplexers, D-Bus, ssh-agent, editor servers; "
+                "commits in a git directory of its own, brought into yours by the broker (the person's .git is out of sight)"
                 if self.strongest == "strict"
                 else "not available here"
             ),
             "T2 (a process), landlock": (
                 f"files as strict (home closed but for toolchains); {scopes}; a deputy's named socket (tmux in /tmp, the D-Bus bus) can still be reached; "
-                ".git/hooks and .git/config are writable"
+                "git is read-only (status, diff, log; no commits) and nothing new can be made at the top of the tree"
                 if self.landlock_abi >= 1
                 else "not available here"
             ),

@@ -17,7 +17,10 @@ namespace and mount in it.  The launcher uses that to give each agent:
   writable tree (``.git/hooks``, ``.git/config``): a bind mount of the same
   inode, so what the broker installs there stays visible;
 * sockets that must stay reachable bound back in (the broker's, when it
-  lives under ``/tmp``).
+  lives under ``/tmp``);
+* the agent's own git directory bound over ``<repo>/.git``, and the
+  person's objects read-only inside it (``--bind``, ``--bind-ro``;
+  ``broker.sandbox.gitdir``).
 
 Order matters and this module keeps it: namespaces, then mounts, then
 Landlock (its rules name inodes, and a Landlocked process may not mount).
@@ -184,14 +187,31 @@ def read_only(path: str) -> bool:
     """Bind ``path`` (a file or directory) over itself read-only: the same inode, no writes, no renames."""
     if not pin(path):
         return False
-    real = os.path.realpath(path)
+    _remount_read_only(os.path.realpath(path))
+    return True
+
+
+def open_binds(pairs) -> list[tuple[int, str, bool]]:  # type: ignore[no-untyped-def]
+    """O_PATH descriptors of bind sources, opened before anything is mounted: a later mount (the
+    agent's git directory over ``<repo>/.git``) must not change what a source path names."""
+    return [(os.open(src, os.O_PATH | os.O_CLOEXEC | os.O_DIRECTORY), dst, ro) for src, dst, ro in pairs]
+
+
+def bind(source_fd: int, target: str, *, read_only: bool) -> None:
+    """Mount what ``source_fd`` names over directory ``target`` (read-only when asked): the agent's own
+    git directory over ``<repo>/.git``, the person's objects inside it."""
+    _mount(f"/proc/self/fd/{source_fd}", target, None, MS_BIND | MS_REC)
+    if read_only:
+        _remount_read_only(target)
+
+
+def _remount_read_only(real: str) -> None:
     locked = 0
     flags = os.statvfs(real).f_flag
     for bit, ms in _LOCKED.items():
         if flags & bit:
             locked |= ms
     _mount(None, real, None, MS_REMOUNT | MS_BIND | MS_RDONLY | locked)
-    return True
 
 
 def open_kept(paths) -> dict[str, int]:  # type: ignore[no-untyped-def]

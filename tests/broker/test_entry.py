@@ -27,7 +27,7 @@ from broker.entry import conclave_argv
 from broker.identity import Principal, Role
 from broker.paths import StatePaths
 from broker.spec import AgentSpec
-from locks import guard
+from broker.githook import HOOK
 
 
 def plant(repo: Path, tmp_path: Path, package: str = "broker", module: str = "cli") -> Path:
@@ -51,7 +51,8 @@ def operator_env() -> dict[str, str]:
 
 @pytest.fixture
 def repo(tmp_path: Path, start_run: Callable[..., Run]) -> Run:
-    return start_run([{"name": "alice"}])
+    # carol runs unboxed, so the person's own hooks directory gets conclave's hook for the run too.
+    return start_run([{"name": "alice"}, {"name": "carol", "sandbox": "off"}])
 
 
 def test_control_a_planted_package_does_run_when_python_imports_from_the_tree(tmp_path: Path, repo: Run) -> None:
@@ -66,24 +67,32 @@ def test_control_a_planted_package_does_run_when_python_imports_from_the_tree(tm
 
 def test_the_commit_hook_never_imports_the_work_tree_for_the_operator_or_an_agent(tmp_path: Path, repo: Run) -> None:
     mark = plant(repo.repo, tmp_path)
-    hook = guard.hooks_dir(repo.repo) / guard.HOOK
-    assert "-I" in shlex.split(hook.read_text().splitlines()[-1])  # what the broker installed
-    # A person commits: the hook runs conclave, which lets the operator's commit through.
+    # The hook itself imports only the standard library: a json.py in the tree must not be it.
+    stdlib_mark = tmp_path / "planted-json-ran"
+    (repo.repo / "json.py").write_text(f"open({str(stdlib_mark)!r}, 'a').write('ran\\n')\n")
+    alice, carol = repo.puppet("alice"), repo.puppet("carol")
+    for hook in ((repo.repo / ".git" / "hooks" / HOOK).read_text(), alice.sh("cat", f".git/hooks/{HOOK}").stdout):
+        assert "-I" in shlex.split(hook.splitlines()[-1].split("exec ", 1)[1])  # what the broker installed
+    # A person commits: the hook runs, and lets the operator's commit through.
     (repo.repo / "README.md").write_text("the operator's edit\n")
     git = ["git", "-C", str(repo.repo), *GIT_IDENTITY]
     subprocess.run([*git, "add", "README.md"], check=True, env=operator_env())
     done = subprocess.run([*git, "commit", "-m", "operator"], cwd=repo.repo, capture_output=True, text=True, env=operator_env())
     assert done.returncode == 0, done.stderr
-    # An agent commits without the git lock: the real guard (not the plant, which would exit 0) refuses.
-    alice = repo.puppet("alice")
-    (repo.repo / "README.md").write_text("alice's edit\n")
-    alice.sh("git", "-C", str(repo.repo), "add", "README.md")
-    refused = alice.sh(*git, "commit", "-m", "alice without locks")
-    assert refused.returncode != 0 and "commit refused" in refused.stderr
-    alice.call("lock.acquire", resources=["README.md", "git"])
-    allowed = alice.sh(*git, "commit", "-m", "alice with locks")
-    assert allowed.returncode == 0, allowed.stderr
-    assert not mark.exists()
+    repo.wait_followed("alice")
+    # Agents commit without the git lock: the real guard (not the plant, which would exit 0) refuses,
+    # in alice's own git directory (boxed) and in the person's (carol, unboxed).
+    for puppet, name in ((alice, "README.md"), (carol, "notes.txt")):
+        (repo.repo / name).write_text(f"{puppet.key}'s edit\n")
+        puppet.sh("git", "-C", str(repo.repo), "add", name)
+        refused = puppet.sh(*git, "commit", "-m", "without locks")
+        assert refused.returncode != 0 and "commit refused" in refused.stderr, refused.stderr
+        puppet.call("lock.acquire", resources=[name, "git"])
+        allowed = puppet.sh(*git, "commit", "-m", f"{puppet.key} with locks")
+        assert allowed.returncode == 0, allowed.stderr
+        puppet.call("lock.release", resources=["git"])
+        repo.wait_followed("alice")
+    assert not mark.exists() and not stdlib_mark.exists()
 
 
 def test_the_agent_side_entry_points_never_import_the_work_tree(tmp_path: Path, repo: Run) -> None:

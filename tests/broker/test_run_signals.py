@@ -22,7 +22,7 @@ import pytest
 
 from agents.harness import make_repo
 from broker.entry import conclave_argv
-from locks import guard
+from broker.sandbox import guardhook
 
 TEAM = """
 [[agent]]
@@ -32,6 +32,7 @@ command = ["sleep", "301"]
 [[agent]]
 name = "stubborn"
 command = ["sh", "-c", "trap '' TERM; sleep 302 & wait"]
+sandbox = "off"  # unboxed: the person's hooks directory gets conclave's guard for the run
 """
 
 
@@ -76,9 +77,9 @@ def running(command: str) -> list[int]:
 
 
 def ours(repo: Path) -> list[Path]:
-    """Hooks conclave installed in the repository."""
-    hooks = guard.hooks_dir(repo)
-    return [p for p in hooks.iterdir() if guard.is_ours(p)] if hooks.is_dir() else []
+    """Hooks conclave installed in the repository (while an unboxed agent runs)."""
+    hooks = repo / ".git" / "hooks"
+    return [p for p in hooks.iterdir() if p.is_file() and guardhook.is_ours(p.read_bytes())] if hooks.is_dir() else []
 
 
 def stopped_cleanly(state: Path, repo: Path, sig: signal.Signals) -> None:

@@ -111,6 +111,8 @@ def scripts(repo: Path) -> tuple[Path, Path, Path]:
     walker.write_text(WALKER)
     daemon.write_text(DAEMON)
     (repo / "starter.py").write_text(STARTER)
+    # What the agents write goes in out/: a landlock box cannot make new entries at the top of the tree.
+    (repo / "out").mkdir(exist_ok=True)
     return walker, daemon, repo / "stop"
 
 
@@ -168,7 +170,7 @@ def test_a_walker_does_not_outlive_its_agent_5_of_5_at_each_level(tmp_path: Path
     for level in LEVELS:
         for i in range(5):
             name = f"{level}{i}"
-            outs[name] = repo / f"walk-{name}"
+            outs[name] = repo / "out" / f"walk-{name}"
             team.append({"name": name, "sandbox": level, "command": agent(repo, stop, (walker, outs[name]))})
     run = Run(tmp_path / "run", team, reuse=True)
     try:
@@ -218,7 +220,7 @@ def test_sigkill_to_the_broker_ends_every_agent_within_a_second_at_each_level(tm
     team, files = [], {}
     for level in (*LEVELS, "off"):
         name = f"a-{level}"
-        files[name] = (repo / f"walk-{name}", repo / f"daemon-{name}")
+        files[name] = (repo / "out" / f"walk-{name}", repo / "out" / f"daemon-{name}")
         walk, daemon_out = files[name]
         team.append({"name": name, "sandbox": level, "command": agent(repo, stop, (walker, walk), (daemon, daemon_out), stay=True)})
     run = Run(tmp_path / "run", team, reuse=True)
@@ -254,7 +256,7 @@ def test_the_next_run_ends_what_a_killed_broker_left_and_says_so(tmp_path: Path)
     level = LEVELS[0] if LEVELS else "off"
     repo = make_repo(tmp_path / "run")
     _, daemon, stop = scripts(repo)
-    out = repo / "daemon-out"
+    out = repo / "out" / "daemon"
     team = [
         {"name": "stuck", "sandbox": level, "command": agent(repo, stop, (daemon, out), stay=True)},
         {"name": "other", "sandbox": level, "command": ["sleep", "300"]},

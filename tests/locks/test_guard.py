@@ -1,10 +1,15 @@
-"""The pre-commit guard on a real repository: commits made inside an agent's tree
-need that agent's locks; the operator's do not; the hook chains and goes away."""
+"""The commit guard on a real repository: an agent's commit reaches the person's branch only
+with that agent's locks; the person's commits are never blocked and every agent follows them.
+
+Boxed agents (the default box here) commit in a git directory of their own and the broker
+brings each commit in (``locks.bringin``); the unboxed agent commits in the person's
+repository through the ``reference-transaction`` hook conclave puts in its hooks directory
+only while such an agent runs (``broker.sandbox.guardhook``).
+"""
 
 from __future__ import annotations
 
 import itertools
-import os
 import subprocess
 from pathlib import Path
 from typing import Iterator
@@ -12,17 +17,12 @@ from typing import Iterator
 import pytest
 
 from agents.harness import GIT_IDENTITY, Puppet, Run
-from locks import guard
+from broker.githook import HOOK
+from broker.sandbox import gitlayout, guardhook
 from tests.locks.conftest import later, module_run, release_everything, repo_file
 
 _edits = itertools.count(1)
 FILES = {"README.md": "scratch\n", "a.txt": "a\n", "b.txt": "b\n", "src/x.py": "x = 1\n"}
-
-
-def operator_git(run: Run, *args: str) -> subprocess.CompletedProcess[str]:
-    """git run by this test process, outside every agent's tree with the operator key: the operator."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
-    return subprocess.run(["git", "-C", str(run.repo), *GIT_IDENTITY, *args], capture_output=True, text=True, env=env)
 
 
 def agent_commit(run: Run, puppet: Puppet, path: str, *git_env: str) -> subprocess.CompletedProcess[str]:
@@ -33,34 +33,44 @@ def agent_commit(run: Run, puppet: Puppet, path: str, *git_env: str) -> subproce
     return puppet.sh(*git_env, "git", "-C", str(run.repo), *GIT_IDENTITY, "commit", "-m", f"{puppet.key} edits {path}")
 
 
+def person_log(run: Run) -> str:
+    return run.person_git("log", "-1", "--format=%s").stdout.strip()
+
+
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    with module_run(tmp_path_factory, "guard", [{"name": "alice", "may_spawn": 1}, {"name": "bob"}], files=FILES) as run:
+    agents = [{"name": "alice", "may_spawn": 1}, {"name": "bob"}, {"name": "carol", "sandbox": "off"}]
+    with module_run(tmp_path_factory, "guard", agents, files=FILES) as run:
         yield run
 
 
 @pytest.fixture
 def run(guarded: Run) -> Iterator[Run]:
     yield guarded
-    # Whatever a refused commit left staged is committed by the operator (never blocked).
-    operator_git(guarded, "add", "-A")
-    operator_git(guarded, "commit", "-qm", "test cleanup")
+    # Whatever a refused commit left changed is committed by the person (never blocked); every agent follows.
+    guarded.person_git("add", "-A")
+    guarded.person_git("commit", "-qm", "test cleanup")
+    guarded.wait_followed("alice", "bob")
     release_everything(guarded)
 
 
 def test_commit_of_an_unlocked_file_is_refused_until_it_is_locked(run: Run) -> None:
     alice = run.puppet("alice")
+    before = person_log(run)
     refused = agent_commit(run, alice, "a.txt")
     assert refused.returncode != 0
-    assert "commit refused" in refused.stderr and "git" in refused.stderr and "a.txt" in refused.stderr
-    # The file alone is not enough: git's index and refs need the git lock.
+    assert "commit refused" in refused.stderr and "git  (not held by you" in refused.stderr and "a.txt  (" in refused.stderr
+    assert person_log(run) == before
+    # The file alone is not enough: git's refs need the git lock.
     alice.call("lock.acquire", resources=["a.txt"])
     refused = alice.sh("git", "-C", str(run.repo), *GIT_IDENTITY, "commit", "-m", "second try")
     assert refused.returncode != 0 and "git  (not held by you" in refused.stderr and "a.txt  (" not in refused.stderr
     alice.call("lock.acquire", resources=["git"])
     accepted = alice.sh("git", "-C", str(run.repo), *GIT_IDENTITY, "commit", "-m", "with locks")
     assert accepted.returncode == 0, accepted.stderr
-    assert operator_git(run, "log", "-1", "--format=%s").stdout.strip() == "with locks"
+    assert person_log(run) == "with locks"
+    # The person's own view is true at once: the branch moved and the index followed.
+    assert run.person_git("status", "--porcelain").stdout == ""
 
 
 def test_commit_needs_the_git_lock_exclusive(run: Run) -> None:
@@ -87,26 +97,53 @@ def test_a_glob_lock_covers_the_staged_paths_it_matches(run: Run) -> None:
     assert agent_commit(run, alice, "b.txt").returncode != 0
 
 
-def test_operator_commit_is_not_blocked(run: Run) -> None:
+def test_the_persons_commit_is_not_blocked_and_every_agent_follows_it(run: Run) -> None:
     bob = run.puppet("bob")
     bob.call("lock.acquire", resources=["b.txt", "git"])  # even with an agent holding them
-    repo_file(run, "b.txt", "the operator's edit\n")
-    operator_git(run, "add", "b.txt")
-    done = operator_git(run, "commit", "-m", "operator edit")
+    repo_file(run, "b.txt", "the person's edit\n")
+    run.person_git("add", "b.txt")
+    done = run.person_git("commit", "-m", "person edit")
     assert done.returncode == 0, done.stderr
+    head = run.wait_followed("alice", "bob")
+    for name in ("alice", "bob"):
+        shown = run.puppet(name).sh("git", "status", "--porcelain")
+        assert shown.stdout == "", (name, shown.stdout)
+        assert run.puppet(name).sh("git", "log", "-1", "--format=%H %s").stdout.strip() == f"{head} person edit"
 
 
 def test_agent_hiding_its_ticket_cannot_commit_as_the_operator(run: Run) -> None:
-    # The attack: alice holds nothing, drops CONCLAVE_TICKET so the hook's CLI
-    # connects as the operator (who is never blocked).  In her box she cannot even
-    # read the operator key the operator's CLI presents.
-    alice = run.puppet("alice")
+    # The attack: alice holds nothing and drops CONCLAVE_TICKET, so her hook has no identity;
+    # an unboxed carol does the same, and can even read the operator key -- but her process
+    # is inside her agent's tree, so the broker refuses the key to it.
+    alice, carol = run.puppet("alice"), run.puppet("carol")
+    before = person_log(run)
     refused = agent_commit(run, alice, "a.txt", "env", "-u", "CONCLAVE_TICKET")
-    assert refused.returncode != 0
-    assert "cannot see it (an agent in a sandbox cannot)" in refused.stderr, refused.stderr
-    # Positive control: with its ticket and its locks, the same commit goes in.
+    assert refused.returncode != 0 and "no agent identity" in refused.stderr, refused.stderr
+    refused = agent_commit(run, carol, "b.txt", "env", "-u", "CONCLAVE_TICKET")
+    assert refused.returncode != 0 and "commit refused" in refused.stderr, refused.stderr
+    assert person_log(run) == before
+    run.person_git("reset", "-q")
+    # Positive control: with their tickets and their locks, the same commits go in.
     alice.call("lock.acquire", resources=["a.txt", "git"])
-    assert alice.sh("git", "-C", str(run.repo), *GIT_IDENTITY, "commit", "-m", "honest").returncode == 0
+    assert agent_commit(run, alice, "a.txt").returncode == 0
+    alice.call("lock.release", resources=["git"])
+    carol.call("lock.acquire", resources=["b.txt", "git"])
+    honest = agent_commit(run, carol, "b.txt")
+    assert honest.returncode == 0, honest.stderr
+    assert person_log(run) == f"{carol.key} edits b.txt"
+
+
+def test_an_unboxed_agents_commit_needs_its_locks_too(run: Run) -> None:
+    carol = run.puppet("carol")
+    before = person_log(run)
+    refused = agent_commit(run, carol, "a.txt")
+    assert refused.returncode != 0 and "git  (not held by you" in refused.stderr and "a.txt  (" in refused.stderr
+    assert person_log(run) == before
+    carol.call("lock.acquire", resources=["a.txt", "git"])
+    allowed = carol.sh("git", "-C", str(run.repo), *GIT_IDENTITY, "commit", "-m", "carol with locks")
+    assert allowed.returncode == 0, allowed.stderr
+    assert person_log(run) == "carol with locks"
+    run.wait_followed("alice", "bob")
 
 
 def test_a_child_agent_needs_its_own_locks_to_commit(run: Run) -> None:
@@ -124,7 +161,7 @@ def test_a_child_agent_needs_its_own_locks_to_commit(run: Run) -> None:
 def test_two_agents_commit_in_parallel_without_an_index_lock_failure(run: Run) -> None:
     alice, bob = run.puppet("alice"), run.puppet("bob")
     rounds = 10
-    start = int(operator_git(run, "rev-list", "--count", "HEAD").stdout)
+    start = int(run.person_git("rev-list", "--count", "HEAD").stdout)
 
     def work(puppet: Puppet, name: str) -> list[subprocess.CompletedProcess[str]]:
         results = []
@@ -138,51 +175,88 @@ def test_two_agents_commit_in_parallel_without_an_index_lock_failure(run: Run) -
     for out in outcomes:
         assert out.returncode == 0, out.stderr
         assert "index.lock" not in out.stderr
-    assert int(operator_git(run, "rev-list", "--count", "HEAD").stdout) == start + 2 * rounds
+    assert int(run.person_git("rev-list", "--count", "HEAD").stdout) == start + 2 * rounds
     assert run.op("lock.list")["holdings"] == []
+    # Each agent's git shows all twenty, and nothing changed: every git status is true.
+    for puppet in (alice, bob):
+        assert int(puppet.sh("git", "rev-list", "--count", "HEAD").stdout) == start + 2 * rounds
+        assert puppet.sh("git", "status", "--porcelain").stdout == ""
+    assert run.person_git("status", "--porcelain").stdout == ""
+
+
+def test_no_hook_is_written_into_the_persons_repository_for_boxed_agents(tmp_path: Path) -> None:
+    run = Run(tmp_path, [{"name": "alice"}], files=FILES)
+    hooks = run.repo / ".git" / "hooks"
+    before = sorted(p.name for p in hooks.iterdir())
+    with run:
+        run.puppet("alice")
+        assert sorted(p.name for p in hooks.iterdir()) == before
+    # Control: with an unboxed agent in the team the guard is there for the run, and gone after.
+    run = Run(tmp_path / "second", [{"name": "carol", "sandbox": "off"}], files=FILES)
+    hook = run.repo / ".git" / "hooks" / HOOK
+    with run:
+        run.puppet("carol")
+        assert guardhook.is_ours(hook.read_bytes())
+    assert not hook.exists()
 
 
 def test_an_existing_hook_is_chained_and_put_back_when_the_broker_stops(tmp_path: Path) -> None:
-    run = Run(tmp_path, [{"name": "alice"}], files=FILES)
-    hooks = guard.hooks_dir(run.repo)
-    hooks.mkdir(parents=True, exist_ok=True)
-    # The chained hook runs inside alice's commit, in her box: it logs to the work tree, which she may write.
-    original = f"#!/bin/sh\necho chained-ran >> {run.repo}/.chained.log\nexit 0\n"
-    (hooks / "pre-commit").write_text(original)
-    (hooks / "pre-commit").chmod(0o755)
+    run = Run(tmp_path, [{"name": "carol", "sandbox": "off"}], files=FILES)
+    hooks = guardhook.hooks_dir(gitlayout.check(run.repo))
+    # The person's own reference-transaction hook logs every phase; it keeps running during the run.
+    original = f"#!/bin/sh\necho \"$1\" >> {run.repo}/.chained.log\ncat >/dev/null\nexit 0\n"
+    (hooks / HOOK).write_text(original)
+    (hooks / HOOK).chmod(0o755)
     run.start()
     try:
-        assert guard.is_ours(hooks / "pre-commit")
-        alice = run.puppet("alice")
-        alice.call("lock.acquire", resources=["a.txt", "git"])
-        assert agent_commit(run, alice, "a.txt").returncode == 0
-        assert (run.repo / ".chained.log").read_text() == "chained-ran\n"
+        assert guardhook.is_ours((hooks / HOOK).read_bytes())
+        carol = run.puppet("carol")
+        carol.call("lock.acquire", resources=["a.txt", "git"])
+        assert agent_commit(run, carol, "a.txt").returncode == 0
+        assert (run.repo / ".chained.log").read_text().split() == ["prepared", "committed"]
     finally:
         run.close()
-    assert (hooks / "pre-commit").read_text() == original
-    assert not (hooks / guard.CHAINED).exists()
+    assert (hooks / HOOK).read_text() == original
+    assert not (hooks / guardhook.CHAINED).exists()
 
 
 def test_a_failing_chained_hook_still_blocks_the_commit(tmp_path: Path) -> None:
-    run = Run(tmp_path, [{"name": "alice"}], files=FILES)
-    hooks = guard.hooks_dir(run.repo)
-    hooks.mkdir(parents=True, exist_ok=True)
-    (hooks / "pre-commit").write_text("#!/bin/sh\necho 'lint failed' >&2\nexit 1\n")
-    (hooks / "pre-commit").chmod(0o755)
+    run = Run(tmp_path, [{"name": "carol", "sandbox": "off"}], files=FILES)
+    hooks = run.repo / ".git" / "hooks"
+    (hooks / HOOK).write_text("#!/bin/sh\n[ \"$1\" = prepared ] && { echo 'policy says no' >&2; exit 1; }\nexit 0\n")
+    (hooks / HOOK).chmod(0o755)
     with run:
-        alice = run.puppet("alice")
-        alice.call("lock.acquire", resources=["a.txt", "git"])
-        refused = agent_commit(run, alice, "a.txt")
-        assert refused.returncode != 0 and "lint failed" in refused.stderr
+        carol = run.puppet("carol")
+        carol.call("lock.acquire", resources=["a.txt", "git"])
+        refused = agent_commit(run, carol, "a.txt")
+        assert refused.returncode != 0 and "policy says no" in refused.stderr
 
 
-def test_the_guard_is_gone_after_the_broker_stops(tmp_path: Path) -> None:
-    run = Run(tmp_path, [{"name": "alice"}], files=FILES)
-    hook = guard.hooks_dir(run.repo) / "pre-commit"
-    with run:
-        assert guard.is_ours(hook)
-    assert not hook.exists()
-    # With no broker, nothing stands in the operator's way.
-    repo_file(run, "a.txt", "after\n")
-    operator_git(run, "add", "a.txt")
-    assert operator_git(run, "commit", "-m", "after the run").returncode == 0
+def test_an_unboxed_agents_commit_naming_a_missing_object_is_refused(run: Run) -> None:
+    """Attack: carol (unboxed, with her locks) writes a tree naming a blob that is in no store
+    (``mktree --missing``), commits it and moves the branch with ``update-ref``: the person's
+    branch would name a commit git cannot check out.  Refused as incomplete; the same commit
+    with a blob that exists lands (the control)."""
+    carol = run.puppet("carol")
+    carol.call("lock.acquire", resources=["a.txt", "git"])
+    git = ["git", "-C", str(run.repo), *GIT_IDENTITY]
+    branch = run.person_git("symbolic-ref", "HEAD").stdout.strip()
+
+    def commit_naming(blob: str, message: str) -> subprocess.CompletedProcess[str]:
+        entries = carol.sh("git", "-C", str(run.repo), "ls-tree", "HEAD").stdout
+        entries = "".join(line + "\n" for line in entries.splitlines() if not line.endswith("\ta.txt"))
+        tree = carol.sh("sh", "-c", f'printf "%s100644 blob {blob}\\ta.txt\\n" "$1" | git -C "$2" mktree --missing', "-", entries, str(run.repo))
+        assert tree.returncode == 0, tree.stderr
+        commit = carol.sh(*git, "commit-tree", tree.stdout.strip(), "-p", "HEAD", "-m", message)
+        assert commit.returncode == 0, commit.stderr
+        return carol.sh(*git, "update-ref", branch, commit.stdout.strip())
+
+    before = person_log(run)
+    refused = commit_naming("0123456789abcdef0123456789abcdef01234567", "carol names a missing blob")
+    assert refused.returncode != 0 and "not complete" in refused.stderr, refused.stderr
+    assert person_log(run) == before
+    real = carol.sh("sh", "-c", 'echo "a, by carol" | git -C "$1" hash-object -w --stdin', "-", str(run.repo)).stdout.strip()
+    allowed = commit_naming(real, "carol names a real blob")
+    assert allowed.returncode == 0, allowed.stderr
+    assert person_log(run) == "carol names a real blob"
+    run.wait_followed("alice", "bob")
