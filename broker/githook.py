@@ -163,6 +163,28 @@ def _encode(value: object) -> str:
     return str(int(value))  # type: ignore[call-overload]
 
 
+def _say_probe_token(key: str) -> str | None:
+    """The operator's probe (``broker.operator_probe``), said by this very process: the broker accepts the
+    key only from a process that reached its abstract socket, which no conclave box can.  As
+    ``broker.client.say_probe_token`` does; not imported from there, which would pull in what the
+    hook avoids (module docstring) -- and only the person's commits, never an agent's, pay for hmac."""
+    import hashlib
+    import hmac
+
+    address = "\0conclave-operator-" + hmac.new(key.encode(), b"conclave operator probe", hashlib.sha256).hexdigest()[:32]
+    token = os.urandom(16).hex()
+    probe = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    probe.settimeout(5)
+    try:
+        probe.connect(address)
+        probe.sendall(token.encode() + b"\n")
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    return token
+
+
 def _call(op: str, args: dict) -> dict:  # type: ignore[type-arg]
     """One request to the broker as this process's agent (its ticket), or as the person (the key)."""
     ticket = os.environ.get("CONCLAVE_TICKET")
@@ -173,12 +195,16 @@ def _call(op: str, args: dict) -> dict:  # type: ignore[type-arg]
         key_file = os.environ.get("CONCLAVE_HOOK_KEY", "")
         try:
             with open(key_file) as f:
-                hello = {"operator_key": f.read().strip()}
+                key = f.read().strip()
         except OSError:
             raise Refused(
                 "no agent identity (CONCLAVE_TICKET) and the operator key cannot be read: an agent cannot update a branch "
                 "without its ticket, and a process inside an agent's box cannot see the key"
             ) from None
+        hello = {"operator_key": key}
+        token = _say_probe_token(key)
+        if token is not None:
+            hello["probe"] = token
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     sock.settimeout(TIMEOUT)
     try:
