@@ -57,6 +57,8 @@ def _print_claim(c: dict[str, Any]) -> None:
         say(f"  promoted by {p['by']} at {p['at']}" + (f": {p['reason']}" if p["reason"] else ""))
     for link in c.get("links", []):
         say(f"  {_link_line(c['id'], link)}")
+    for r in c.get("relations", []):
+        say(f"  link {r['id']}: claim {r['source']} {r['kind']} claim {r['target']}, by {r['author']}" + (f": {r['why']}" if r["why"] else ""))
     if c.get("superseded_by"):
         say(f"  superseded by claim {c['superseded_by']}")
     if c.get("retired"):
@@ -72,10 +74,15 @@ def _print_claim(c: dict[str, Any]) -> None:
 
 def _claims_table(title: str, rows: list[dict[str, Any]], *, score: bool = False) -> None:
     cols = ["id", "tier", "kind", *(["score"] if score else []), "author", "text"]
+
+    def tier(r: dict[str, Any]) -> str:
+        linked = r.get("linked")
+        return r["badge"] + (f" [linked] from #{linked['from']} ({linked['kind']})" if linked else "")
+
     table(
         title,
         cols,
-        [(r["id"], r["badge"], r["kind"], *([r["score"]] if score else []), r["author"], shorten(r["text"], 90)) for r in rows],
+        [(r["id"], tier(r), r["kind"], *([r["score"] if r.get("score") is not None else ""] if score else []), r["author"], shorten(r["text"], 90)) for r in rows],
     )
 
 
@@ -194,29 +201,65 @@ def revise(
 def recall(
     query: Annotated[str, typer.Argument(help="Words to search for.")],
     limit: Annotated[int, typer.Option("--limit", help="At most this many claims.")] = 10,
+    expand: Annotated[bool, typer.Option("--expand", help="Also show the claims one link away from the hits, tagged [linked].")] = False,
+    preview: Annotated[bool, typer.Option("--preview", help="A look only: not counted as a use of the claims found.")] = False,
     json_out: JsonOpt = False,
     repo: RepoOpt = None,
     state_dir: StateOpt = None,
 ) -> None:
     """Search every live claim, each badged with its tier."""
     target = Target(json_out, repo, state_dir)
-    rows = call(target, "memory.recall", {"query": query, "limit": limit})
+    rows = call(target, "memory.recall", {"query": query, "limit": limit, "expand": expand, "preview": preview})
     emit(target, rows, lambda rs: _claims_table(f"recall: {query}", rs, score=True) if rs else say("no claim matches"))
 
 
 @app.command()
 def context(
     query: Annotated[str, typer.Argument(help="What the agent is about to work on.")],
-    budget: Annotated[int, typer.Option("--budget", help="Token budget for the block.")] = 500,
+    budget: Annotated[
+        Optional[int],
+        typer.Option("--budget-tokens", "--budget", help="Token budget for the block (default: the team file's [memory] context_budget_tokens, else 500).", min=1),
+    ] = None,
     include_unverified: Annotated[bool, typer.Option("--include-unverified", help="Also inject unverified and disputed claims (badged).")] = False,
+    expand: Annotated[bool, typer.Option("--expand/--no-expand", help="Follow one link from each claim pushed, into what the budget has left.")] = True,
+    preview: Annotated[bool, typer.Option("--preview", help="A look at what would be pushed: not counted as a push.")] = False,
     json_out: JsonOpt = False,
     repo: RepoOpt = None,
     state_dir: StateOpt = None,
 ) -> None:
     """The reference block to inject for QUERY: trusted claims only unless told otherwise."""
     target = Target(json_out, repo, state_dir)
-    result = call(target, "memory.context", {"query": query, "budget": budget, "include_unverified": include_unverified})
-    emit(target, result, lambda r: sys.stdout.write(visible(r["block"], keep_newlines=True) + "\n") if r["block"] else say("nothing to inject"))
+    args = {"query": query, "include_unverified": include_unverified, "expand": expand, "preview": preview}
+    if budget is not None:
+        args["budget"] = budget
+    result = call(target, "memory.context", args)
+
+    def human(r: dict[str, Any]) -> None:
+        if r["block"]:
+            sys.stdout.write(visible(r["block"], keep_newlines=True) + "\n")
+        else:
+            say("nothing to inject" + (f" ({r['left_out']} matching claim(s) do not fit {r['budget']} tokens)" if r.get("left_out") else ""))
+
+    emit(target, result, human)
+
+
+@app.command()
+def link(
+    source: Annotated[int, typer.Argument(help="The claim the link starts from.", min=1)],
+    target_id: Annotated[int, typer.Argument(metavar="TARGET", help="The claim it points to.", min=1)],
+    kind: Annotated[str, typer.Option("--kind", help="relates-to (both ways), depends-on (SOURCE needs TARGET), supersedes (SOURCE replaces TARGET).")] = "relates-to",
+    why: Annotated[Optional[str], typer.Option("--why", help="Why they are linked (shown in recall and show, never pushed in context).")] = None,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Link claim SOURCE to claim TARGET; neither claim's trust changes."""
+    from memory.links import MAX_WHY
+
+    _check_length("memory.link", "why", why, MAX_WHY)
+    target = Target(json_out, repo, state_dir)
+    args = {"source": source, "target": target_id, "kind": kind, **({"why": why} if why is not None else {})}
+    emit(target, call(target, "memory.link", args), lambda r: say(f"link {r['id']}: claim {r['source']} {r['kind']} claim {r['target']}" + (f" ({r['why']})" if r["why"] else "")))
 
 
 @app.command()

@@ -14,6 +14,7 @@ import apsw
 
 from broker.errors import ConclaveError, ErrorCode
 from memory import claims, exposures, standing
+from memory import links as relations
 from store import events
 from memory.policy import Tier, TrustPolicy
 
@@ -37,6 +38,7 @@ def show(conn: apsw.Connection, policy: TrustPolicy, claim_id: int) -> dict[str,
         ],
         "exposures": conn.execute("SELECT count(*) FROM exposures WHERE lineage = ?", (claim.lineage,)).fetchone()[0],
         "links": links(conn, claim.id),
+        "relations": relations.of_claim(conn, claim),
         "history": [{"seq": e.seq, "at": e.at, "kind": e.kind, "actor": e.actor, "claim": int(e.subject), "detail": e.payload} for e in history],
     }
 

@@ -20,7 +20,7 @@ import trio
 from broker.errors import ConclaveError, ErrorCode
 from broker.core import Call, Feature
 from broker.optable import Access, OpTable
-from memory import authoring, claims, curation, doctor, exposures, inspection, prefilter, retrieval, revocation, schema, settings, standing, trails, vectors
+from memory import authoring, claims, curation, doctor, exposures, inspection, links, prefilter, retrieval, revocation, schema, settings, standing, trails, vectors
 from store import events
 from store.events import BROKER_ACTOR
 from store.integrity import ExpectedHead
@@ -48,13 +48,30 @@ class RememberArgs:
 class RecallArgs:
     query: str
     limit: int = 10
+    #: Follow one link from each hit and append what it leads to (tagged ``linked``).
+    expand: bool = False
+    #: A look, not a use: logged as shown (the reader saw the claims) but not counted as recall hits.
+    preview: bool = False
 
 
 @attrs.frozen
 class ContextArgs:
     query: str
-    budget: int = 500
+    #: Tokens; None takes the team file's ``[memory] context_budget_tokens``.
+    budget: int | None = None
     include_unverified: bool = False
+    #: Follow one link from each claim pushed, into what the budget has left.
+    expand: bool = True
+    #: A look at what would be pushed: logged as shown, not counted as a push.
+    preview: bool = False
+
+
+@attrs.frozen
+class LinkArgs:
+    source: int
+    target: int
+    kind: str = "relates-to"
+    why: str | None = None
 
 
 @attrs.frozen
@@ -253,8 +270,10 @@ async def recall(call: Call, args: RecallArgs) -> list[dict[str, Any]]:
     _range("memory.recall", "limit", args.limit, 1, retrieval.MAX_LIMIT)
     svc = service(call)
     probe = await svc.probe(args.query)
+    via = "show" if args.preview else "recall"
     return await call.core.store.call(
-        lambda conn: retrieval.recall(conn, svc.policy, call.principal, args.query, limit=args.limit, probe=probe), replayable=True
+        lambda conn: retrieval.recall(conn, svc.policy, call.principal, args.query, limit=args.limit, probe=probe, expand=args.expand, shown_as=via),
+        replayable=True,
     )
 
 
@@ -262,11 +281,27 @@ async def recall(call: Call, args: RecallArgs) -> list[dict[str, Any]]:
 async def context(call: Call, args: ContextArgs) -> dict[str, Any]:
     """The fenced reference block for a query: trusted claims by default, within a token budget."""
     _text("memory.context", "query", args.query, claims.MAX_TEXT)
-    _range("memory.context", "budget", args.budget, 1, retrieval.MAX_BUDGET)
-    probe = await service(call).probe(args.query)
+    svc = service(call)
+    budget = svc.settings.context_budget_tokens if args.budget is None else args.budget
+    _range("memory.context", "budget", budget, 1, retrieval.MAX_BUDGET)
+    probe = await svc.probe(args.query)
+    via = "show" if args.preview else "context"
     return await call.core.store.call(
-        lambda conn: retrieval.context(conn, call.principal, args.query, budget=args.budget, include_unverified=args.include_unverified, probe=probe),
+        lambda conn: retrieval.context(
+            conn, call.principal, args.query, budget=budget, include_unverified=args.include_unverified, probe=probe, expand=args.expand, shown_as=via
+        ),
         replayable=True,
+    )
+
+
+@OPS.op("memory.link", LinkArgs)
+async def link(call: Call, args: LinkArgs) -> dict[str, Any]:
+    """Link two claims (relates-to, depends-on, supersedes) as the caller; neither claim's trust changes."""
+    if args.why is not None:
+        _text("memory.link", "why", args.why, links.MAX_WHY)
+        await _screen(call, "memory.link", [("why", prefilter.check_note(args.why))])
+    return await call.core.store.call(
+        lambda conn: links.link(conn, call.principal, args.source, args.target, kind=args.kind, why=args.why), replayable=True
     )
 
 

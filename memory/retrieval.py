@@ -31,7 +31,7 @@ import apsw
 import apsw.fts5query as fts5query
 import attrs
 
-from memory import claims, exposures, standing
+from memory import claims, exposures, links, standing
 from store import dialect, events
 from memory.claims import ClaimRow
 from memory.policy import Tier, TrustPolicy
@@ -222,14 +222,41 @@ def _rows(conn: apsw.Connection, hits: list[Hit]) -> list[ClaimRow]:
 
 
 def recall(
-    conn: apsw.Connection, policy: TrustPolicy, principal: Principal, query: str, *, limit: int, probe: Probe | None = None
+    conn: apsw.Connection,
+    policy: TrustPolicy,
+    principal: Principal,
+    query: str,
+    *,
+    limit: int,
+    probe: Probe | None = None,
+    expand: bool = False,
+    shown_as: str | None = "recall",
 ) -> list[dict[str, Any]]:
-    """Search every live claim, badged with its tier; log the exposures."""
+    """Search every live claim, badged with its tier; log the exposures.
+
+    With ``expand`` the claims one link away from the hits follow them,
+    each with ``linked`` (``from``, ``kind``, ``link``, ``why``) and no score,
+    never more of them than ``limit``.  ``shown_as`` is the channel the hits
+    are logged under: ``recall`` (a direct hit, counted as use), ``show`` (a
+    preview: the caller saw them, but they were not used), or None (an
+    eval's read-only pass: nothing logged).  Linked claims are logged as
+    ``show``: the caller read them, but they were not what it searched for.
+    """
     hits = rank(conn, query, limit=limit, trusted_only=False, probe=probe)
     rows = _rows(conn, hits)
-    exposures.record(conn, principal, rows, "recall", events.now())
-    described = standing.describe_many(conn, policy, rows) if rows else []
-    return [{**d, "score": round(h.score, 6)} for d, h in zip(described, hits)]
+    linked: list[tuple[ClaimRow, links.Followed]] = []
+    if expand and rows:
+        followed = links.follow(conn, rows)[:limit]
+        found = claims.load_many(conn, (f.claim for f in followed))
+        linked = [(found[f.claim], f) for f in followed if f.claim in found and found[f.claim].tier.live]
+    if shown_as is not None:
+        at = events.now()
+        exposures.record(conn, principal, rows, shown_as, at)
+        exposures.record(conn, principal, [r for r, _ in linked], "show", at)
+    described = standing.describe_many(conn, policy, rows + [r for r, _ in linked]) if rows else []
+    out = [{**d, "score": round(h.score, 6)} for d, h in zip(described, hits)]
+    out += [{**d, "score": None, "linked": f.describe()} for d, (_, f) in zip(described[len(rows):], linked)]
+    return out
 
 
 @attrs.frozen
@@ -243,62 +270,143 @@ class Line:
     text: str
 
 
-def _lines(conn: apsw.Connection, hits: list[Hit]) -> dict[int, Line]:
-    if not hits:
+def _lines(conn: apsw.Connection, ids: list[int]) -> dict[int, Line]:
+    if not ids:
         return {}
-    marks = ",".join("?" * len(hits))
-    return {r[0]: Line(*r) for r in conn.execute(f"SELECT id, lineage, kind, tier, text FROM claims WHERE id IN ({marks})", [h.id for h in hits])}
+    marks = ",".join("?" * len(ids))
+    return {r[0]: Line(*r) for r in conn.execute(f"SELECT id, lineage, kind, tier, text FROM claims WHERE id IN ({marks})", ids)}
 
 
-def render_line(claim: Line) -> str:
+#: The tag a claim reached through a link carries in ``context`` (after its tier badge).
+LINKED_TAG: Final = "[linked]"
+
+
+def render_line(claim: Line, *, linked: bool = False) -> str:
     text = " ".join(claim.text.split())  # one line per claim, whatever the claim's own line breaks
-    return f"{claims.badge(claim.tier)} #{claim.id} ({claim.kind}) {text}"
+    tag = f" {LINKED_TAG}" if linked else ""
+    return f"{claims.badge(claim.tier)}{tag} #{claim.id} ({claim.kind}) {text}"
 
 
 def tokens(text: str) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
+def left_out_line(count: int, more: bool) -> str:
+    """The block's last line when claims did not fit: how many were left out (``more``: at least that many)."""
+    plus = "+" if more else ""
+    return f"({count}{plus} more matching claim{'' if count == 1 and not more else 's'} left out to fit the token budget)"
+
+
+@attrs.define
+class _Block:
+    """The lines chosen so far and the tokens they cost (the frame's included)."""
+
+    budget: int
+    spent: int
+    chosen: list[tuple[Line, str, links.Followed | None]] = attrs.Factory(list)
+
+    def fits(self, cost: int) -> bool:
+        return self.spent + cost <= self.budget
+
+    def take(self, claim: Line, line: str, via: links.Followed | None) -> None:
+        self.chosen.append((claim, line, via))
+        self.spent += tokens(line) + 1
+
+
 def context(
-    conn: apsw.Connection, principal: Principal, query: str, *, budget: int, include_unverified: bool, probe: Probe | None = None
+    conn: apsw.Connection,
+    principal: Principal,
+    query: str,
+    *,
+    budget: int,
+    include_unverified: bool,
+    probe: Probe | None = None,
+    expand: bool = True,
+    shown_as: str | None = "context",
 ) -> dict[str, Any]:
     """The fenced block to inject for ``query``, within ``budget`` tokens; log the exposures.
 
-    Claims are taken best first; one that does not fit the remaining budget
-    is skipped for a shorter one after it (until a whole step of candidates
-    adds nothing).  When nothing fits, the block is
-    empty rather than a header with no content.
+    Direct hits are taken best first; one that does not fit the remaining
+    budget is skipped for a shorter one after it (until a whole step of
+    candidates adds nothing).  Then, with ``expand``, the claims one link
+    away from the hits taken, tagged ``[linked]``, by the same rule (trusted
+    only unless ``include_unverified``) and only into what the hits left:
+    a linked claim never takes a direct hit's place.  Claims are never cut:
+    a line fits whole or is left out, and a last line says how many matching
+    claims were left out.  When nothing fits, the block is empty rather than
+    a header with no content.  ``shown_as``: ``context`` (a push, counted as
+    use), ``show`` (a preview), None (an eval: nothing logged).
     """
     frame = ["```text", HEADER, "```"]
-    spent = sum(tokens(line) + 1 for line in frame)
-    candidates = rank(conn, query, limit=min(MAX_LIMIT, max(10, budget // 8)), trusted_only=not include_unverified, probe=probe)
-    chosen: list[tuple[Line, str]] = []
+    block = _Block(budget, sum(tokens(line) + 1 for line in frame))
+    limit = min(MAX_LIMIT, max(10, budget // 8))
+    candidates = rank(conn, query, limit=limit, trusted_only=not include_unverified, probe=probe)
     # Rows are loaded a few at a time: most budgets fill long before the candidates run out
     # (on a server a few steps' worth per round trip; the steps decide the same either way).
     fetch = _SERVER_FETCH if dialect.is_postgresql(conn) else _LOAD_STEP
     loaded: dict[int, Line] = {}
+    looked = 0
     for start in range(0, len(candidates), _LOAD_STEP):
-        if budget - spent < _SHORTEST_LINE:
+        if budget - block.spent < _SHORTEST_LINE:
             break
-        taken = len(chosen)
+        taken = len(block.chosen)
         step = candidates[start : start + _LOAD_STEP]
+        looked = start + len(step)
         if start % fetch == 0:
-            loaded.update(_lines(conn, candidates[start : start + fetch]))
+            loaded.update(_lines(conn, [h.id for h in candidates[start : start + fetch]]))
         for claim in (loaded[h.id] for h in step if h.id in loaded):
             line = render_line(claim)
-            cost = tokens(line) + 1
-            if spent + cost <= budget:
-                chosen.append((claim, line))
-                spent += cost
-        if taken and len(chosen) == taken:
+            if block.fits(tokens(line) + 1):
+                block.take(claim, line, None)
+        if taken and len(block.chosen) == taken:
             break  # a whole step of lines too long for what is left: the budget is as full as it gets
-    if not chosen:
-        return {"block": "", "claims": [], "tokens": 0, "budget": budget}
-    exposures.record(conn, principal, [c for c, _ in chosen], "context", events.now())
-    block = "\n".join([frame[0], frame[1], *(line for _, line in chosen), frame[2]])
+    direct = len(block.chosen)
+    left_out = len(candidates) - direct
+    # The ranking stopped at its limit, or the loop before the end: more may match than were counted.
+    more = len(candidates) >= limit or looked < len(candidates)
+    linked_left_out = 0
+    if expand and block.chosen:
+        followed = links.follow(conn, [c for c, _, _ in block.chosen])
+        reached = _lines(conn, [f.claim for f in followed])
+        for f in followed:
+            claim = reached.get(f.claim)
+            if claim is None or not claim.tier.live or (claim.tier is not Tier.TRUSTED and not include_unverified):
+                continue  # a link never widens what context may push
+            line = render_line(claim, linked=True)
+            if block.fits(tokens(line) + 1):
+                block.take(claim, line, f)
+            else:
+                linked_left_out += 1
+    footer = None
+    if left_out + linked_left_out:
+        footer = left_out_line(left_out + linked_left_out, more)
+        # The note must fit too: it costs the last linked claims first, never a direct hit before them.
+        while block.chosen and not block.fits(tokens(footer) + 1):
+            claim, line, via = block.chosen.pop()
+            block.spent -= tokens(line) + 1
+            if via is None:
+                left_out += 1
+                direct -= 1
+            else:
+                linked_left_out += 1
+            footer = left_out_line(left_out + linked_left_out, more)
+    if not block.chosen:
+        return {"block": "", "claims": [], "tokens": 0, "budget": budget, "left_out": left_out + linked_left_out, "left_out_more": more}
+    if shown_as is not None:
+        exposures.record(conn, principal, [c for c, _, _ in block.chosen], shown_as, events.now())
+    lines = [line for _, line, _ in block.chosen]
+    if footer is not None:
+        lines.append(footer)
+        block.spent += tokens(footer) + 1
     return {
-        "block": block,
-        "claims": [{"id": c.id, "kind": c.kind, "tier": c.tier.value, "text": c.text} for c, _ in chosen],
-        "tokens": spent,
+        "block": "\n".join([frame[0], frame[1], *lines, frame[2]]),
+        "claims": [
+            {"id": c.id, "kind": c.kind, "tier": c.tier.value, "text": c.text, **({"linked": {"from": v.came_from, "kind": v.kind, "link": v.link}} if v else {})}
+            for c, _, v in block.chosen
+        ],
+        "tokens": block.spent,
         "budget": budget,
+        "left_out": left_out + linked_left_out,
+        "left_out_linked": linked_left_out,
+        "left_out_more": more,
     }

@@ -26,8 +26,9 @@ from tests.agents.conftest import available_ops, error_of, model_view, probe, re
 FIXED_ARGS = {
     "whoami": set(),
     "memory.remember": {"kind", "text", "scope", "evidence"},
-    "memory.recall": {"query", "limit"},
-    "memory.context": {"query", "budget", "include_unverified"},
+    "memory.recall": {"query", "limit", "expand"},
+    "memory.context": {"query", "budget", "include_unverified", "expand"},
+    "memory.link": {"source", "target", "kind", "why"},
     "memory.corroborate": {"id", "evidence"},
     "memory.dispute": {"id", "reason"},
     "memory.revise": {"id", "text", "evidence"},
