@@ -41,6 +41,14 @@ def _link_line(claim: int, link: dict[str, Any]) -> str:
     return f"restated by claim {link['claim']} ({link['kind']}, similarity {link['similarity']:.2f})"
 
 
+def _usage_line(usage: dict[str, Any]) -> str:
+    parts = []
+    for via, verb in (("context", "pushed in context"), ("recall", "found by recall")):
+        n, last = usage[via]["count"], usage[via]["last"]
+        parts.append(f"{verb} {n} time{'' if n == 1 else 's'}" + (f" (last {when(last)})" if last else ""))
+    return "used: " + ", ".join(parts)
+
+
 def _print_claim(c: dict[str, Any]) -> None:
     # say() prints literally: claim text, evidence and reasons are agents' words.
     say(f"claim {c['id']} {c['badge']}  {c['kind']}/{c['scope']}  edition {c['edition']}  by {c['author']}  at {c['created_at']}")
@@ -59,6 +67,8 @@ def _print_claim(c: dict[str, Any]) -> None:
         say(f"  {_link_line(c['id'], link)}")
     for r in c.get("relations", []):
         say(f"  link {r['id']}: claim {r['source']} {r['kind']} claim {r['target']}, by {r['author']}" + (f": {r['why']}" if r["why"] else ""))
+    if c.get("usage") is not None:
+        say(f"  {_usage_line(c['usage'])}")
     if c.get("superseded_by"):
         say(f"  superseded by claim {c['superseded_by']}")
     if c.get("retired"):
@@ -510,6 +520,8 @@ def groom(
             say(f"  ... and {hidden} more (--json lists {len(r['retire'])}; conclave memory log --kind retire has every one)")
         for pair in r["review"][:20]:
             say(f"  review: claims {pair['claims'][0]} ({pair['tiers'][0]}) and {pair['claims'][1]} ({pair['tiers'][1]}) are near-duplicates ({pair['similarity']}); not merged across tiers")
+        for item in r.get("unused", [])[:20]:
+            say(f"  review: claim {item['claim']} ({item['kind']}) is {item['reason']}; kept (retire it yourself if it is stale)")
 
     emit(target, result, human)
 
@@ -539,6 +551,10 @@ def _claim_markdown(c: dict[str, Any]) -> str:
         lines.append(f"- superseded by claim {c['superseded_by']}")
     if c.get("retired"):
         lines.append(f"- retired by {code_span(c['retired']['by'])}: {code_span(c['retired']['reason'])}")
+    if c.get("usage") is not None:
+        lines.append(f"- {_usage_line(c['usage'])}")
+    for r in c.get("relations", []):
+        lines.append(f"- link {r['id']}: claim {r['source']} {r['kind']} claim {r['target']}, by {code_span(r['author'])}" + (f": {code_span(r['why'])}" if r["why"] else ""))
     lines += ["", code_block(c["text"])]
     if c.get("evidence"):
         lines += ["", "Evidence:", "", code_block(c["evidence"])]
