@@ -87,8 +87,17 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
             "text": _text("The claim, one or two plain sentences."),
             "scope": {"type": "string", "enum": ["repo", "general"], "description": "repo (default) or general."},
             "evidence": _optional_text("Where it can be checked: a file and line, a command's output, a commit."),
+            "private": {"type": "boolean", "description": "Keep it for yourself (your agent name, across sessions) until you share it; it counts toward no trust."},
         },
         ("kind", "text"),
+    ),
+    ToolSpec(
+        "memory_share",
+        "memory.share",
+        "Share a claim you kept private: it becomes an unverified shared claim (you stay its author) that other agents can "
+        "see and corroborate.",
+        {"id": _CLAIM_ID},
+        ("id",),
     ),
     ToolSpec(
         "memory_recall",

@@ -111,6 +111,8 @@ def link(conn: apsw.Connection, policy: TrustPolicy, index: vectors.VectorIndex,
         other = earlier.get(other_id)
         if other is None or not other.live or other.author_domain == claim.author_domain:
             continue
+        if claim.private_to is not None or other.private_to is not None:
+            continue  # a private claim never vouches, is never vouched for, and is never named to another agent
         informed = exposures.seen_by_domain(conn, claim.author_domain, other.lineage)
         kind = "restatement" if informed else "rediscovery"
         at = events.now()

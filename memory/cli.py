@@ -51,7 +51,8 @@ def _usage_line(usage: dict[str, Any]) -> str:
 
 def _print_claim(c: dict[str, Any]) -> None:
     # say() prints literally: claim text, evidence and reasons are agents' words.
-    say(f"claim {c['id']} {c['badge']}  {c['kind']}/{c['scope']}  edition {c['edition']}  by {c['author']}  at {c['created_at']}")
+    say(f"claim {c['id']} {c['badge']}  {c['kind']}/{c['scope']}  edition {c['edition']}  by {c['author']}  at {c['created_at']}"
+        + (f"  (private to {c['private_to']})" if c.get("private_to") else ""))
     say(f"  {c['text']}")
     if c.get("evidence"):
         say(f"  evidence: {c['evidence']}")
@@ -141,14 +142,22 @@ def remember(
     text: Annotated[str, typer.Option("--text", help="The claim: one statement of fact about the repository; '-' reads it from stdin.")],
     scope: Annotated[str, typer.Option("--scope", help="repo (this repository) or general (true everywhere).")] = "repo",
     evidence: EvidenceOpt = None,
+    private: Annotated[bool, typer.Option("--private", help="Keep it for this agent alone (any session) until shared; it never counts toward trust.")] = False,
     json_out: JsonOpt = False,
     repo: RepoOpt = None,
     state_dir: StateOpt = None,
 ) -> None:
-    """Store a new claim as this agent; it starts unverified."""
+    """Store a new claim as this agent; it starts unverified (or private, with --private)."""
     text = _text_arg(text)
     _check_claim_text("memory.remember", text, evidence)
-    _claim_op(json_out, repo, state_dir, "memory.remember", {"kind": kind, "text": text, "scope": scope, "evidence": evidence})
+    args = {"kind": kind, "text": text, "scope": scope, "evidence": evidence, "private": private or None}
+    _claim_op(json_out, repo, state_dir, "memory.remember", args)
+
+
+@app.command()
+def share(id: IdArg, json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt = None) -> None:
+    """Share private claim ID (its own agent, or the operator): it starts as an unverified shared claim, its author kept."""
+    _claim_op(json_out, repo, state_dir, "memory.share", {"id": id})
 
 
 WitnessEvidenceOpt = Annotated[

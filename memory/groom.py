@@ -268,9 +268,9 @@ def _decay(conn: apsw.Connection, policy: GroomPolicy, now: datetime) -> Iterato
             yield Retirement(claim_id, kind, tier.value, "decay", f"groom: {tier.value} claim unused for {days:g} days")
 
 
-def _live_rows(conn: apsw.Connection, since: int = 0) -> Iterator[tuple[int, str, str, str, str, str]]:
+def _live_rows(conn: apsw.Connection, since: int = 0) -> Iterator[tuple[int, str, str, str, str, str, str | None]]:
     yield from conn.execute(
-        "SELECT id, kind, scope, tier, text, text_key FROM claims WHERE tier IN ('unverified', 'trusted', 'disputed') AND id > ? ORDER BY id",
+        "SELECT id, kind, scope, tier, text, text_key, private_to FROM claims WHERE tier IN ('unverified', 'trusted', 'disputed') AND id > ? ORDER BY id",
         (since,),
     )
 
@@ -283,7 +283,7 @@ def _duplicates(conn: apsw.Connection, policy: GroomPolicy, *, since: int) -> tu
     counted = dict(conn.execute("SELECT claim, count(*) FROM corroborations WHERE counted = 1 GROUP BY claim"))
     pairs: list[tuple[int, int, float]] = []
     seen: set[tuple[int, int]] = set()
-    for claim_id, kind, scope, tier, text, key in _live_rows(conn, since):
+    for claim_id, kind, scope, tier, text, key, private_to in _live_rows(conn, since):
         mine = set(claims.words(text))
         rare = sorted((w for w in mine if df[w] > 1), key=lambda w: (df[w], w))[:_RARE_WORDS]
         if not rare:
@@ -292,8 +292,8 @@ def _duplicates(conn: apsw.Connection, policy: GroomPolicy, *, since: int) -> tu
         others = claims.load_many(conn, (i for i in found if i != claim_id))
         for other in others.values():
             pair = (min(claim_id, other.id), max(claim_id, other.id))
-            if pair in seen or other.kind != kind or other.scope != scope or not other.live:
-                continue
+            if pair in seen or other.kind != kind or other.scope != scope or not other.live or other.private_to != private_to:
+                continue  # (a private note is never folded into a shared claim, nor into another agent's note)
             seen.add(pair)
             theirs = set(claims.words(other.text))
             similarity = len(mine & theirs) / len(mine | theirs) if mine | theirs else 0.0

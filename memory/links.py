@@ -61,6 +61,8 @@ def link(conn: apsw.Connection, author: Principal, source: int, target: int, *, 
     """
     if kind not in KINDS:
         raise ConclaveError(ErrorCode.INVALID_ARGS, f"memory.link: kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    for end in (source, target):
+        claims.require_visible(conn, end, author)  # another agent's private claim does not exist for the linker
     a = claims.require_live(conn, source, "link")
     b = claims.require_live(conn, target, "link")
     if a.lineage == b.lineage:
@@ -106,12 +108,13 @@ class Followed:
         return {"from": self.came_from, "kind": self.kind, "link": self.link, "why": self.why}
 
 
-def follow(conn: apsw.Connection, hits: Iterable[claims.ClaimRow | Any], *, besides: Iterable[int] = ()) -> list[Followed]:
+def follow(conn: apsw.Connection, hits: Iterable[claims.ClaimRow | Any], *, viewer: str | None, besides: Iterable[int] = ()) -> list[Followed]:
     """One hop from ``hits`` (in their order): the live edition at the far end of each link, once each.
 
     ``hits`` need ``id`` and ``lineage``; claims in ``besides`` (the hits
-    themselves) are never returned.  Tiers are not looked at here: the
-    caller applies its own visibility rules to what comes back.
+    themselves) are never returned, nor a private claim of any agent but
+    ``viewer`` (an agent name; None: no private claim at all).  Tiers are
+    not looked at here: the caller applies its own rules to what comes back.
     """
     order = {}
     for h in hits:
@@ -136,7 +139,7 @@ def follow(conn: apsw.Connection, hits: Iterable[claims.ClaimRow | Any], *, besi
             reached.append((rank[dst], src, link_id, kind, why))
     reached.sort(key=lambda r: (r[0], r[2]))
     far = {lineage for _, lineage, *_ in reached}
-    live = _live_editions(conn, far)
+    live = _live_editions(conn, far, viewer)
     seen = set(besides) | set(order.values())
     out: list[Followed] = []
     for hit_rank, lineage, link_id, kind, why in reached:
@@ -150,12 +153,14 @@ def follow(conn: apsw.Connection, hits: Iterable[claims.ClaimRow | Any], *, besi
     return out
 
 
-def _live_editions(conn: apsw.Connection, lineages: set[int]) -> dict[int, int]:
+def _live_editions(conn: apsw.Connection, lineages: set[int], viewer: str | None) -> dict[int, int]:
     if not lineages:
         return {}
     marks = ",".join("?" * len(lineages))
     rows = conn.execute(
-        f"SELECT lineage, id FROM claims WHERE lineage IN ({marks}) AND tier IN ('unverified', 'trusted', 'disputed')", list(lineages)
+        f"SELECT lineage, id FROM claims WHERE lineage IN ({marks}) AND tier IN ('unverified', 'trusted', 'disputed') "
+        f"AND (private_to IS NULL OR private_to = ?)",
+        [*lineages, viewer],
     )
     return dict(rows)
 

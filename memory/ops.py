@@ -20,7 +20,7 @@ import trio
 from broker.errors import ConclaveError, ErrorCode
 from broker.core import Call, Feature
 from broker.optable import Access, OpTable
-from memory import authoring, claims, curation, doctor, exposures, inspection, links, prefilter, retrieval, revocation, schema, settings, standing, trails, vectors
+from memory import authoring, claims, curation, doctor, exposures, inspection, links, prefilter, privacy, retrieval, revocation, schema, settings, standing, trails, vectors
 from store import events
 from store.events import BROKER_ACTOR
 from store.integrity import ExpectedHead
@@ -42,6 +42,8 @@ class RememberArgs:
     text: str
     scope: str = "repo"
     evidence: str | None = None
+    #: Keep it in the caller's private pool: visible to its agent name only, until shared.
+    private: bool = False
 
 
 @attrs.frozen
@@ -214,7 +216,9 @@ async def remember(call: Call, args: RememberArgs) -> dict[str, Any]:
     await _screen(call, op, [("text", prefilter.check_claim(args.text, args.scope)), *_notes(args.evidence)])
     svc = service(call)
     result = await call.core.store.call(
-        lambda conn: authoring.remember(conn, svc.policy, call.principal, kind=args.kind, scope=args.scope, text=args.text, evidence=args.evidence),
+        lambda conn: authoring.remember(
+            conn, svc.policy, call.principal, kind=args.kind, scope=args.scope, text=args.text, evidence=args.evidence, private=args.private
+        ),
         replayable=True,
     )
     svc.note_new_claim()
@@ -294,6 +298,13 @@ async def context(call: Call, args: ContextArgs) -> dict[str, Any]:
     )
 
 
+@OPS.op("memory.share", ClaimArgs)
+async def share(call: Call, args: ClaimArgs) -> dict[str, Any]:
+    """Share a private claim (its agent or the operator): it starts as an unverified shared claim, its author kept."""
+    svc = service(call)
+    return await call.core.store.call(lambda conn: privacy.share(conn, svc.policy, call.principal, args.id), replayable=True)
+
+
 @OPS.op("memory.link", LinkArgs)
 async def link(call: Call, args: LinkArgs) -> dict[str, Any]:
     """Link two claims (relates-to, depends-on, supersedes) as the caller; neither claim's trust changes."""
@@ -311,7 +322,12 @@ async def show(call: Call, args: ClaimArgs) -> dict[str, Any]:
     svc = service(call)
 
     def job(conn):  # type: ignore[no-untyped-def]
+        claims.require_visible(conn, args.id, call.principal)
         out = inspection.show(conn, svc.policy, args.id)
+        if not call.principal.is_operator:
+            # A link to another agent's private claim would name it (and carry its linker's words): left out.
+            ends = claims.load_many(conn, (i for r in out["relations"] for i in (r["source"], r["target"])))
+            out["relations"] = [r for r in out["relations"] if all(ends[i].visible_to(call.principal) for i in (r["source"], r["target"]) if i in ends)]
         if not call.principal.is_operator:
             exposures.record(conn, call.principal, [claims.require(conn, args.id)], "show", events.now())
         return out

@@ -115,7 +115,9 @@ class Hit:
         return (-self.score, _TIER_ORDER[self.tier], -self.id)
 
 
-def rank(conn: apsw.Connection, query: str, *, limit: int, trusted_only: bool, probe: Probe | None = None) -> list[Hit]:
+def rank(
+    conn: apsw.Connection, query: str, *, limit: int, trusted_only: bool, probe: Probe | None = None, viewer: str | None = None
+) -> list[Hit]:
     """The best ``limit`` live claims for ``query``, best first.
 
     By words (FTS5's BM25, or ``ts_rank``) and, with a ``probe``, by meaning
@@ -123,6 +125,8 @@ def rank(conn: apsw.Connection, query: str, *, limit: int, trusted_only: bool, p
     and its meaning each add ``1 / (60 + rank)``), so a claim found both ways
     leads, and one found only by meaning (a paraphrase, another language)
     still gets in.  A claim not yet embedded is found by its words.
+    Private claims are found only for their own agent (``viewer``, an agent
+    name; None: none at all).  A trusted claim is never private.
     """
     words = terms(query)
     if limit <= 0 or (not words and probe is None):
@@ -140,7 +144,7 @@ def rank(conn: apsw.Connection, query: str, *, limit: int, trusted_only: bool, p
         for ranked in (found, meant):
             for position, (i, _) in enumerate(ranked, 1):
                 base[i] = base.get(i, 0.0) + 1.0 / (RRF_K + position)
-    facts = _facts(conn, list(base))
+    facts = _facts(conn, list(base), viewer)
     hits = [Hit(i, b, *facts[i]) for i, b in base.items() if i in facts and (not trusted_only or facts[i][0] is Tier.TRUSTED)]
     hits = _bring_back_trusted_twins(conn, hits, limit)
     hits.sort(key=Hit.order)
@@ -192,11 +196,15 @@ def match_ids(conn: apsw.Connection, words: list[str], limit: int) -> list[int]:
     return [r[0] for r in conn.execute("SELECT rowid FROM claims_fts WHERE claims_fts MATCH ? LIMIT ?", (match_expression(words), limit))]
 
 
-def _facts(conn: apsw.Connection, ids: list[int]) -> dict[int, tuple[Tier, str]]:
+def _facts(conn: apsw.Connection, ids: list[int], viewer: str | None) -> dict[int, tuple[Tier, str]]:
     if not ids:
         return {}
     marks = ",".join("?" * len(ids))
-    rows = conn.execute(f"SELECT id, tier, text_key FROM claims WHERE id IN ({marks}) AND tier IN ('unverified', 'trusted', 'disputed')", ids)
+    rows = conn.execute(
+        f"SELECT id, tier, text_key FROM claims WHERE id IN ({marks}) AND tier IN ('unverified', 'trusted', 'disputed') "
+        f"AND (private_to IS NULL OR private_to = ?)",
+        [*ids, viewer],
+    )
     return {i: (Tier(tier), key) for i, tier, key in rows}
 
 
@@ -212,7 +220,7 @@ def _bring_back_trusted_twins(conn: apsw.Connection, hits: list[Hit], limit: int
     # "+tier": look the twins up by their words, never by walking every trusted claim
     # (PostgreSQL's planner needs no such hint, and has no unary + on text).
     tier = "tier" if dialect.is_postgresql(conn) else "+tier"
-    twins = conn.execute(f"SELECT id, text_key FROM claims WHERE text_key IN ({marks}) AND {tier} = 'trusted'", list(shown))
+    twins = conn.execute(f"SELECT id, text_key FROM claims WHERE text_key IN ({marks}) AND {tier} = 'trusted' AND private_to IS NULL", list(shown))
     return hits + [Hit(i, shown[key].base, Tier.TRUSTED, key) for i, key in twins if i not in present]
 
 
@@ -242,11 +250,12 @@ def recall(
     eval's read-only pass: nothing logged).  Linked claims are logged as
     ``show``: the caller read them, but they were not what it searched for.
     """
-    hits = rank(conn, query, limit=limit, trusted_only=False, probe=probe)
+    viewer = own_pool(principal)
+    hits = rank(conn, query, limit=limit, trusted_only=False, probe=probe, viewer=viewer)
     rows = _rows(conn, hits)
     linked: list[tuple[ClaimRow, links.Followed]] = []
     if expand and rows:
-        followed = links.follow(conn, rows)[:limit]
+        followed = links.follow(conn, rows, viewer=viewer)[:limit]
         found = claims.load_many(conn, (f.claim for f in followed))
         linked = [(found[f.claim], f) for f in followed if f.claim in found and found[f.claim].tier.live]
     if shown_as is not None:
@@ -259,6 +268,11 @@ def recall(
     return out
 
 
+def own_pool(principal: Principal) -> str | None:
+    """Whose private claims a search by ``principal`` may find: its own agent's; the operator's searches, none."""
+    return None if principal.is_operator else principal.agent
+
+
 @attrs.frozen
 class Line:
     """What a context line needs of a claim (and what the exposure log records)."""
@@ -268,13 +282,34 @@ class Line:
     kind: str
     tier: Tier = attrs.field(converter=Tier)
     text: str
+    private_to: str | None = None
 
 
 def _lines(conn: apsw.Connection, ids: list[int]) -> dict[int, Line]:
     if not ids:
         return {}
     marks = ",".join("?" * len(ids))
-    return {r[0]: Line(*r) for r in conn.execute(f"SELECT id, lineage, kind, tier, text FROM claims WHERE id IN ({marks})", ids)}
+    return {r[0]: Line(*r) for r in conn.execute(f"SELECT id, lineage, kind, tier, text, private_to FROM claims WHERE id IN ({marks})", ids)}
+
+
+def _own_private(conn: apsw.Connection, words: list[str], agent: str, limit: int) -> list[Hit]:
+    """The agent's own private claims matching ``words``, best first (they join its trusted hits in ``context``)."""
+    if not words:
+        return []
+    if dialect.is_postgresql(conn):
+        sql = (
+            f"SELECT id, -ts_rank(search, q, 1) AS score FROM claims, to_tsquery('english', ?) q "
+            f"WHERE search @@ q AND {_PG_LIVE} AND private_to = ? ORDER BY score, id LIMIT ?"
+        )
+        found = conn.execute(sql, (pg_query(words), agent, limit))
+    else:
+        # The pool is small: its rows are looked up by the partial index, then matched.
+        found = conn.execute(
+            "SELECT rowid, bm25(claims_fts) AS score FROM claims_fts WHERE claims_fts MATCH ? "
+            "AND rowid IN (SELECT id FROM claims WHERE private_to = ? AND tier IN ('unverified', 'trusted', 'disputed')) ORDER BY score LIMIT ?",
+            (match_expression(words), agent, limit),
+        )
+    return [Hit(i, -score, Tier.UNVERIFIED, "") for i, score in found]
 
 
 #: The tag a claim reached through a link carries in ``context`` (after its tier badge).
@@ -284,7 +319,7 @@ LINKED_TAG: Final = "[linked]"
 def render_line(claim: Line, *, linked: bool = False) -> str:
     text = " ".join(claim.text.split())  # one line per claim, whatever the claim's own line breaks
     tag = f" {LINKED_TAG}" if linked else ""
-    return f"{claims.badge(claim.tier)}{tag} #{claim.id} ({claim.kind}) {text}"
+    return f"{claims.badge(claim.tier, claim.private_to is not None)}{tag} #{claim.id} ({claim.kind}) {text}"
 
 
 def tokens(text: str) -> int:
@@ -340,7 +375,15 @@ def context(
     frame = ["```text", HEADER, "```"]
     block = _Block(budget, sum(tokens(line) + 1 for line in frame))
     limit = min(MAX_LIMIT, max(10, budget // 8))
-    candidates = rank(conn, query, limit=limit, trusted_only=not include_unverified, probe=probe)
+    viewer = own_pool(principal)
+    candidates = rank(conn, query, limit=limit, trusted_only=not include_unverified, probe=probe, viewer=viewer)
+    if viewer is not None and not include_unverified:
+        # The agent's own private notes join its trusted hits, ranked with them by their words' score.
+        mine = _own_private(conn, terms(query), viewer, limit)
+        if mine:
+            # Two rankings on different scales (a fused one, a words-only one): merged by position.
+            at = {h.id: 1.0 / (RRF_K + n) for ranked in (candidates, mine) for n, h in enumerate(ranked, 1)}
+            candidates = sorted(candidates + mine, key=lambda h: (-at[h.id], h.tier is not Tier.TRUSTED, -h.id))[:limit]
     # Rows are loaded a few at a time: most budgets fill long before the candidates run out
     # (on a server a few steps' worth per round trip; the steps decide the same either way).
     fetch = _SERVER_FETCH if dialect.is_postgresql(conn) else _LOAD_STEP
@@ -366,11 +409,12 @@ def context(
     more = len(candidates) >= limit or looked < len(candidates)
     linked_left_out = 0
     if expand and block.chosen:
-        followed = links.follow(conn, [c for c, _, _ in block.chosen])
+        followed = links.follow(conn, [c for c, _, _ in block.chosen], viewer=viewer)
         reached = _lines(conn, [f.claim for f in followed])
         for f in followed:
             claim = reached.get(f.claim)
-            if claim is None or not claim.tier.live or (claim.tier is not Tier.TRUSTED and not include_unverified):
+            own = claim is not None and claim.private_to is not None and claim.private_to == viewer
+            if claim is None or not claim.tier.live or (claim.tier is not Tier.TRUSTED and not include_unverified and not own):
                 continue  # a link never widens what context may push
             line = render_line(claim, linked=True)
             if block.fits(tokens(line) + 1):

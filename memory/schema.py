@@ -181,6 +181,11 @@ MIGRATIONS: list[str] = [
     CREATE INDEX IF NOT EXISTS claim_relations_by_source ON claim_relations(source_lineage);
     CREATE INDEX IF NOT EXISTS claim_relations_by_target ON claim_relations(target_lineage);
     """,
+    # 6: private pools.  A claim kept by an agent for itself names that agent; NULL is shared.
+    """
+    ALTER TABLE claims ADD COLUMN private_to TEXT;
+    CREATE INDEX IF NOT EXISTS claims_private ON claims(private_to) WHERE private_to IS NOT NULL;
+    """,
 ]
 
 #: The same tables on PostgreSQL (``store.postgres``).  Search is a stored
@@ -381,6 +386,11 @@ POSTGRESQL: list[str] = [
     CREATE POLICY claim_relations_author ON claim_relations FOR INSERT TO conclave_broker WITH CHECK (conclave_owns(author));
     GRANT SELECT, INSERT ON claim_relations TO conclave_broker;
     GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO conclave_broker;
+    """,
+    """
+    ALTER TABLE claims ADD COLUMN IF NOT EXISTS private_to TEXT;
+    CREATE INDEX IF NOT EXISTS claims_private ON claims(private_to) WHERE private_to IS NOT NULL;
+    GRANT UPDATE (private_to) ON claims TO conclave_broker;
     """,
 ]
 SCHEMA = Schema(COMPONENT, MIGRATIONS, postgresql=POSTGRESQL)

@@ -76,7 +76,7 @@ def blind_vouch(puppet: Any, claim: int, text: str) -> dict[str, Any]:
     return puppet.call("memory.corroborate", id=claim, evidence=f"I found this myself, independently: {text}")
 
 
-def backend_run(request: Any, root: Path, team: list[str], extra_toml: str = "") -> Any:
+def backend_run(request: Any, root: Path, team: list[Any], extra_toml: str = "") -> Any:
     """A real broker (``conclave run``) with puppet agents ``team``, on ``request.param``'s backend.
 
     ``sqlite``: the state directory's database; ``postgresql``: a fresh
@@ -91,4 +91,4 @@ def backend_run(request: Any, root: Path, team: list[str], extra_toml: str = "")
         cluster = request.getfixturevalue("pg_cluster")
         store = f'\n[store]\nurl = "{cluster.broker_url(cluster.database(), "alpha")}"\n'
     memory = '\n[memory]\nembedder = "none"\n' + extra_toml
-    return Run(root, [{"name": n} for n in team], extra_toml=store + memory)
+    return Run(root, [{"name": n} if isinstance(n, str) else n for n in team], extra_toml=store + memory)
