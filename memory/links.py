@@ -38,12 +38,14 @@ import attrs
 
 from broker.errors import ConclaveError, ErrorCode
 from memory import claims
+from memory.policy import Tier
 from store import events
 
 if TYPE_CHECKING:
     from broker.identity import Principal
 
 KINDS: Final = ("relates-to", "depends-on", "supersedes")
+_LIVE: Final = frozenset(t.value for t in Tier if t.live)
 #: The event a link writes (``verify`` holds every ``claim_relations`` row against one).
 EVENT: Final = "memory.link"
 MAX_WHY: Final = 1000
@@ -103,6 +105,9 @@ class Followed:
     kind: str
     link: int
     why: str | None
+    #: The reached claim's tier and pool, read with it (so a caller can judge it before loading its text).
+    tier: Tier = Tier.UNVERIFIED
+    private_to: str | None = None
 
     def describe(self) -> dict[str, Any]:
         return {"from": self.came_from, "kind": self.kind, "link": self.link, "why": self.why}
@@ -143,26 +148,29 @@ def follow(conn: apsw.Connection, hits: Iterable[claims.ClaimRow | Any], *, view
     seen = set(besides) | set(order.values())
     out: list[Followed] = []
     for hit_rank, lineage, link_id, kind, why in reached:
-        claim = live.get(lineage)
-        if claim is None or claim in seen:
+        edition = live.get(lineage)
+        if edition is None or edition[0] in seen:
             continue
+        claim, tier, private_to = edition
         seen.add(claim)
-        out.append(Followed(claim, hit_ids[hit_rank], kind, link_id, why))
+        out.append(Followed(claim, hit_ids[hit_rank], kind, link_id, why, Tier(tier), private_to))
         if len(out) >= MAX_FOLLOWED:
             break
     return out
 
 
-def _live_editions(conn: apsw.Connection, lineages: set[int], viewer: str | None) -> dict[int, int]:
+def _live_editions(conn: apsw.Connection, lineages: set[int], viewer: str | None) -> dict[int, tuple[int, str, str | None]]:
+    """``{lineage: (id, tier, private_to)}`` of each lineage's live edition that ``viewer`` may see."""
     if not lineages:
         return {}
     marks = ",".join("?" * len(lineages))
-    rows = conn.execute(
-        f"SELECT lineage, id FROM claims WHERE lineage IN ({marks}) AND tier IN ('unverified', 'trusted', 'disputed') "
-        f"AND (private_to IS NULL OR private_to = ?)",
-        [*lineages, viewer],
-    )
-    return dict(rows)
+    # By lineage only (its index); the tier and the pool are judged here, so no planner walks the tier index.
+    rows = conn.execute(f"SELECT lineage, id, tier, private_to FROM claims WHERE lineage IN ({marks})", list(lineages))
+    return {
+        lineage: (i, tier, private_to)
+        for lineage, i, tier, private_to in rows
+        if tier in _LIVE and (private_to is None or private_to == viewer)
+    }
 
 
 def count(conn: apsw.Connection) -> int:

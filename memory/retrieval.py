@@ -389,8 +389,10 @@ def context(
     fetch = _SERVER_FETCH if dialect.is_postgresql(conn) else _LOAD_STEP
     loaded: dict[int, Line] = {}
     looked = 0
+    full = False  # no further line of a typical length fits
     for start in range(0, len(candidates), _LOAD_STEP):
         if budget - block.spent < _SHORTEST_LINE:
+            full = True
             break
         taken = len(block.chosen)
         step = candidates[start : start + _LOAD_STEP]
@@ -402,25 +404,34 @@ def context(
             if block.fits(tokens(line) + 1):
                 block.take(claim, line, None)
         if taken and len(block.chosen) == taken:
+            full = True
             break  # a whole step of lines too long for what is left: the budget is as full as it gets
     direct = len(block.chosen)
     left_out = len(candidates) - direct
     # The ranking stopped at its limit, or the loop before the end: more may match than were counted.
     more = len(candidates) >= limit or looked < len(candidates)
     linked_left_out = 0
-    if expand and block.chosen:
+    if expand and block.chosen and (full or budget - block.spent < _SHORTEST_LINE):
+        more = True  # the hits left no room: links are not followed, so what they would add is not counted
+    elif expand and block.chosen:
         followed = links.follow(conn, [c for c, _, _ in block.chosen], viewer=viewer)
-        reached = _lines(conn, [f.claim for f in followed])
-        for f in followed:
-            claim = reached.get(f.claim)
-            own = claim is not None and claim.private_to is not None and claim.private_to == viewer
-            if claim is None or not claim.tier.live or (claim.tier is not Tier.TRUSTED and not include_unverified and not own):
-                continue  # a link never widens what context may push
-            line = render_line(claim, linked=True)
-            if block.fits(tokens(line) + 1):
-                block.take(claim, line, f)
-            else:
-                linked_left_out += 1
+        # A link never widens what context may push: judged on the tier and pool read with the link.
+        eligible = [f for f in followed if f.tier is Tier.TRUSTED or include_unverified or (f.private_to is not None and f.private_to == viewer)]
+        for start in range(0, len(eligible), _LOAD_STEP):
+            step = eligible[start : start + _LOAD_STEP]
+            if budget - block.spent < _SHORTEST_LINE:
+                linked_left_out += len(eligible) - start  # no room left: counted, never loaded
+                break
+            reached = _lines(conn, [f.claim for f in step])
+            for f in step:
+                claim = reached.get(f.claim)
+                if claim is None:
+                    continue
+                line = render_line(claim, linked=True)
+                if block.fits(tokens(line) + 1):
+                    block.take(claim, line, f)
+                else:
+                    linked_left_out += 1
     footer = None
     if left_out + linked_left_out:
         footer = left_out_line(left_out + linked_left_out, more)
