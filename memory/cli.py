@@ -499,6 +499,8 @@ def stats(json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt =
                 + (f"; error: {m['error']}" if m["error"] else ""))
             links = s.get("links") or {}
             say(f"restatements: {links.get('rediscoveries', 0)} rediscoveries, {links.get('restatements', 0)} informed near-duplicates")
+        if s.get("relations") or s.get("private"):
+            say(f"links drawn: {s.get('relations', 0)}  private claims: {s.get('private', 0)}")
         say(f"policy: quorum {s['policy']['quorum']}, require_blind {str(s['policy']['require_blind']).lower()}  last groom: {s['last_groom'] or 'never'}")
         say(f"memory events: {s['events']}  database: {s['database_bytes'] / 1e6:.1f} MB")
 

@@ -174,6 +174,8 @@ def stats(conn: apsw.Connection, policy: TrustPolicy, database: str | None) -> d
         "live_by_kind": {k: by_kind.get(k, 0) for k in claims.KINDS},
         "corroborations": {"total": total, "counted": counted, "blind": blind, "unread": unread},
         "links": {"rediscoveries": rediscoveries, "restatements": restatements},
+        "relations": relations.count(conn),
+        "private": conn.execute("SELECT count(*) FROM claims WHERE private_to IS NOT NULL AND tier IN ('unverified', 'trusted', 'disputed')").fetchone()[0],
         "disputes": disputes,
         "exposures": exposures.count(conn),
         "events": conn.execute("SELECT count(*) FROM events WHERE kind LIKE 'memory.%'").fetchone()[0],

@@ -51,6 +51,3 @@ def share(conn: apsw.Connection, policy: TrustPolicy, by: Principal, claim_id: i
     events.append(conn, EVENT, actor=by.key, subject=str(claim.id), payload={"lineage": claim.lineage, "private_to": claim.private_to}, at=at)
     return standing.describe(conn, policy, claims.require(conn, claim.id))
 
-
-def count(conn: apsw.Connection) -> int:
-    return conn.execute("SELECT count(*) FROM claims WHERE private_to IS NOT NULL AND tier IN ('unverified', 'trusted', 'disputed')").fetchone()[0]
