@@ -51,6 +51,7 @@ def test_a_link_is_authored_logged_and_changes_no_trust(run: Run) -> None:
     assert "why" not in event["detail"] and len(event["detail"]["why_sha256"]) == 64
     relations = run.op("memory.show", id=finding)["relations"]
     assert [(r["source"], r["target"], r["kind"], r["why"]) for r in relations] == [(fix, finding, "depends-on", "the fix answers this stall")]
+    assert run.op("memory.stats")["relations"] >= 1
 
 
 def test_a_link_cannot_smuggle_an_unverified_claim_into_context(run: Run) -> None:

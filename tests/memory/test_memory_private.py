@@ -74,6 +74,7 @@ def test_a_private_claim_is_its_agents_alone_and_does_not_exist_for_others(run: 
     again = run.wait_until(restarted, timeout=40, interval=0.2, what="alice's restart")
     assert again.call("memory.show", id=mine["id"])["private_to"] == "alice"
     assert mine["id"] in {c["id"] for c in run.op("memory.list", limit=1000)}
+    assert run.op("memory.stats")["private"] >= 1
 
 
 def test_a_private_claim_is_pushed_only_into_its_own_agents_context(run: Run) -> None:
