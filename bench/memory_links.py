@@ -6,7 +6,8 @@ socket, the best ``--hits`` claims each benchmark query finds are promoted
 (``context`` pushes trusted claims only, and the cached store's witnesses
 make none trusted under today's witness rules), ``--extra`` random claims
 are promoted too (link targets), and every direct hit is linked
-(``memory.link``, ``depends-on``) to ``--fanout`` random trusted claims.
+(``memory.link``, ``depends-on``) to ``--fanout`` random trusted claims,
+once (so a claim has about 2 x fanout links, drawn by it and to it).
 So a block holds a few direct hits and room for what their links reach:
 the case where following links does work.  (When the direct hits fill the
 budget, links are not followed at all and the two cost the same.)  Each query is then
@@ -65,16 +66,19 @@ def measure(size: int, workdir: Path, queries: int, fanout: int, budget: int, ex
             out["trusted"] = len(trusted)
             pool = sorted(trusted)
             links = 0
+            sources: dict[int, None] = {}
             for q in asked:
                 for hit in client.call("memory.context", {"query": q, "budget": budget, "expand": False})["claims"]:
-                    for target in pick.sample(pool, fanout):
-                        if target == hit["id"]:
-                            continue
-                        try:
-                            client.call("memory.link", {"source": hit["id"], "target": target, "kind": "depends-on"})
-                            links += 1
-                        except Exception:  # the same pair drawn twice: a conflict, skipped
-                            pass
+                    sources.setdefault(hit["id"])
+            for source in sources:  # each claim a query finds links to --fanout others, once
+                for target in pick.sample(pool, fanout):
+                    if target == source:
+                        continue
+                    try:
+                        client.call("memory.link", {"source": source, "target": target, "kind": "depends-on"})
+                        links += 1
+                    except Exception:  # the same pair drawn twice: a conflict, skipped
+                        pass
             out["links"] = links
             samples: dict[bool, list[float]] = {False: [], True: []}
             reached: list[int] = []

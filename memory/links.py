@@ -113,49 +113,59 @@ class Followed:
         return {"from": self.came_from, "kind": self.kind, "link": self.link, "why": self.why}
 
 
-def follow(conn: apsw.Connection, hits: Iterable[claims.ClaimRow | Any], *, viewer: str | None, besides: Iterable[int] = ()) -> list[Followed]:
+#: Hits whose links are read per query: enough for most blocks, and the work stops once ``want`` are reached.
+_HITS_PER_STEP: Final = 8
+
+
+def follow(
+    conn: apsw.Connection, hits: Iterable[claims.ClaimRow | Any], *, viewer: str | None, besides: Iterable[int] = (), want: int = MAX_FOLLOWED
+) -> list[Followed]:
     """One hop from ``hits`` (in their order): the live edition at the far end of each link, once each.
 
     ``hits`` need ``id`` and ``lineage``; claims in ``besides`` (the hits
     themselves) are never returned, nor a private claim of any agent but
     ``viewer`` (an agent name; None: no private claim at all).  Tiers are
-    not looked at here: the caller applies its own rules to what comes back.
+    not looked at here: the caller applies its own rules to what comes back
+    (each :class:`Followed` carries the tier read with it).  The best hits'
+    links are read first, a few hits at a time, and reading stops once
+    ``want`` claims were reached: the work is bounded by what a caller can use.
     """
-    order = {}
+    order: dict[int, int] = {}
     for h in hits:
         order.setdefault(h.lineage, h.id)
-    if not order:
-        return []
-    marks = ",".join("?" * len(order))
-    lineages = list(order)
-    rows = conn.execute(
-        f"SELECT id, source_lineage, target_lineage, kind, why FROM claim_relations "
-        f"WHERE (source_lineage IN ({marks}) AND kind IN ('relates-to', 'depends-on')) "
-        f"OR (target_lineage IN ({marks}) AND kind IN ('relates-to', 'supersedes')) ORDER BY id",
-        lineages + lineages,
-    ).fetchall()
-    reached: list[tuple[int, int, int, str, str | None]] = []  # (hit's rank, far lineage, link, kind, why)
-    rank = {lineage: n for n, lineage in enumerate(order)}
-    hit_ids = list(order.values())
-    for link_id, src, dst, kind, why in rows:
-        if src in order and kind in ("relates-to", "depends-on"):
-            reached.append((rank[src], dst, link_id, kind, why))
-        if dst in order and kind in ("relates-to", "supersedes"):
-            reached.append((rank[dst], src, link_id, kind, why))
-    reached.sort(key=lambda r: (r[0], r[2]))
-    far = {lineage for _, lineage, *_ in reached}
-    live = _live_editions(conn, far, viewer)
     seen = set(besides) | set(order.values())
+    lineages = list(order)
     out: list[Followed] = []
-    for hit_rank, lineage, link_id, kind, why in reached:
-        edition = live.get(lineage)
-        if edition is None or edition[0] in seen:
-            continue
-        claim, tier, private_to = edition
-        seen.add(claim)
-        out.append(Followed(claim, hit_ids[hit_rank], kind, link_id, why, Tier(tier), private_to))
-        if len(out) >= MAX_FOLLOWED:
+    limit = min(want, MAX_FOLLOWED)
+    for start in range(0, len(lineages), _HITS_PER_STEP):
+        if len(out) >= limit:
             break
+        chunk = lineages[start : start + _HITS_PER_STEP]
+        rank = {lineage: n for n, lineage in enumerate(chunk)}
+        marks = ",".join("?" * len(chunk))
+        rows = conn.execute(
+            f"SELECT id, source_lineage, target_lineage, kind, why FROM claim_relations "
+            f"WHERE (source_lineage IN ({marks}) AND kind IN ('relates-to', 'depends-on')) "
+            f"OR (target_lineage IN ({marks}) AND kind IN ('relates-to', 'supersedes'))",
+            chunk + chunk,
+        ).fetchall()
+        reached: list[tuple[int, int, int, str, str | None]] = []  # (hit's rank, link, far lineage, kind, why)
+        for link_id, src, dst, kind, why in rows:
+            if src in rank and kind != "supersedes":
+                reached.append((rank[src], link_id, dst, kind, why))
+            if dst in rank and kind != "depends-on":
+                reached.append((rank[dst], link_id, src, kind, why))
+        reached.sort()
+        live = _live_editions(conn, {r[2] for r in reached}, viewer)
+        for hit_rank, link_id, lineage, kind, why in reached:
+            edition = live.get(lineage)
+            if edition is None or edition[0] in seen:
+                continue
+            claim, tier, private_to = edition
+            seen.add(claim)
+            out.append(Followed(claim, order[chunk[hit_rank]], kind, link_id, why, Tier(tier), private_to))
+            if len(out) >= limit:
+                break
     return out
 
 
@@ -165,7 +175,8 @@ def _live_editions(conn: apsw.Connection, lineages: set[int], viewer: str | None
         return {}
     marks = ",".join("?" * len(lineages))
     # By lineage only (its index); the tier and the pool are judged here, so no planner walks the tier index.
-    rows = conn.execute(f"SELECT lineage, id, tier, private_to FROM claims WHERE lineage IN ({marks})", list(lineages))
+    # Only a lineage's newest edition can be live (the others are superseded): the rest are not read.
+    rows = conn.execute(f"SELECT lineage, id, tier, private_to FROM claims WHERE lineage IN ({marks}) AND superseded_by IS NULL", list(lineages))
     return {
         lineage: (i, tier, private_to)
         for lineage, i, tier, private_to in rows

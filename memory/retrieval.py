@@ -255,7 +255,7 @@ def recall(
     rows = _rows(conn, hits)
     linked: list[tuple[ClaimRow, links.Followed]] = []
     if expand and rows:
-        followed = links.follow(conn, rows, viewer=viewer)[:limit]
+        followed = links.follow(conn, rows, viewer=viewer, want=limit)
         found = claims.load_many(conn, (f.claim for f in followed))
         linked = [(found[f.claim], f) for f in followed if f.claim in found and found[f.claim].tier.live]
     if shown_as is not None:
@@ -414,7 +414,9 @@ def context(
     if expand and block.chosen and (full or budget - block.spent < _SHORTEST_LINE):
         more = True  # the hits left no room: links are not followed, so what they would add is not counted
     elif expand and block.chosen:
-        followed = links.follow(conn, [c for c, _, _ in block.chosen], viewer=viewer)
+        # No more can be taken than the shortest lines the budget has left: reading stops there.
+        room = (budget - block.spent) // _SHORTEST_LINE
+        followed = links.follow(conn, [c for c, _, _ in block.chosen], viewer=viewer, want=room)
         # A link never widens what context may push: judged on the tier and pool read with the link.
         eligible = [f for f in followed if f.tier is Tier.TRUSTED or include_unverified or (f.private_to is not None and f.private_to == viewer)]
         for start in range(0, len(eligible), _LOAD_STEP):
