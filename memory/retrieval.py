@@ -406,8 +406,7 @@ def context(
         if taken and len(block.chosen) == taken:
             full = True
             break  # a whole step of lines too long for what is left: the budget is as full as it gets
-    direct = len(block.chosen)
-    left_out = len(candidates) - direct
+    left_out = len(candidates) - len(block.chosen)
     # The ranking stopped at its limit, or the loop before the end: more may match than were counted.
     more = len(candidates) >= limit or looked < len(candidates)
     linked_left_out = 0
@@ -417,6 +416,8 @@ def context(
         # No more can be taken than the shortest lines the budget has left: reading stops there.
         room = (budget - block.spent) // _SHORTEST_LINE
         followed = links.follow(conn, [c for c, _, _ in block.chosen], viewer=viewer, want=room)
+        if len(followed) >= room:
+            more = True  # reading stopped at what could fit: links beyond it were not counted
         # A link never widens what context may push: judged on the tier and pool read with the link.
         eligible = [f for f in followed if f.tier is Tier.TRUSTED or include_unverified or (f.private_to is not None and f.private_to == viewer)]
         for start in range(0, len(eligible), _LOAD_STEP):
@@ -443,7 +444,6 @@ def context(
             block.spent -= tokens(line) + 1
             if via is None:
                 left_out += 1
-                direct -= 1
             else:
                 linked_left_out += 1
             footer = left_out_line(left_out + linked_left_out, more)
@@ -458,7 +458,11 @@ def context(
     return {
         "block": "\n".join([frame[0], frame[1], *lines, frame[2]]),
         "claims": [
-            {"id": c.id, "kind": c.kind, "tier": c.tier.value, "text": c.text, **({"linked": {"from": v.came_from, "kind": v.kind, "link": v.link}} if v else {})}
+            {
+                "id": c.id, "kind": c.kind, "tier": c.tier.value, "text": c.text,
+                **({"private_to": c.private_to} if c.private_to is not None else {}),
+                **({"linked": {"from": v.came_from, "kind": v.kind, "link": v.link}} if v else {}),
+            }
             for c, _, v in block.chosen
         ],
         "tokens": block.spent,
