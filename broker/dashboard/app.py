@@ -476,7 +476,7 @@ class DashboardApp(App[None]):
         tier = self.main.query_one("#tier", Select).value
         search = self.main.query_one("#search", Input).value
         shown = model.claim_rows(self.claims or [], tier=None if tier == "all" else str(tier), search=search)
-        self._show("claims", [(str(c["id"]), _texts(c["id"], c["tier"], c["kind"], c["author"], model.witnesses(c), model.used(c), " ".join(c["text"].split()))) for c in shown])
+        self._show("claims", [(str(c["id"]), _texts(c["id"], c["tier"], c["kind"], c["author"], model.witnesses(c), model.uses(c), " ".join(c["text"].split()))) for c in shown])
 
     def render_claim_detail(self) -> None:
         if self._shutting_down():

@@ -301,12 +301,20 @@ def witnesses(claim: Mapping[str, Any]) -> str:
     return "none" if not total else f"{total}, {counted} counted"
 
 
+def _uses(claim: Mapping[str, Any]) -> tuple[int, int]:
+    usage = claim.get("usage") or {}
+    return int((usage.get("context") or {}).get("count", 0)), int((usage.get("recall") or {}).get("count", 0))
+
+
 def used(claim: Mapping[str, Any]) -> str:
     """How much the team used a claim (``memory``'s ``usage``): pushed in context, found directly by recall."""
-    usage = claim.get("usage") or {}
-    pushed = int((usage.get("context") or {}).get("count", 0))
-    found = int((usage.get("recall") or {}).get("count", 0))
+    pushed, found = _uses(claim)
     return "never" if not pushed and not found else f"{pushed} pushed, {found} found"
+
+
+def uses(claim: Mapping[str, Any]) -> str:
+    """The claims table's ``used`` cell: every use, pushes and direct hits together (the biography splits them)."""
+    return str(sum(_uses(claim)))
 
 
 _REASONS: Final = {
