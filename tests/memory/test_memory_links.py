@@ -153,3 +153,5 @@ def test_link_and_expand_from_the_command_line(run: Run) -> None:
     assert block.returncode == 0 and f"[TRUSTED] [linked] #{a} " in block.stdout
     bad = run.cli("memory", "link", str(a), str(b), "--kind", "causes")
     assert bad.returncode != 0 and "kind must be one of" in bad.stderr
+    checked = run.op("memory.verify")  # every link above is a keyed event; nothing else moved
+    assert checked["ok"], checked["problems"]

@@ -139,3 +139,6 @@ def test_sharing_by_the_author_or_the_operator_starts_an_unverified_shared_claim
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["private_to"] is None
     assert other in {c["id"] for c in run.puppet("bob").call("memory.recall", query="kiwi exporter zstd")}
+    # Every private claim, share and link above left the store consistent with its keyed log.
+    checked = run.op("memory.verify")
+    assert checked["ok"], checked["problems"]

@@ -73,6 +73,8 @@ def test_pushes_inside_the_budget_and_direct_recall_hits_are_counted_with_their_
     assert exported["id"] == hit and exported["usage"] == u
     shown = run.cli("memory", "show", str(hit))
     assert "used: pushed in context 1 time" in shown.stdout and "found by recall 1 time" in shown.stdout
+    markdown = run.cli("memory", "export", "--format", "markdown")
+    assert markdown.returncode == 0 and "- used: pushed in context 1 time" in markdown.stdout, markdown.stderr
 
 
 def test_a_claim_left_out_of_the_budget_is_not_counted_as_pushed(run: Run) -> None:
