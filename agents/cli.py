@@ -105,6 +105,7 @@ def agent_launch(
     directory: Annotated[Path, typer.Option("--dir", help="Where this spawn's generated files go.")],
     command: Annotated[List[str], typer.Argument(help="The agent's binary and extra arguments, after --.")],
     prompt: Annotated[Optional[str], typer.Option("--prompt", help="The task.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="The model, passed with the binary's own flag.")] = None,
 ) -> None:
     """Run by the supervisor for a preset agent: write its config, fetch its context, exec it."""
     from broker.client import BrokerUnavailable, NoIdentityError
@@ -116,7 +117,7 @@ def agent_launch(
     if not command:
         die("agent-launch: no command to run after --", EXIT_USAGE)
     try:
-        launch(LaunchPlan(preset=preset, directory=directory, command=tuple(command), prompt=prompt))
+        launch(LaunchPlan(preset=preset, directory=directory, command=tuple(command), prompt=prompt, model=model))
     except (NoIdentityError, BrokerUnavailable) as exc:
         die(f"agent-launch: {exc}", EXIT_NO_BROKER)
     except ConclaveError as exc:

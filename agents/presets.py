@@ -41,12 +41,12 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, final
 import attrs
 
 from broker.entry import conclave_argv
-from broker.spec import SandboxNeeds, SpecError, check_command
+from broker.spec import Probe, SandboxNeeds, SpecError, check_command
 
 if TYPE_CHECKING:
     from broker.identity import Principal
     from broker.paths import StatePaths
-    from broker.spec import AgentSpec
+    from broker.spec import AgentSpec, OutputDecoder
 
 #: preset -> the binary it runs when the team entry gives no command.
 BINARIES: Final = {"claude-code": "claude", "codex": "codex", "aider": "aider"}
@@ -76,6 +76,13 @@ class AgentPreset:
         """
         if self.name != "command" and not (spec.prompt and spec.prompt.strip()):
             raise SpecError(f'preset {self.name!r} needs the task as prompt = "..."')
+        if spec.limits.max_cost_usd is not None and self.name != "claude-code":
+            raise SpecError(
+                f"max_cost_usd cannot be enforced on preset {self.name!r}: its binary reports tokens, not what they cost; "
+                "use max_tokens (and max_cost_usd on claude-code agents, or for the run)"
+            )
+        if self.name == "command" and spec.model and "{model}" not in " ".join(spec.command):
+            raise SpecError('preset "command" passes model only where its command says {model}; add it, or drop model')
         if not check_commands:
             return
         command = list(spec.command) or [BINARIES[self.name]]
@@ -91,6 +98,18 @@ class AgentPreset:
 
     def command(self, spec: AgentSpec, paths: StatePaths, principal: Principal) -> list[str]:
         return prepare(spec, paths, principal)
+
+    def decoder(self, spec: AgentSpec) -> OutputDecoder | None:
+        """Claude Code's stream-json and Codex's ``--json`` carry usage; the others print text."""
+        from agents.streams import ClaudeStream, CodexStream
+
+        return {"claude-code": ClaudeStream, "codex": CodexStream}.get(self.name, lambda: None)()
+
+    def probe(self, spec: AgentSpec, environ: dict[str, str]) -> Probe | None:
+        """What ``conclave run`` checks before this agent starts (agents.preflight)."""
+        from agents.preflight import probe
+
+        return probe(self.name, spec, environ)
 
     def sandbox_needs(self, spec: AgentSpec) -> SandboxNeeds:
         """Read access to where the binary is installed (an npm tree may live anywhere).
@@ -126,6 +145,8 @@ def prepare(spec: AgentSpec, paths: StatePaths, principal: Principal) -> list[st
     command = conclave_argv("agent-launch", "--preset", spec.preset or "", "--dir", str(agent_dir(paths, principal)))
     if spec.prompt:
         command += ["--prompt", spec.prompt]
+    if spec.model:
+        command += ["--model", spec.model]
     return [*command, "--", *binary]
 
 
@@ -141,6 +162,7 @@ class LaunchPlan:
     directory: Path
     command: tuple[str, ...]
     prompt: str | None = None
+    model: str | None = None
 
 
 @final
@@ -217,16 +239,19 @@ def _argv(plan: LaunchPlan, prompt: str, files: dict[str, Path], server: dict[st
         # Claude Code writes its MCP server logs under $XDG_CACHE_HOME/claude-cli-nodejs.
         env["XDG_CACHE_HOME"] = str(_private_dir(plan.directory / "cache"))
         files["settings"] = _write(plan.directory / "settings.json", json.dumps(claude_settings(), indent=2))
-        return [binary, *claude_options(files["settings"], files["mcp_config"]), *extra, "--", prompt]
+        model = ["--model", plan.model] if plan.model else []
+        return [binary, *claude_options(files["settings"], files["mcp_config"]), *model, *extra, "--", prompt]
     if plan.preset == "codex":
         codex_home = _private_dir(plan.directory / "codex")
         env["CODEX_HOME"] = str(codex_home)
         files["codex_config"] = _write(codex_home / "config.toml", codex_toml(server))
-        return [binary, "exec", *codex_options(extra), *extra, "--", prompt]
+        return [binary, "exec", *codex_options(extra, model=plan.model), *extra, "--", prompt]
     if plan.preset == "aider":
         # aider speaks no MCP and would commit by itself before it could take the git lock.
-        return [binary, "--yes-always", "--no-auto-commits", "--message-file", str(files["prompt"]), *extra]
-    slots = {"{prompt}": prompt, "{prompt_file}": str(files["prompt"]), "{mcp_config}": str(files["mcp_config"]), "{agent_dir}": str(plan.directory)}
+        model = ["--model", plan.model] if plan.model else []
+        return [binary, "--yes-always", "--no-auto-commits", "--message-file", str(files["prompt"]), *model, *extra]
+    slots = {"{prompt}": prompt, "{prompt_file}": str(files["prompt"]), "{mcp_config}": str(files["mcp_config"]), "{agent_dir}": str(plan.directory),
+             "{model}": plan.model or ""}  # fmt: skip
     out = []
     for arg in plan.command:
         for slot, value in slots.items():
@@ -248,6 +273,10 @@ def claude_options(settings: Path, mcp_config: Path) -> list[str]:
       no agent plants a hook another agent runs.
     * ``--strict-mcp-config``: only conclave's MCP server, never a ``.mcp.json``
       an agent planted in the repository.
+    * ``--output-format stream-json --verbose``: one JSON event per line, with
+      each message's usage and the cost at the end; the broker reads it
+      (``agents.streams``) and writes readable lines to the log and the run
+      view (``-p`` wants ``--verbose`` with ``stream-json``).
     """
     return [
         "-p",
@@ -256,24 +285,29 @@ def claude_options(settings: Path, mcp_config: Path) -> list[str]:
         "--settings", str(settings),
         "--strict-mcp-config",
         "--mcp-config", str(mcp_config),
+        "--output-format", "stream-json", "--verbose",
     ]
 
 
 #: Codex's options under conclave: its own sandbox (bubblewrap) cannot run inside
 #: conclave's, and would keep shell commands from the broker's socket; the hooks
 #: conclave wrote into the per-agent CODEX_HOME run without Codex's interactive trust
-#: review (a repository's own .codex/ stays ignored: conclave never passes --trust).
-CODEX_OPTIONS: Final = ("-s", "danger-full-access", "--dangerously-bypass-hook-trust", "--strict-config")
+#: review (a repository's own .codex/ stays ignored: conclave never passes --trust);
+#: ``--json``: one JSON event per line, with each turn's token usage, which the broker
+#: reads (``agents.streams``) and turns into readable lines for the log and the run view.
+CODEX_OPTIONS: Final = ("-s", "danger-full-access", "--dangerously-bypass-hook-trust", "--strict-config", "--json")
 
 
-def codex_options(extra: list[str]) -> list[str]:
-    """:data:`CODEX_OPTIONS` less any the team file's extra arguments already give (Codex refuses
-    an option given twice: ``--sandbox`` "cannot be used multiple times")."""
+def codex_options(extra: list[str], *, model: str | None = None) -> list[str]:
+    """:data:`CODEX_OPTIONS` (and ``-m MODEL``) less any the team file's extra arguments already
+    give (Codex refuses an option given twice: ``--sandbox`` "cannot be used multiple times")."""
     given = {a.split("=", 1)[0] for a in extra}
     out: list[str] = []
     if not given & {"-s", "--sandbox", "--dangerously-bypass-approvals-and-sandbox"}:
         out += ["-s", "danger-full-access"]
     out += [flag for flag in CODEX_OPTIONS[2:] if flag not in given]
+    if model and not given & {"-m", "--model"}:
+        out += ["-m", model]
     return out
 
 

@@ -59,20 +59,33 @@ def run(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Show only the first line and the summary, not the agents' output and the run's events.")
     ] = False,
+    timeout: Annotated[Optional[str], typer.Option("--timeout", help='Stop the whole run after this long (seconds, or "90m", "8h").')] = None,
+    idle_timeout: Annotated[
+        Optional[str], typer.Option("--idle-timeout", help="Stop the run when no agent has printed or called the broker for this long.")
+    ] = None,
+    max_cost_usd: Annotated[Optional[float], typer.Option("--max-cost-usd", help="Stop the run once its agents report spending more.")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="Stop the run once its agents report using more tokens.")] = None,
+    no_preflight: Annotated[
+        bool, typer.Option("--no-preflight", help="Skip the checks of binaries, keys and model endpoints before the first agent starts.")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Start the broker on the repository, spawn the team, run until every agent exits (or Ctrl-C).
 
-    Each agent's output is shown as it comes, prefixed with its name and
-    session, with spawns, exits, restarts, long lock waits and mail to you
-    (--quiet or --json: none of it; `conclave logs -f` shows it from another
-    terminal).  Exit codes: 0 every agent exited 0; 1 an agent failed
-    (nonzero exit, killed, gave up after restarts, could not start); 2 bad
-    usage (team file, not a git repository); 4 could not start (another
-    broker runs here); 5 stopped by `conclave stop`; 129 SIGHUP (the
-    terminal closed); 130 Ctrl-C; 131 SIGQUIT; 143 SIGTERM.  Each of those
-    signals stops the run like Ctrl-C: every agent stopped, the summary
-    printed (and kept in the run journal), the guard hooks removed.
+    Before the first agent starts, every preset agent is checked (its
+    binary and version, its key, its model endpoint: `conclave team check
+    --online` runs the same checks).  Each agent's output is shown as it
+    comes, prefixed with its name and session, with spawns, exits,
+    restarts, long lock waits, usage and mail to you (--quiet or --json:
+    none of it; `conclave logs -f` shows it from another terminal).  Exit
+    codes: 0 every agent exited 0; 1 an agent failed (nonzero exit, killed,
+    timed out, over budget, gave up after restarts, could not start); 2 bad
+    usage (team file, not a git repository, a preflight problem); 4 could
+    not start (another broker runs here); 5 stopped by `conclave stop`; 6
+    the run's own timeout, idle timeout or budget stopped it; 129 SIGHUP
+    (the terminal closed); 130 Ctrl-C; 131 SIGQUIT; 143 SIGTERM.  Each of
+    those signals stops the run like Ctrl-C: every agent stopped, the
+    summary printed (and kept in the run journal), the guard hooks removed.
     """
     import logging
 
@@ -107,6 +120,9 @@ def run(
             sandbox_box.check_allowances(agent.name, (*agent.allow_read, *agent.allow_write), paths.state)
     except ValueError as exc:
         die(str(exc), EXIT_USAGE)
+    run_limits = _run_limits(team_spec.run_limits, timeout, idle_timeout, max_cost_usd, max_tokens)
+    if not no_preflight:
+        _preflight(team_spec, json_out)
     paths.ensure()
     logging.basicConfig(filename=paths.logs / "broker.log", level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     watch = not (quiet or json_out)
@@ -129,7 +145,7 @@ def run(
         summary = trio.run(
             lambda: run_broker(
                 paths, team_spec, features=composition.features(), machine=machine, grace=grace,
-                terminal=sys.stdout.fileno() if watch else None, colour=watch and _colour(),
+                terminal=sys.stdout.fileno() if watch else None, colour=watch and _colour(), limits=run_limits,
             )
         )  # fmt: skip
     except (BrokerAlreadyRunning, StateError) as exc:
@@ -152,6 +168,41 @@ def run(
     except OSError:
         _nothing_to_print_to()
     raise typer.Exit(summary.exit_code)
+
+
+def _run_limits(team: Any, timeout: str | None, idle: str | None, cost: float | None, tokens: int | None) -> Any:
+    """The run's limits: the team file's ``[run]``, with the command line's flags over it."""
+    from broker.limits import LimitError, Limits
+
+    given = {k: v for k, v in (("timeout", timeout), ("idle_timeout", idle), ("max_cost_usd", cost), ("max_tokens", tokens)) if v is not None}
+    try:
+        return Limits.parse(given, "conclave run").over(team)
+    except LimitError as exc:
+        die(str(exc).replace("idle_timeout", "--idle-timeout").replace("timeout =", "--timeout"), EXIT_USAGE)
+
+
+def _preflight(team: Any, json_out: bool, *, online: bool = True) -> Any:
+    """Check every preset agent's binary, key and endpoint; exit 2 naming each problem, say each warning."""
+    from broker import preflight
+    from broker.supervisor import agent_environment
+
+    report = preflight.check(team.agents, team.presets, agent_environment)
+    for warning in report.warnings:
+        if not json_out:
+            sys.stderr.write(f"conclave: preflight: warning: {warning.line()}\n")
+    if report.problems:
+        count = len(report.problems)
+        head = f"preflight found {count} problem(s); no agent was started"
+        fix = "fix each, then run again (`conclave team check --online` checks without starting anything)"
+        if json_out:
+            die(head, EXIT_USAGE, error="preflight", fix=fix,
+                details={"problems": [f.as_dict() for f in report.problems], "warnings": [f.as_dict() for f in report.warnings]})  # fmt: skip
+        from broker.literal import visible
+
+        lines = "".join(f"preflight: {visible(f.line())}\n" for f in report.problems)
+        sys.stderr.write(f"conclave: {head}; {fix}:\n{lines}")
+        raise typer.Exit(EXIT_USAGE)
+    return report
 
 
 def _nothing_to_print_to() -> None:
@@ -201,18 +252,29 @@ def _summary_json(summary: Any) -> dict[str, Any]:
         "exit_code": summary.exit_code,
         "failed": [f"{o.agent}:{o.session}" for o in summary.failed],
         "agents": [attrs.asdict(o) for o in summary.outcomes],
+        "usage": summary.usage,
     }
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
-    rows = [(f"{o['agent']}:{o['session']}", o["parent"] or "-", _outcome_words(o), Path(o["log"]).name) for o in summary["agents"]]
-    table(f"run {summary['run']} summary", ["principal", "parent", "status", "log"], rows)
-    how = f"stopped by {summary['stopped_by']}" if summary["stopped_by"] else "every agent has exited"
-    failed = f"; {len(summary['failed'])} failed: {', '.join(summary['failed'])}" if summary["failed"] else ""
-    say(f"{how}{failed}; exit code {summary['exit_code']}")
+    rows = [(f"{o['agent']}:{o['session']}", o["parent"] or "-", _outcome_words(o), _usage_words(o.get("usage")), Path(o["log"]).name) for o in summary["agents"]]
+    table(f"run {summary['run']} summary", ["principal", "parent", "status", "usage", "log"], rows)
+    # What happened during the run comes first; how it ended is the last line.
     for o in summary["agents"]:
         if o.get("leftovers"):
             say(f"{o['agent']}:{o['session']} left {o['leftovers']} process(es) behind; killed at its exit")
+    if summary.get("usage"):
+        say(f"usage reported by the agents: {_usage_words(summary['usage'])}")
+    how = f"stopped by {summary['stopped_by']}" if summary["stopped_by"] else "every agent has exited"
+    failed = f"; {len(summary['failed'])} failed: {', '.join(summary['failed'])}" if summary["failed"] else ""
+    say(f"{how}{failed}; exit code {summary['exit_code']}")
+
+
+def _usage_words(usage: dict[str, Any] | None) -> str:
+    if not usage:
+        return "-"
+    cost = f", ${usage['cost_usd']:.4f}" if usage.get("cost_usd") is not None else ""
+    return f"{usage['tokens']:,} tokens{cost}"
 
 
 def _outcome_words(o: dict[str, Any]) -> str:
@@ -252,9 +314,23 @@ def logs(
             die(f"no run has been recorded in {paths.logs} yet (conclave run --team TEAM.toml starts one; -f waits for it)", EXIT_NO_BROKER)
         if not json_out:
             say(f"waiting for a run to start on {paths.state}; Ctrl-C stops")
-        while not found:
-            time.sleep(0.2)
-            found = journals(paths.logs)
+        try:
+            while not found:
+                time.sleep(0.2)
+                found = journals(paths.logs)
+        except KeyboardInterrupt:
+            raise typer.Exit(0) from None
+    if run_number is None and follow and _run_over(paths, max(found)):
+        # Started before a run: follow the run that starts next, not the one that has ended.
+        latest = max(found)
+        if not json_out:
+            say(f"run {latest} has ended (conclave logs --run {latest} shows it); waiting for the next run to start on {paths.state}; Ctrl-C stops")
+        try:
+            while max(found) <= latest:
+                time.sleep(0.2)
+                found = journals(paths.logs)
+        except KeyboardInterrupt:
+            raise typer.Exit(0) from None
     if run_number is None:
         run_number = max(found)
     elif run_number not in found:
@@ -280,6 +356,15 @@ def logs(
         reader.close()
 
 
+def _run_over(paths: Any, run: int) -> bool:
+    """Has run ``run`` ended: its journal says so, or no broker holds the store any more (it was killed)?"""
+    from broker.paths import lock_holder
+    from broker.runlog import journal_path, read_journal
+
+    notices, _ = read_journal(journal_path(paths.logs, run))
+    return any(n.kind == "end" for n in notices) or lock_holder(paths.database) is None
+
+
 def _agent_named(wanted: str, name: str) -> bool:
     base = wanted.partition(":")[0]
     return name == base or name.startswith(base + "/")
@@ -291,7 +376,7 @@ def _log_entry(entry: tuple[str, Any]) -> dict[str, Any]:
     who, what = entry
     if who == "notice":
         return {"type": "notice", **attrs.asdict(what)}
-    return {"type": "output", "principal": who, "text": what}
+    return {"type": "output", "principal": who, "text": what.text, **({"cut": True} if what.cut else {})}
 
 
 def _show_log_entries(entries: list[tuple[str, Any]], renderer: Any, json_out: bool) -> None:
@@ -300,7 +385,7 @@ def _show_log_entries(entries: list[tuple[str, Any]], renderer: Any, json_out: b
     if json_out:
         out = "".join(json.dumps(_log_entry(e), separators=(",", ":")) + "\n" for e in entries)
     else:
-        out = "".join(renderer.notice(what) if who == "notice" else renderer.output(who, what) for who, what in entries)
+        out = "".join(renderer.notice(what) if who == "notice" else renderer.output(who, what.text, cut=what.cut) for who, what in entries)
     if out:
         sys.stdout.write(out)
         sys.stdout.flush()
@@ -313,13 +398,18 @@ app.add_typer(team_app, name="team")
 @team_app.command("check")
 def team_check(
     file: Annotated[Path, typer.Argument(help="The team file (TOML).")],
+    online: Annotated[
+        bool, typer.Option("--online", help="Also run `conclave run`'s preflight: each preset agent's binary version, key and model endpoint.")
+    ] = False,
     json_out: JsonOpt = False,
     repo: RepoOpt = None,
     state_dir: StateOpt = None,
 ) -> None:
-    """Validate a team file as `conclave run` would (names, commands, cwd, presets, slots, policy); run nothing.
+    """Validate a team file as `conclave run` would (names, commands, cwd, presets, slots, policy, limits); run nothing.
 
-    Exit 0 when it is valid, 2 with what to fix when it is not.
+    With --online, also the checks `conclave run` makes before the first
+    agent starts: binaries and their versions, keys, model endpoints.  Exit
+    0 when it is valid (warnings are said), 2 with what to fix when it is not.
     """
     from broker import composition
     from broker.paths import git_toplevel
@@ -331,6 +421,7 @@ def team_check(
         team_spec = load(file, repo=paths.repo, rules=composition.team_rules())
     except TeamError as exc:
         die(str(exc), EXIT_USAGE)
+    checked = _preflight(team_spec, json_out) if online else None
     report = {
         "ok": True,
         "file": str(file),
@@ -338,12 +429,15 @@ def team_check(
         "repo_is_git": git_toplevel(paths.repo) is not None,
         "agents": [
             {"name": a.name, "command": list(a.command), "preset": a.preset, "cwd": a.cwd, "restart": a.restart,
-             "max_restarts": a.max_restarts, "may_spawn": a.may_spawn, "env": sorted(a.env)}
+             "max_restarts": a.max_restarts, "may_spawn": a.may_spawn, "env": sorted(a.env), "model": a.model,
+             "limits": a.limits.as_dict(), "log_cap": a.log_cap}
             for a in team_spec.agents
         ],
+        "run_limits": team_spec.run_limits.as_dict(),
         "slots": list(team_spec.slots),
         "policy": team_spec.policy,
         "memory": team_spec.memory,
+        "preflight": checked.as_dict() if checked is not None else None,
     }  # fmt: skip
 
     def human(r: dict[str, Any]) -> None:
@@ -358,6 +452,15 @@ def team_check(
             say("slots: " + ", ".join(f"slot://{x.get('name')}" for x in r["slots"]))
         if r["policy"]:
             say("policy: " + ", ".join(f"{k} = {v}" for k, v in r["policy"].items()))
+        limited = [(a["name"], ", ".join(f"{k} = {v}" for k, v in a["limits"].items())) for a in r["agents"] if a["limits"]]
+        for name, text in limited:
+            say(f"limits: {name}: {text}")
+        if r["run_limits"]:
+            say("run limits: " + ", ".join(f"{k} = {v}" for k, v in r["run_limits"].items()))
+        if r["preflight"] is not None:
+            for name, seen in r["preflight"]["agents"].items():
+                say(f"preflight: {name}: " + ", ".join(f"{k} {v}" for k, v in seen.items() if v is not None))
+            say(f"preflight: every check passed in {r['preflight']['seconds']:.1f} s" + (f" ({len(r['preflight']['warnings'])} warning(s) above)" if r["preflight"]["warnings"] else ""))
         say(f"ok: {r['file']} is valid for {r['repo']}")
         if not r["repo_is_git"]:
             say(f"note: {r['repo']} is not a git repository; conclave run will refuse it until you run `git init` there")

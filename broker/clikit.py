@@ -66,7 +66,7 @@ class Target:
 _EXIT_CODES = {EXIT_REFUSED: "refused", EXIT_USAGE: "usage", EXIT_NO_BROKER: "no_broker"}
 
 
-def die(message: str, code: int = EXIT_REFUSED, *, error: str | None = None, fix: str | None = None) -> NoReturn:
+def die(message: str, code: int = EXIT_REFUSED, *, error: str | None = None, fix: str | None = None, details: dict[str, Any] | None = None) -> NoReturn:
     """Say what went wrong on stderr and exit ``code``.
 
     A sentence for people; with ``--json`` on the command line, one JSON object
@@ -81,7 +81,7 @@ def die(message: str, code: int = EXIT_REFUSED, *, error: str | None = None, fix
             message = message.removesuffix(f" [{error}]")
         if fix is None and "; " in message:
             message, fix = message.rsplit("; ", 1)
-        body = {"code": error or _EXIT_CODES.get(code, "failed"), "message": message, "fix": fix, "exit": code}
+        body = {"code": error or _EXIT_CODES.get(code, "failed"), "message": message, "fix": fix, "exit": code, **(details or {})}
         sys.stderr.write(json.dumps({"error": body}) + "\n")
         raise typer.Exit(code)
     # A refusal may quote what an agent wrote (a resource, a reason): literally.

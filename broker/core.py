@@ -24,6 +24,7 @@ import attrs
 import trio
 
 from broker.identity import PeerCredentials, Principal
+from broker.limits import Activity
 from broker.optable import OpSpec, OpTable
 from broker.paths import ENV_STORE_URL, StatePaths, StateError
 from broker.registry import PrincipalRegistry
@@ -140,6 +141,8 @@ class BrokerCore:
         self.ops: dict[str, OpSpec] = {}
         self.extensions: dict[str, Any] = {}
         self.supervisor: AgentSupervisor | None = None
+        #: When each trust domain last printed or called (the idle timers read it).
+        self.activity = Activity()
         self._ended: list[EndedListener] = []
         self._closed: list[ConnectionListener] = []
         self._settlers: list[Callable[[], Awaitable[None]]] = []

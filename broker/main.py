@@ -2,11 +2,13 @@
 
 One root nursery holds the store owner, every feature's owner task, the wire
 server, the orphan reaper and the supervisor.  The run ends when every agent
-has exited, or on the operator's ``broker.stop``, or on a signal: SIGINT
-(Ctrl-C), SIGTERM (``kill``), SIGHUP (the terminal closed) and SIGQUIT all
-stop it the same way -- every agent terminated, the summary written to the
-run journal (and shown, if the terminal is still there), the guard hooks
-removed -- and each has its own exit code (:data:`EXIT_SIGNALLED`).
+has exited, or on the operator's ``broker.stop``, or when the run's own
+timeout, idle timeout or budget runs out (``conclave run --timeout``,
+``[run]``), or on a signal: SIGINT (Ctrl-C), SIGTERM (``kill``), SIGHUP (the
+terminal closed) and SIGQUIT.  Each stops it the same way -- every agent
+terminated, the summary written to the run journal (and shown, if the
+terminal is still there), the guard hooks removed -- and each has its own
+exit code (:data:`EXIT_SIGNALLED`, :data:`EXIT_RUN_LIMIT`).
 
 A broker killed outright (SIGKILL, the OOM killer) runs none of that.  Its
 agents' launchers see their lifeline end and end their agents; and the
@@ -20,7 +22,7 @@ import logging
 import os
 import signal
 from pathlib import Path
-from typing import Callable, ContextManager, Final, Sequence, final
+from typing import Any, Callable, ContextManager, Final, Sequence, final
 
 import attrs
 import trio
@@ -28,6 +30,7 @@ import trio
 from broker import paths as paths_mod
 from broker.core import BrokerCore, Feature, open_core
 from broker.identity import make_child_subreaper
+from broker.limits import Limits, words
 from broker.output import EXTENSION as VIEW, RunView, Terminal
 from broker.paths import BrokerAlreadyRunning, StatePaths
 from broker.sandbox import sweep
@@ -47,6 +50,9 @@ EXIT_OK: Final = 0
 EXIT_AGENT_FAILED: Final = 1
 EXIT_NOT_STARTED: Final = 4
 EXIT_STOPPED_BY_OPERATOR: Final = 5
+#: The run's own timeout, idle timeout or budget stopped it.
+EXIT_RUN_LIMIT: Final = 6
+RUN_LIMITS: Final = ("timeout", "idle", "budget")
 #: The signals that stop a run, and its exit code for each (128 + the signal's number, as a shell reports it).
 STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 EXIT_SIGNALLED: Final = {sig.name: 128 + sig for sig in STOP_SIGNALS}
@@ -58,8 +64,10 @@ class RunSummary:
     started_at: str
     ended_at: str
     outcomes: tuple[AgentOutcome, ...]
-    stopped_by: str | None  # "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "operator", or None when the team finished
+    stopped_by: str | None  # "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "operator", "timeout", "idle", "budget", or None when the team finished
     run: int = 0  # the run's number on this state directory (run-N.jsonl, conclave agents --run N)
+    #: What the agents' binaries reported using, all together (None when none reports usage).
+    usage: dict[str, Any] | None = None
 
     @property
     def failed(self) -> tuple[AgentOutcome, ...]:
@@ -70,10 +78,12 @@ class RunSummary:
     def exit_code(self) -> int:
         """0 when the team finished and no agent failed; 1 when one failed; 128 + the signal's
         number when a signal stopped the run (129 SIGHUP, 130 SIGINT, 131 SIGQUIT, 143 SIGTERM);
-        5 when the operator did.  A stopped run's code wins: it
-        did not finish, whatever its agents did."""
+        5 when the operator did; 6 when the run's own timeout, idle timeout or budget did.  A
+        stopped run's code wins: it did not finish, whatever its agents did."""
         if self.stopped_by in EXIT_SIGNALLED:
             return EXIT_SIGNALLED[self.stopped_by]
+        if self.stopped_by in RUN_LIMITS:
+            return EXIT_RUN_LIMIT
         if self.stopped_by is not None:
             return EXIT_STOPPED_BY_OPERATOR
         return EXIT_AGENT_FAILED if self.failed else EXIT_OK
@@ -94,12 +104,14 @@ async def run_broker(
     on_ready: Callable[[BrokerCore], None] | None = None,
     terminal: int | None = None,
     colour: bool = False,
+    limits: Limits = Limits(),
 ) -> RunSummary:
     """Run a broker for ``team`` until every agent exits or it is stopped.
 
     ``terminal`` is the file descriptor the run is shown on (agents' output
     and the run's events, see :mod:`broker.output`), or None to show nothing
     (``--quiet``, ``--json``); the run journal is written either way.
+    ``limits`` are the run's own (``--timeout``, ``[run]``).
     """
     with broker_lock(paths):
         if not make_child_subreaper():
@@ -125,7 +137,9 @@ async def run_broker(
                     view.note("leftovers", left.line())
                     if terminal is None:
                         _say_on_stderr(f"conclave: {left.line()}")
-                supervisor = Supervisor(core, socket_path=socket_path, machine=machine, grace=grace, view=view, ledger=ledger, agent_nofile=nofile)
+                supervisor = Supervisor(
+                    core, socket_path=socket_path, machine=machine, grace=grace, view=view, run_limits=limits, ledger=ledger, agent_nofile=nofile
+                )
                 core.supervisor = supervisor
                 try:
                     async with trio.open_nursery() as nursery:
@@ -135,13 +149,16 @@ async def run_broker(
                         view.started(paths.repo, [a.name for a in team.agents])
                         run_scope = trio.CancelScope()
 
-                        def stop(reason: str = "operator") -> None:
+                        def stop(reason: str = "operator", why: str | None = None) -> None:
                             stopped_by.append(reason)
-                            view.stopping(reason, len(supervisor.known_pids), grace)
+                            view.stopping(why or reason, len(supervisor.known_pids), grace)
                             run_scope.cancel()
 
                         core.extensions["stop"] = stop
+                        supervisor.on_run_budget = lambda why: stop("budget", f"the run is {why}")
                         nursery.start_soon(_watch_signals, stop)
+                        if limits.timeout is not None or limits.idle_timeout is not None:
+                            nursery.start_soon(_watch_run_time, core, limits, stop)
                         if on_ready is not None:
                             on_ready(core)
                         with run_scope:
@@ -172,6 +189,7 @@ def _summary(core: BrokerCore, supervisor: Supervisor, stopped_by: list[str], ru
         outcomes=tuple(supervisor.outcomes),
         stopped_by=stopped_by[0] if stopped_by else None,
         run=run_number,
+        usage=supervisor.meter.run().as_dict() if supervisor.meter.by_principal else None,
     )
 
 
@@ -192,6 +210,21 @@ async def _watch_signals(stop: Callable[[str], None]) -> None:
     with trio.open_signal_receiver(*STOP_SIGNALS) as received:
         async for signum in received:
             stop(signal.Signals(signum).name)
+
+
+async def _watch_run_time(core: BrokerCore, limits: Limits, stop: Callable[[str, str], None]) -> None:
+    """Stop the run when its ``timeout`` runs out, or when every agent has been idle for ``idle_timeout``."""
+    start = trio.current_time()
+    while True:
+        now = trio.current_time()
+        if limits.timeout is not None and now - start >= limits.timeout:
+            stop("timeout", f"the run timed out (timeout = {words(limits.timeout)})")
+            return
+        quiet = core.activity.quiet_since(start)
+        if limits.idle_timeout is not None and quiet is not None and now - quiet >= limits.idle_timeout:
+            stop("idle", f"the run was idle: no agent printed or called the broker for idle_timeout = {words(limits.idle_timeout)}")
+            return
+        await trio.sleep(min(1.0, limits.idle_timeout or 1.0, limits.timeout or 1.0) / 4)
 
 
 async def _reap_orphans(supervisor: Supervisor) -> None:

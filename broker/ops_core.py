@@ -72,9 +72,11 @@ async def agents(call: Call, args: AgentsArgs) -> list[dict[str, Any]]:
                 "FROM principals ORDER BY started_at"
             )
         )
-        return found, rows
+        # What each principal's binary last reported using (agent.usage; the exit event repeats it).
+        usage = {subject: json.loads(payload) for subject, payload in conn.execute("SELECT subject, payload FROM events WHERE kind = 'agent.usage' ORDER BY seq")}
+        return found, rows, usage
 
-    found, rows = await call.core.store.call(read)
+    found, rows, usage = await call.core.store.call(read)
     if args.run is not None and not any(r.number == args.run for r in found):
         known = f"1 to {len(found)}" if found else "none yet"
         raise ConclaveError(ErrorCode.NOT_FOUND, f"agents: no run {args.run} on this state directory (runs: {known})")
@@ -106,6 +108,7 @@ async def agents(call: Call, args: AgentsArgs) -> list[dict[str, Any]]:
                 "live": key in live,
                 "run": run,
                 "pruned": run in pruned,
+                "usage": usage.get(key),
             }
         )
     return out

@@ -1,35 +1,42 @@
 """The run as it happens: what ``conclave run`` shows, and the journal it keeps.
 
 The broker's side of the operator's view (the files and how they read are
-:mod:`broker.runlog`).  :class:`RunView` is told by the supervisor when an
-agent starts and ends, by the mail feature when mail reaches the operator,
-and by ``run_broker`` when the run is stopping; it watches the lock table's
-wait line itself.  Each of those becomes a line in the run journal
-(``logs/run-<N>.jsonl``, written whether or not anyone watches) and, unless
-the run is quiet, a line on the terminal among the agents' own output.
+:mod:`broker.runlog`).  :class:`RunView` is handed every line an agent
+prints by the supervisor (which reads the agents' pipes and writes their
+logs, :mod:`broker.capture`), told when an agent starts and ends, by the
+mail feature when mail reaches the operator, and by ``run_broker`` when the
+run is stopping; it watches the lock table's wait line itself.  Each event
+becomes a line in the run journal (``logs/run-<N>.jsonl``, written whether
+or not anyone watches) and, unless the run is quiet, a line among the
+agents' own output.
 
-Two promises shape it:
+Three promises shape it:
 
-* **The logs are always complete.**  Agents write their log files
-  themselves; the view only reads them (a tail per live principal, every
-  :data:`TICK` seconds), so nothing the view does -- or fails to do -- can
-  lose a byte of them.
-* **The broker never waits on the terminal.**  Lines go into a bounded
-  buffer (:class:`Terminal`); a worker thread writes them out.  A terminal
-  that falls behind (a slow link, Ctrl-S) loses lines from the *view* only,
-  and a line says how many and where they still are.
+* **The logs are always complete.**  The broker writes each agent's log
+  before the line reaches the view, so nothing the view does -- or fails to
+  do -- loses a byte of them (past the log's cap, what is dropped is
+  counted and reported: :mod:`broker.capture`).
+* **To a file or a pipe, nothing is dropped.**  When stdout is not a
+  terminal (a file, ``| tee``, CI) every line and every event is written, in
+  order; when the writer falls behind, the agents' lines wait for it (and
+  so, through their pipes, do the agents) -- never the broker's own work.
+* **On a terminal the broker never waits.**  Agents' lines go into a
+  bounded buffer written by a worker thread; a terminal that falls behind
+  (a slow link, Ctrl-S) loses agents' lines from the *view* only, never the
+  broker's events, and a line says how many and where the full record is.
 """
 
 from __future__ import annotations
 
 import os
+from collections import deque
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 import trio
 
-from broker.runlog import LogTail, Notice, Renderer, journal_path
+from broker.runlog import Notice, Renderer, journal_path
 from store import events
 
 if TYPE_CHECKING:
@@ -37,16 +44,14 @@ if TYPE_CHECKING:
 
 #: The key of the view in ``core.extensions``.
 EXTENSION: Final = "view"
-#: Seconds between reads of the agents' logs.
-TICK: Final = 0.1
 #: A lock wait is announced once it has lasted this long.
 LOCK_WAIT_NOTICE: Final = 3.0
 #: Seconds between looks at the lock table's wait line.
 LOCK_LOOK: Final = 1.0
-#: Lines the terminal may fall behind before lines are dropped from the view.
+#: Agents' lines the writer may fall behind before a terminal sheds them (or, to a file, the agents wait).
 CAPACITY: Final = 5000
-#: Bytes read from one log per tick (the rest waits for the next tick).
-READ_PER_TICK: Final = 1 << 18
+#: Lines handed to the writer thread at once.
+BATCH: Final = CAPACITY
 #: How each way of stopping a run reads (``RunSummary.stopped_by`` is the key).
 STOP_WORDS: Final = {
     "SIGINT": "Ctrl-C (SIGINT)",
@@ -75,54 +80,90 @@ def view_of(core: BrokerCore) -> RunView | None:
 
 @final
 class Terminal:
-    """A terminal the broker writes to without ever waiting on it.
+    """Where the run is shown: a terminal (sheds agents' lines under pressure) or a file or
+    pipe (drops nothing, and makes agents' lines wait for room).
 
-    :meth:`put` never blocks: past :data:`CAPACITY` pending lines it drops
-    the line and counts it.  :meth:`run` hands batches to a worker thread,
-    which may block on the terminal as long as it likes.
+    :meth:`notice` queues a broker event and never blocks or drops;
+    :meth:`output` queues an agent's line, waiting for room when nothing may
+    be shed.  :meth:`run` hands batches, in order, to a worker thread, which
+    may block on the descriptor as long as it likes.
     """
 
-    def __init__(self, fd: int, *, capacity: int = CAPACITY) -> None:
+    def __init__(self, fd: int, *, capacity: int = CAPACITY, shed: bool | None = None) -> None:
         self.fd = fd
-        self._send, self._receive = trio.open_memory_channel[str](capacity)
+        self.capacity = capacity
+        #: A terminal may shed agents' lines; a file or a pipe never does.
+        self.shed = os.isatty(fd) if shed is None else shed
+        self._lines: deque[tuple[bool, str]] = deque()
+        self._outputs = 0
+        self._has_lines = trio.lowlevel.ParkingLot()
+        self._has_room = trio.lowlevel.ParkingLot()
+        self._closed = False
+        #: Agents' lines shed since the last line that said so, and in all.
         self.dropped = 0
+        self.dropped_total = 0
         self.broken = False
+        #: Said in the line that reports shed lines: where the full record is.
+        self.record = "conclave logs"
 
     @property
     def full(self) -> bool:
-        return self._send.statistics().current_buffer_used >= self._send.statistics().max_buffer_size
+        return self._outputs >= self.capacity
 
-    def put(self, line: str) -> None:
-        if self.broken:
+    def notice(self, line: str) -> None:
+        """A broker event: always queued, in order."""
+        if self.broken or self._closed:
             return
-        try:
-            self._send.send_nowait(line)
-        except trio.WouldBlock:
-            self.dropped += 1
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass
+        self._lines.append((False, line))
+        self._has_lines.unpark_all()
+
+    async def output(self, line: str) -> None:
+        """An agent's line: shed on a terminal that fell behind; elsewhere wait for room."""
+        if self.broken or self._closed:
+            return
+        while self._outputs >= self.capacity:
+            if self.shed:
+                self.dropped += 1
+                self.dropped_total += 1
+                return
+            await self._has_room.park()
+            if self.broken or self._closed:
+                return
+        self._lines.append((True, line))
+        self._outputs += 1
+        if self._has_lines:  # the writer waits for lines (waking nobody costs more than the line)
+            self._has_lines.unpark_all()
 
     def close(self) -> None:
         """No more lines: :meth:`run` returns once the pending ones are written."""
-        self._send.close()
+        self._closed = True
+        self._has_lines.unpark_all()
+        self._has_room.unpark_all()
 
     async def run(self, renderer: Renderer) -> None:
-        async with self._receive:
-            async for first in self._receive:
-                batch = [first]
-                while len(batch) < 1000:
-                    try:
-                        batch.append(self._receive.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                if self.dropped:
-                    note = Notice(events.now(), "dropped", f"{self.dropped} line(s) not shown: the terminal fell behind; every line is in the logs (conclave logs)")
-                    batch.append(renderer.notice(note))
-                    self.dropped = 0
-                data = "".join(batch).encode("utf-8", errors="replace")
-                if not self.broken:
-                    # A terminal that never drains (Ctrl-S) keeps its thread; the broker goes on.
-                    self.broken = not await trio.to_thread.run_sync(_write_all, self.fd, data, abandon_on_cancel=True)
+        while True:
+            while not self._lines:
+                if self._closed:
+                    return
+                await self._has_lines.park()
+            batch = []
+            while self._lines and len(batch) < BATCH:
+                is_output, line = self._lines.popleft()
+                self._outputs -= is_output
+                batch.append(line)
+            self._has_room.unpark_all()
+            if self.dropped:
+                note = Notice(events.now(), "dropped", f"{self.dropped} line(s) not shown: the terminal fell behind; every line is in the logs ({self.record})")
+                batch.append(renderer.notice(note))
+                self.dropped = 0
+            data = "".join(batch).encode("utf-8", errors="replace")
+            if not self.broken:
+                # A terminal that never drains (Ctrl-S) keeps its thread; the broker goes on.
+                self.broken = not await trio.to_thread.run_sync(_write_all, self.fd, data, abandon_on_cancel=True)
+            if self.broken:
+                self._lines.clear()
+                self._outputs = 0
+                self._has_room.unpark_all()
 
 
 def _write_all(fd: int, data: bytes) -> bool:
@@ -140,18 +181,21 @@ class RunView:
     """What one run shows and records; one per ``conclave run``.
 
     Call :meth:`run` in the broker's nursery and :meth:`finish` once the
-    team is done.  The ``spawned``/``exited``/``mail``/``stopping`` methods
-    never block and may be called from any task.
+    team is done.  :meth:`output` takes an agent's line (it may wait, see
+    :class:`Terminal`); the other methods never block and may be called
+    from any task.
     """
 
     def __init__(self, logs: Path, run: int, *, terminal: Terminal | None, colour: bool = False) -> None:
         self.logs = logs
         self.run_number = run
         self.terminal = terminal
+        if terminal is not None:
+            terminal.record = f"conclave logs --run {run}; files in {logs}"
         self.renderer = Renderer(colour=colour)
         self.journal = journal_path(logs, run)
         self._journal_fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        self._tails: dict[str, LogTail] = {}
+        self._journal_lost = 0
         self._announced_waits: dict[tuple[str, tuple[str, ...], str], str] = {}
         self._terminal_done = trio.Event()
         self._stopping_at: float | None = None
@@ -169,19 +213,23 @@ class RunView:
         again = f", attempt {attempt} of {attempts}" if attempt > 1 else ""
         box = f", sandbox {sandbox}" if sandbox else ""
         self._note("spawn", f"started (pid {pid}{box}{again}); log {log.name}", principal=principal, log=log.name)
+
+    async def output(self, principal: str, text: str, *, cut: bool = False) -> None:
+        """One line an agent printed (already in its log)."""
         if self.terminal is not None:
-            self._tails[principal] = LogTail(log)
+            await self.terminal.output(self.renderer.output(principal, text, cut=cut))
 
     def exited(self, outcome: Outcome) -> None:
         principal = f"{outcome.agent}:{outcome.session}"
-        tail = self._tails.pop(principal, None)
-        if tail is not None:
-            for line in tail.drain():
-                self._show_output(principal, line)
-            tail.close()
         if outcome.failed:
             self.failed += 1
-        self._note("exit", outcome.describe(), principal=principal, failed=outcome.failed)
+        usage = getattr(outcome, "usage", None)
+        used = f"; used {usage['tokens']:,} tokens" + (f", ${usage['cost_usd']:.4f}" if usage.get("cost_usd") is not None else "") if usage else ""
+        self._note("exit", outcome.describe() + used, principal=principal, failed=outcome.failed)
+
+    def note(self, kind: str, text: str, *, principal: str | None = None, failed: bool = False) -> None:
+        """Anything else the operator must hear of (an agent's usage, its output past the cap, a full disk, what an earlier broker left)."""
+        self._note(kind, text, principal=principal, failed=failed)
 
     def mail(self, sender: str, message_id: int, thread: str, subject: str | None, body: str) -> None:
         """Mail reached the operator's inbox."""
@@ -200,12 +248,8 @@ class RunView:
             failed=True,
         )
 
-    def note(self, kind: str, text: str) -> None:
-        """A line of the broker's own (what an earlier broker left, ...)."""
-        self._note(kind, text)
-
     def stopping(self, reason: str, agents: int, grace: float) -> None:
-        """The run was told to stop (a signal, or the operator's ``conclave stop``)."""
+        """The run was told to stop (a signal, the operator's ``conclave stop``, its timeout or budget)."""
         now = trio.current_time()
         why = STOP_WORDS.get(reason, reason)
         if self._stopping_at is None:
@@ -219,13 +263,8 @@ class RunView:
             text = f"{why} again: already stopping; SIGKILL in {left:.1f} s to any agent still running"
         self._note("stopping", text)
 
-    async def finish(self, stopped_by: str | None, *, exit_code: int | None = None, flush_timeout: float = 10.0) -> None:
-        """The team is done: show what is left of every log, say how it ended, flush the terminal."""
-        for principal, tail in list(self._tails.items()):
-            for line in tail.drain():
-                self._show_output(principal, line)
-            tail.close()
-        self._tails.clear()
+    async def finish(self, stopped_by: str | None, *, exit_code: int | None = None, flush_timeout: float | None = None) -> None:
+        """The team is done: say how it ended, flush the view (a file or pipe gets a minute)."""
         failed = f"; {self.failed} failed" if self.failed else ""
         how = f"stopped by {stopped_by}{' (the terminal closed)' if stopped_by == 'SIGHUP' else ''}" if stopped_by else "every agent has exited"
         code = f"; exit code {exit_code}" if exit_code is not None else ""
@@ -234,26 +273,26 @@ class RunView:
         os.close(fd)
         if self.terminal is not None:
             self.terminal.close()
+            if flush_timeout is None:
+                flush_timeout = 10.0 if self.terminal.shed else 60.0
             with trio.move_on_after(flush_timeout):
                 await self._terminal_done.wait()
 
     def close(self) -> None:
         """Release the journal (``finish`` does it too; this is for a run that ended in an error)."""
-        for tail in self._tails.values():
-            tail.close()
-        self._tails.clear()
         if self._journal_fd >= 0:
             fd, self._journal_fd = self._journal_fd, -1
             os.close(fd)
+        if self.terminal is not None:
+            self.terminal.close()
 
     # -- its own tasks ------------------------------------------------------------------
 
     async def run(self, core: BrokerCore, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Tail the logs onto the terminal and watch the lock table's wait line."""
+        """Write the view and watch the lock table's wait line."""
         async with trio.open_nursery() as nursery:
             if self.terminal is not None:
                 nursery.start_soon(self._write_terminal)
-                nursery.start_soon(self._tail_logs)
             nursery.start_soon(self._watch_waits, core)
             task_status.started()
 
@@ -263,17 +302,6 @@ class RunView:
             await self.terminal.run(self.renderer)
         finally:
             self._terminal_done.set()
-
-    async def _tail_logs(self) -> None:
-        while True:
-            await trio.sleep(TICK)
-            for principal, tail in list(self._tails.items()):
-                lines = tail.read(limit=READ_PER_TICK)
-                if lines:
-                    for line in lines:
-                        self._show_output(principal, line)
-                    # Requests waiting meanwhile go first: the view works in small steps.
-                    await trio.lowlevel.checkpoint()
 
     async def _watch_waits(self, core: BrokerCore) -> None:
         while True:
@@ -295,9 +323,11 @@ class RunView:
             if waited >= LOCK_WAIT_NOTICE:
                 what = " ".join(w["resources"])
                 self._announced_waits[key] = what
+                holders = w.get("blocked_by") or []
+                held = f"; held by {', '.join(holders)}" if holders else ""
                 self._note(
                     "lock_wait",
-                    f"waiting {waited:.0f} s for {what} ({w['mode']}), #{w['position']} in line  [conclave lock list names the holders]",
+                    f"waiting {waited:.0f} s for {what} ({w['mode']}), #{w['position']} in line{held}  [conclave lock list]",
                     principal=w["waiter"],
                 )
         for key in [k for k in self._announced_waits if k not in current]:
@@ -313,17 +343,16 @@ class RunView:
     def _note(self, kind: str, text: str, *, principal: str | None = None, log: str | None = None, failed: bool = False) -> None:
         notice = Notice(events.now(), kind, text, principal=principal, log=log, failed=failed)
         if self._journal_fd >= 0:  # closed by finish(): the run is over
-            try:
-                os.write(self._journal_fd, notice.to_line())
-            except OSError:
-                pass  # a full disk must not stop the run; the event log has the facts
+            self._journal(notice)
         if self.terminal is not None:
-            self.terminal.put(self.renderer.notice(notice))
+            self.terminal.notice(self.renderer.notice(notice))
 
-    def _show_output(self, principal: str, line: str) -> None:
-        assert self.terminal is not None
-        if self.terminal.full:
-            self.terminal.dropped += 1
-        else:
-            self.terminal.put(self.renderer.output(principal, line))
-
+    def _journal(self, notice: Notice) -> None:
+        try:
+            if self._journal_lost:
+                lost = Notice(notice.at, "journal", f"{self._journal_lost} earlier line(s) of this journal could not be written (the disk was full); the event log has the facts (conclave memory log)")
+                os.write(self._journal_fd, lost.to_line())
+                self._journal_lost = 0
+            os.write(self._journal_fd, notice.to_line())
+        except OSError:
+            self._journal_lost += 1  # a full disk must not stop the run; the event log has the facts

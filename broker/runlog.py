@@ -4,10 +4,15 @@ Two kinds of file under ``<state>/logs/`` make up what ``conclave run``
 shows and ``conclave logs`` reads back:
 
 * ``<agent>-<session>.log`` -- everything one principal's process wrote to
-  stdout and stderr, byte for byte.  The process writes it directly (the
-  broker is not in that path), so the log is complete whatever happens to
-  the broker or to the terminal watching it.  A child ``alice/kid`` writes
-  ``alice__kid-<session>.log``.
+  stdout and stderr, byte for byte (for Claude Code and Codex, the readable
+  lines made of their structured stream).  The broker reads the process's
+  pipes and writes the log (``broker.capture``: the agent holds no
+  descriptor into it), before anything is shown, so the log is complete
+  whatever happens to the terminal watching it -- up to its cap
+  (``log_cap``, 64 MiB): past it the log goes on in ``<name>.1``,
+  ``<name>.2``, ..., the first segment and the newest are kept, and what
+  was dropped between them is counted, reported and marked in place.  A
+  child ``alice/kid`` writes ``alice__kid-<session>.log``.
 * ``run-<N>.jsonl`` -- the run's journal: one JSON object per line for each
   thing the broker saw happen (a spawn, an exit with its status in words, a
   restart, a lock wait that lasts, mail to the operator, the shutdown).
@@ -39,6 +44,11 @@ from broker.literal import visible
 
 #: A line longer than this is cut on the terminal (the log keeps all of it).
 MAX_SHOWN: Final = 4000
+#: A reader never holds more than this of one line: a longer one comes out cut, marked, and the
+#: lines after it follow (the log keeps all of it).
+VIEW_LINE: Final = 1 << 16
+#: A log past its first segment goes on in ``<name>.1``, ``<name>.2``, ... (broker.capture).
+SEGMENT_PATTERN: Final = re.compile(r"^(?P<base>.+\.log)(?:\.(?P<index>[1-9][0-9]*))?$")
 #: Bytes read from a log at a time.
 CHUNK: Final = 1 << 16
 JOURNAL_PATTERN: Final = re.compile(r"^run-(\d+)\.jsonl$")
@@ -74,6 +84,66 @@ def journals(logs: Path) -> dict[int, Path]:
 def log_name(agent: str, session: str) -> str:
     """The file name of a principal's log (``/`` in a child's name becomes ``__``)."""
     return f"{agent.replace('/', '__')}-{session}.log"
+
+
+def segment_path(logs: Path, name: str, index: int) -> Path:
+    """Segment ``index`` of the log named ``name`` (``alice-1a2b.log``, ``alice-1a2b.log.1``, ...)."""
+    return logs / (name if index == 0 else f"{name}.{index}")
+
+
+def segments(logs: Path, name: str) -> list[Path]:
+    """The segments of a log that exist, oldest first."""
+    try:
+        entries = os.listdir(logs)
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        m = SEGMENT_PATTERN.match(entry)
+        if m and m.group("base") == name:
+            found.append((int(m.group("index") or 0), logs / entry))
+    return [path for _, path in sorted(found)]
+
+
+@final
+class LineSplitter:
+    """Bytes into lines, never holding more than ``limit`` bytes of one line.
+
+    A longer line comes out cut at ``limit``, with ``cut=True``; the rest of
+    it, up to its newline, is skipped (the log has it).
+    """
+
+    def __init__(self, limit: int = VIEW_LINE) -> None:
+        self.limit = limit
+        self._partial = b""
+        self._skipping = False
+
+    def feed(self, data: bytes) -> list[tuple[bytes, bool]]:
+        out: list[tuple[bytes, bool]] = []
+        start = 0
+        while True:
+            end = data.find(b"\n", start)
+            if end < 0:
+                break
+            if self._skipping:
+                self._skipping = False
+            else:
+                out.append((self._partial + data[start:end], False))
+            self._partial = b""
+            start = end + 1
+        if not self._skipping:
+            self._partial += data[start:]
+            if len(self._partial) > self.limit:
+                out.append((self._partial[: self.limit], True))
+                self._partial = b""
+                self._skipping = True
+        return out
+
+    def flush(self) -> list[tuple[bytes, bool]]:
+        """The unfinished last line (at the end of the output)."""
+        rest, self._partial, self._skipping = self._partial, b"", False
+        return [(rest, False)] if rest else []
+
 
 
 @final
@@ -145,11 +215,14 @@ class Renderer:
         code = _BOLD if who == BROKER_PREFIX else f"\x1b[{colour_of(who.rpartition(':')[0])}m"
         return f"{code}{padded} {mark}{_RESET} "
 
-    def output(self, principal: str, text: str) -> str:
-        """One line a principal printed, shown literally."""
+    def output(self, principal: str, text: str, *, cut: bool = False) -> str:
+        """One line a principal printed, shown literally; ``cut``: the line went on (the log has the rest)."""
         if len(text) > MAX_SHOWN:
-            text = text[:MAX_SHOWN] + f"... ({len(text) - MAX_SHOWN} more characters in the log)"
-        return self._prefix(principal, "|") + visible(text) + "\n"
+            more = "more than " if cut else ""
+            text = visible(text[:MAX_SHOWN]) + f"... ({more}{len(text) - MAX_SHOWN} more characters in the log)"
+        else:
+            text = visible(text) + ("... (the line goes on in the log)" if cut else "")
+        return self._prefix(principal, "|") + text + "\n"
 
     def notice(self, notice: Notice) -> str:
         text = visible(notice.text)
@@ -172,59 +245,106 @@ def open_log(path: Path) -> int | None:
     return fd
 
 
-class LogTail:
-    """Reads the lines a process appends to its log, from where the last read stopped.
+@final
+@attrs.frozen
+class Line:
+    """One line of an agent's output as read back; ``cut``: it went on past :data:`VIEW_LINE` (the log has the rest)."""
 
-    Reading never blocks (it is a regular file) and never changes the file.
-    A partial last line waits for its newline until :meth:`drain`.
+    text: str
+    cut: bool = False
+
+
+class LogTail:
+    """Reads the lines the broker appends to one principal's log, from where the last read stopped,
+    across its segments (``<name>``, ``<name>.1``, ...; a segment dropped past the cap is skipped).
+
+    Reading never blocks (they are regular files) and never changes them.  A
+    partial last line waits for its newline until :meth:`drain`; a line
+    longer than :data:`VIEW_LINE` comes out cut, and the lines after it follow.
     """
 
-    def __init__(self, path: Path, *, offset: int = 0) -> None:
-        self.path = path
-        self.offset = offset
-        self._partial = b""
+    def __init__(self, logs: Path, name: str) -> None:
+        self.logs = logs
+        self.name = name
+        self.index = 0
+        self.offset = 0
+        self._splitter = LineSplitter(VIEW_LINE)
         self._fd: int | None = None
-        self._open()
 
-    def _open(self) -> bool:
-        self._fd = open_log(self.path)
-        return self._fd is not None
+    @property
+    def path(self) -> Path:
+        return segment_path(self.logs, self.name, self.index)
 
-    def read(self, *, limit: int = 64 * CHUNK) -> list[str]:
-        """Complete lines appended since the last read (at most about ``limit`` bytes' worth)."""
-        if self._fd is None and not self._open():
-            return []
-        assert self._fd is not None
-        data = bytearray()
-        while len(data) < limit:
+    def read(self, *, limit: int = 64 * CHUNK) -> list[Line]:
+        """Complete lines appended since the last read (about ``limit`` bytes' worth at most)."""
+        out: list[Line] = []
+        budget = limit
+        while budget > 0:
+            if self._fd is None:
+                self._fd = open_log(self.path)
+                if self._fd is None:
+                    if not self._skip_to_next():
+                        break
+                    continue
             chunk = os.pread(self._fd, CHUNK, self.offset)
-            if not chunk:
+            if chunk:
+                self.offset += len(chunk)
+                budget -= len(chunk)
+                out += [Line(_decode(line), cut) for line, cut in self._splitter.feed(chunk)]
+                continue
+            if not self._skip_to_next():
                 break
-            self.offset += len(chunk)
-            data += chunk
-        if not data:
-            return []
-        data = self._partial + data
-        *lines, self._partial = bytes(data).split(b"\n")
-        return [_decode(line) for line in lines]
+        return out
 
-    def drain(self) -> list[str]:
+    def drain(self) -> list[Line]:
         """Everything left, the partial last line included."""
-        lines = []
+        lines: list[Line] = []
         while True:
             more = self.read()
-            if not more:
+            if not more and not self._has_more():
                 break
             lines += more
-        if self._partial:
-            lines.append(_decode(self._partial))
-            self._partial = b""
+        lines += [Line(_decode(line), cut) for line, cut in self._splitter.flush()]
         return lines
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+    def _has_more(self) -> bool:
+        if self._fd is None:
+            return False
+        try:
+            return os.fstat(self._fd).st_size > self.offset
+        except OSError:
+            return False
+
+    def _skip_to_next(self) -> bool:
+        """At the end of this segment: go on to the next one that exists, if the writer has started one."""
+        if segment_path(self.logs, self.name, self.index + 1).exists():
+            following = [self.index + 1]
+        elif self._fd is not None and not self._dropped():
+            return False  # the writer is still on this segment
+        else:  # this one (or the next ones) went past the cap: the next that is left
+            following = [i for i in (_segment_index(p) for p in segments(self.logs, self.name)) if i > self.index]
+        if not following:
+            return False
+        self.close()
+        self.index, self.offset = min(following), 0
+        return True
+
+
+    def _dropped(self) -> bool:
+        try:
+            return self._fd is not None and os.fstat(self._fd).st_nlink == 0
+        except OSError:
+            return True
+
+
+def _segment_index(path: Path) -> int:
+    m = SEGMENT_PATTERN.match(path.name)
+    return int(m.group("index") or 0) if m else -1
 
 
 def _decode(raw: bytes) -> str:
@@ -262,7 +382,7 @@ class RunReader:
     """Reads a run back from its journal and logs, from another process (``conclave logs``).
 
     Each :meth:`poll` returns what is new: ``("notice", Notice)`` entries
-    and ``(principal, text)`` output lines.  A principal's remaining output
+    and ``(principal, Line)`` output lines.  A principal's remaining output
     comes just before its exit notice; the files carry no timestamps, so
     that is where its output is known to end.  ``agent`` keeps only that
     agent's lines (and its children's) and the run's own notices.
@@ -277,16 +397,16 @@ class RunReader:
         self._offset = 0
         self._tails: dict[str, LogTail] = {}
 
-    def poll(self, *, final: bool = False) -> list[tuple[str, Notice | str]]:
+    def poll(self, *, final: bool = False) -> list[tuple[str, Notice | Line]]:
         """What was written since the last poll; ``final`` also takes partial last lines."""
-        out: list[tuple[str, Notice | str]] = []
+        out: list[tuple[str, Notice | Line]] = []
         notices, self._offset = read_journal(self.journal, offset=self._offset)
         for n in notices:
             if n.principal is not None:
                 self.seen.add(n.principal.rpartition(":")[0])
             wanted = n.principal is None or matches(n.principal, self.agent)
             if n.kind == "spawn" and n.principal and n.log and LOG_PATTERN.match(n.log) and wanted:
-                self._tails[n.principal] = LogTail(self.logs / n.log)
+                self._tails[n.principal] = LogTail(self.logs, n.log)
             elif n.kind == "exit" and n.principal in self._tails:
                 tail = self._tails.pop(n.principal)
                 out += [(n.principal, line) for line in tail.drain()]

@@ -23,7 +23,7 @@ from typing import Any, final
 import apsw
 import attrs
 
-from broker.runlog import journal_path, log_name
+from broker.runlog import journal_path, log_name, segments
 from store import events
 
 
@@ -47,6 +47,16 @@ def read_runs(conn: apsw.Connection) -> list[Run]:
     return runs
 
 
+def starts(conn: apsw.Connection) -> list[str]:
+    """When each run started, oldest first (run ``N`` is at index ``N - 1``)."""
+    return [at for (at,) in conn.execute("SELECT at FROM events WHERE kind = 'broker.start' ORDER BY seq")]
+
+
+def run_at(started: list[str], at: str) -> int | None:
+    """The number of the run going at time ``at`` (None: before the first)."""
+    return bisect.bisect_right(started, at) or None
+
+
 def run_of(runs: list[Run], started_at: str) -> int | None:
     """The number of the run a principal started at ``started_at`` belongs to."""
     i = bisect.bisect_right([r.started_at for r in runs], started_at)
@@ -64,7 +74,9 @@ def plan_prune(conn: apsw.Connection, logs: Path, *, keep: int, live: bool) -> d
     if doomed:
         for agent, session, started in conn.execute("SELECT agent, session, started_at FROM principals"):
             if run_of(runs, started) in doomed:
-                names.append(log_name(agent, session))
+                name = log_name(agent, session)
+                # Every segment of the log (past its cap it went on in <name>.1, ...: broker.capture).
+                names += [p.name for p in segments(logs, name)] or [name]
         names += [journal_path(logs, n).name for n in doomed]
     files, size = [], 0
     for name in names:

@@ -324,6 +324,8 @@ class Connection:
             if not line.strip():
                 continue
             rid: int | str | None = None
+            activity = self.core.activity
+            activity.begin(principal.domain, trio.current_time())  # an agent waiting on the broker is not idle
             try:
                 request = wire.decode_line(line)
                 rid = request.id
@@ -334,6 +336,8 @@ class Connection:
             except Exception as exc:
                 log.exception("op failed")
                 reply = wire.fail(rid, ConclaveError(ErrorCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"))
+            finally:
+                activity.end(principal.domain, trio.current_time())
             await self.send(reply)
 
 

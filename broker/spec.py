@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Final, Protocol, final
 import attrs
 
 from broker.identity import RESERVED_NAMES
+from broker.limits import Limits, Usage
 
 if TYPE_CHECKING:
     from broker.identity import Principal
@@ -49,8 +50,51 @@ class AgentSpec:
     #: More paths the agent's box lets it read, or read and write (absolute).
     allow_read: tuple[str, ...] = ()
     allow_write: tuple[str, ...] = ()
+    #: The model a preset agent asks for (each preset passes it with its binary's own flag).
+    model: str | None = None
+    #: Time and cost budgets (``timeout``, ``idle_timeout``, ``max_tokens``, ``max_cost_usd``).
+    limits: Limits = Limits()
+    #: Bytes of output kept in each of its logs (None: broker.capture.DEFAULT_LOG_CAP).
+    log_cap: int | None = None
     #: Its share of the uid's processes (broker.sandbox.share); None: the default, cut to fit a finite ulimit.
     max_processes: int | None = None
+
+
+class OutputDecoder(Protocol):
+    """Reads a binary's structured stdout (Claude Code's stream-json, Codex's ``--json``).
+
+    The broker hands it each line the binary printed; it answers with the
+    lines a person should read instead (in the log and the run view), and
+    keeps :attr:`usage` -- what the process has used so far, as the binary
+    reported it -- up to date.
+    """
+
+    usage: Usage
+
+    def feed(self, line: bytes) -> list[str]:
+        """The readable lines for one line of the stream (a line that is not the stream's is passed through)."""
+        ...
+
+
+@final
+@attrs.frozen
+class Probe:
+    """What the broker checks before a preset agent starts (``conclave run``'s preflight).
+
+    ``version_argv`` prints the binary's version; ``tested`` is the range of
+    versions the project tested (``(lowest, below)``, compared as numbers).
+    ``credentials``: alternatives, each a tuple of variables that must all
+    be set (one alternative is enough); ``endpoint``: the model API's base
+    URL the binary will use, and where that was read from.
+    """
+
+    binary: str
+    version_argv: tuple[str, ...] = ()
+    tested: tuple[str, str] | None = None
+    credentials: tuple[tuple[str, ...], ...] = ()
+    credentials_fix: str = ""
+    endpoint: str | None = None
+    endpoint_from: str = ""
 
 
 @final
@@ -91,6 +135,14 @@ class Preset(Protocol):
 
     def sandbox_needs(self, spec: AgentSpec) -> SandboxNeeds:
         """Extra paths the binary reads or writes inside the agent's sandbox."""
+        ...
+
+    def decoder(self, spec: AgentSpec) -> OutputDecoder | None:
+        """How to read the binary's structured stdout, or None when it prints text."""
+        ...
+
+    def probe(self, spec: AgentSpec, environ: dict[str, str]) -> Probe | None:
+        """What to check before the agent starts, in the environment it will get (None: nothing)."""
         ...
 
 

@@ -4,11 +4,15 @@ Each agent runs inside its sandbox (``broker.sandbox``): the process
 registered here is the agent's launcher, which builds the box, runs the
 agent beneath it (in a PID namespace of its own where the machine allows),
 stays as its keeper, and ends with the agent's exact status.  Its stdout
-and stderr go to ``<state>/logs/<agent>-<session>.log``.  Every launcher
-holds the read end of the broker's *lifeline*, a pipe only this process
-writes to: when the broker dies, however, the launchers see end of file and
-end their agents (``broker/sandbox/keeper.py``).  Each launcher also has a
-report pipe back: it says when its agent reaches its share of processes
+and stderr are read by the broker through pipes and written, capped, to
+``<state>/logs/<agent>-<session>.log`` (``broker.capture``: the agent holds
+no descriptor into the logs).  An agent that runs past its time, sits idle
+or crosses a budget (``broker.limits``) is stopped the way the broker's
+shutdown stops every agent.  Every launcher holds the read end of the
+broker's *lifeline*, a pipe only this process writes to: when the broker
+dies, however, the launchers see end of file and end their agents
+(``broker/sandbox/keeper.py``).  Each launcher also has a report pipe back:
+it says when its agent reaches its share of processes
 (``broker/sandbox/share.py``) and how many leftovers it killed.
 
 When an agent's launcher exits -- after ending everything the agent left --
@@ -34,7 +38,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Any, Callable, Final, final
 
 import attrs
 import trio
@@ -50,7 +54,10 @@ from broker.sandbox import sweep
 from broker.sandbox.keeper import END_NOW
 from broker.sandbox.leftovers import Ledger
 from broker.sandbox.machine import LAUNCHER, Machine
-from broker.spec import AgentSpec, SandboxNeeds, SpecError, validate_name
+from broker.capture import Capture, LogReport, OutputLog
+from broker.limits import DEFAULT_LOG_CAP, Limits, Meter, Usage, words
+from broker.runlog import log_name
+from broker.spec import AgentSpec, OutputDecoder, SandboxNeeds, SpecError, validate_name
 from broker.team import Team
 from store import events
 
@@ -61,6 +68,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("conclave.supervisor")
 
 DEFAULT_GRACE: Final = 5.0
+#: Seconds between two ``agent.usage`` events of one principal while its usage grows.
+USAGE_EVERY: Final = 10.0
 RESTART_BACKOFF: Final = 0.5
 #: Seconds a launcher told to end its agent now (SIGUSR1) has before it is killed itself.
 END_NOW_GRACE: Final = 2.0
@@ -97,8 +106,13 @@ class AgentOutcome:
     attempt: int = 1
     attempts: int = 1
     restarting: bool = False
-    #: Who ended it, when not the process itself: "broker" (shutdown) or "operator" (revoked).
+    #: Who ended it, when not the process itself: "broker" (shutdown), "operator" (revoked),
+    #: or the limit that stopped it: "timeout", "idle", "budget".
     ended_by: str | None = None
+    #: What its binary reported it used (``broker.limits.Usage.as_dict``), when it reports any.
+    usage: dict[str, Any] | None = None
+    #: Its output: bytes written to its log, dropped past the cap, lost to refused writes.
+    output: dict[str, int] | None = None
 
     def describe(self) -> str:
         """One line for the terminal and the journal: the status, then what happens next."""
@@ -143,6 +157,7 @@ class Supervisor:
         machine: Machine,
         grace: float = DEFAULT_GRACE,
         view: RunView | None = None,
+        run_limits: Limits = Limits(),
         ledger: Ledger | None = None,
         agent_nofile: int | None = None,
     ) -> None:
@@ -168,6 +183,15 @@ class Supervisor:
         #: Agents' cgroups not yet killed: an exit's sweep leaves what is in them to their own agents' exits.
         self._cgroups: set[Path] = set()
         self._revoked: set[str] = set()
+        #: Usage reported by each principal's binary, by agent and for the run; the run's budgets.
+        self.meter = Meter(run_limits)
+        #: A live principal's stop switch, and why it was pulled (a limit ran out).
+        self._stops: dict[str, trio.CancelScope] = {}
+        self._stopped_for: dict[str, tuple[str, str]] = {}
+        #: Called when the run's own budget is crossed (run_broker: stop the run).
+        self.on_run_budget: Callable[[str], None] | None = None
+        #: When each principal's usage was last recorded as an event, and what it was.
+        self._usage_recorded: dict[str, tuple[float, Usage | None]] = {}
 
     @property
     def known_pids(self) -> frozenset[int]:
@@ -245,6 +269,17 @@ class Supervisor:
             self._nursery.start_soon(self._kill_after_grace, live.pid)
         return True
 
+    def stop_agent(self, principal: str, why: str, reason: str) -> bool:
+        """Stop one live principal the way the broker's shutdown stops every agent (SIGTERM to its
+        group, SIGKILL after the grace period); ``why`` -- "timeout", "idle", "budget" -- and
+        ``reason`` go into its exit.  It is not restarted.  False if it is not running."""
+        scope = self._stops.get(principal)
+        if scope is None or principal in self._stopped_for:
+            return False
+        self._stopped_for[principal] = (why, reason)
+        scope.cancel()
+        return True
+
     async def _kill_after_grace(self, pid: int) -> None:
         for sig, wait in ((END_NOW, self.grace), (signal.SIGKILL, END_NOW_GRACE)):
             with trio.move_on_after(wait):
@@ -263,17 +298,19 @@ class Supervisor:
         live, ticket = self.core.registry.issue(spec, parent=parent, agent_name=name)
         principal = live.principal
         try:
-            log_path = self.core.paths.logs / f"{name.replace('/', '__')}-{principal.session}.log"
+            log_path = self.core.paths.logs / log_name(name, principal.session)
             env = self._environment(spec, ticket.secret)
             cwd = self.core.paths.repo / (spec.cwd or ".")
             command = list(spec.command)
             needs = SandboxNeeds()
+            decoder: OutputDecoder | None = None
             if spec.preset is not None and parent is None:
                 # The preset runs `conclave agent-launch` as the agent, which execs its binary.
                 assert self.core.team is not None
                 preset = self.core.team.presets[spec.preset]
                 command = preset.command(spec, self.core.paths, principal)
                 needs = preset.sandbox_needs(spec)
+                decoder = preset.decoder(spec)
             agent_dir = self.core.paths.agent_dir(principal.agent, principal.session)
             agent_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             box = sandbox.build(
@@ -303,19 +340,20 @@ class Supervisor:
             self.core.registry.end(principal)  # its ticket dies with the spawn that never happened
             raise
         started = events.now()
-        log_file = open(log_path, "ab")
+        capture = self._capture(principal, spec, log_path, decoder)
         missing = _missing_program(command, env, cwd)
         try:
             if missing is not None:
                 raise missing
             async with self._registering:
+                # Pipes, never a descriptor into the logs: the broker writes those (broker.capture).
                 process = await trio.lowlevel.open_process(
                     list(box.argv),
                     cwd=str(cwd),
                     env=env,
                     stdin=subprocess.DEVNULL,
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE if decoder is not None else subprocess.STDOUT,
                     start_new_session=True,
                     pass_fds=(self._lifeline, report_w),
                 )
@@ -324,8 +362,8 @@ class Supervisor:
                     self._cgroups.add(box.cgroup)
         except OSError as exc:
             os.close(report_r)
-            log_file.write(f"conclave: could not start {command}: {exc}\n".encode())
-            log_file.close()
+            capture.write(f"conclave: could not start {command}: {exc}\n".encode())
+            await capture.finish()
             self.core.registry.end(principal)
             box.release()
             error = f"could not start {command[0]!r}: {exc.strerror or exc}"
@@ -338,10 +376,9 @@ class Supervisor:
             return principal
         finally:
             os.close(report_w)
-            if not log_file.closed:
-                log_file.close()
         if self.ledger is not None:
             self.ledger.agent_started(principal.key, process.pid, box.cgroup, str(LAUNCHER))
+        capture.start(self._nursery, process.stdout, process.stderr)
         self.core.registry.started(principal, process.pid, started)
         await self._persist_start(live, process.pid, started, attempt, command, box.level)
         if self.view is not None:
@@ -349,8 +386,11 @@ class Supervisor:
                 principal.key, process.pid, log_path, attempt=attempt + 1, attempts=_attempts(spec, child=parent is not None), sandbox=box.level
             )
         reports = LauncherReports(report_r)
+        self._stops[principal.key] = trio.CancelScope()
         self._nursery.start_soon(self._hear, reports, principal, box)
-        self._nursery.start_soon(self._watch, live, process, attempt, str(log_path), box, reports)
+        self._nursery.start_soon(self._watch, live, process, attempt, str(log_path), box, reports, capture)
+        if spec.limits.timeout is not None or spec.limits.idle_timeout is not None:
+            self._nursery.start_soon(self._watch_time, principal, spec.limits)
         return principal
 
     async def _hear(self, reports: LauncherReports, principal: Principal, box: sandbox.Box) -> None:
@@ -390,17 +430,20 @@ class Supervisor:
             log.exception("could not record that %s reached its share", principal.key)
 
     async def _watch(
-        self, live: LiveAgent, process: trio.Process, attempt: int, log_path: str, box: sandbox.Box, reports: LauncherReports
+        self, live: LiveAgent, process: trio.Process, attempt: int, log_path: str, box: sandbox.Box, reports: LauncherReports,
+        capture: Capture,
     ) -> None:
         principal = live.principal
         cancelled = False
         try:
-            await process.wait()
+            with self._stops[principal.key]:  # a limit that runs out pulls this: the same path as shutdown
+                await process.wait()
         except trio.Cancelled:
             cancelled = True
             raise
         finally:
             with trio.CancelScope(shield=True):
+                del self._stops[principal.key]
                 in_group = await self._terminate(process)
                 self._pids.discard(process.pid)
                 with trio.move_on_after(2.0):  # the launcher has exited: its report is complete
@@ -411,19 +454,88 @@ class Supervisor:
                     self._cgroups.discard(box.cgroup)  # type: ignore[arg-type]  # killed: no one else's sweep need spare it now
                 if self.ledger is not None:
                     self.ledger.agent_ended(principal.key)
+                output = await capture.finish()  # its last lines come before its exit
+                await self._record_usage(principal)
                 code = process.returncode
+                stopped = self._stopped_for.pop(principal.key, None)
+                usage = self.meter.by_principal.get(principal.key)
                 self.core.registry.end(principal)
-                await self._persist_end(principal, process.pid, code, "stopped by the broker" if cancelled else None, leftovers)
+                error = "stopped by the broker" if cancelled else stopped[1] if stopped else None
+                extra = {"output": output, **({"stopped": stopped[0]} if stopped else {}), **({"usage": usage.as_dict()} if usage else {})}
+                await self._persist_end(principal, process.pid, code, error, leftovers, extra)
                 await self.core.principal_ended(principal)
                 spec = live.spec
                 revoked = principal.key in self._revoked
                 restart = spec.restart == "on-failure" and code != 0 and principal.parent is None and attempt < spec.max_restarts and not revoked
+                restart = restart and stopped is None  # a limit that ran out would run out again
                 self._report(_outcome(
-                    live, process.pid, code, log_path, box.level, leftovers, attempt=attempt, cancelled=cancelled, revoked=revoked, restart=restart
+                    live, process.pid, code, log_path, box.level, leftovers, attempt=attempt, cancelled=cancelled, revoked=revoked, restart=restart,
+                    stopped=stopped, usage=usage, output=output,
                 ))  # fmt: skip
         if restart:
             await trio.sleep(RESTART_BACKOFF * (attempt + 1))
             await self._start(spec, parent=None, name=spec.name, attempt=attempt + 1)
+
+    def _capture(self, principal: Principal, spec: AgentSpec, log_path: Path, decoder: OutputDecoder | None) -> Capture:
+        key = principal.key
+
+        async def report(r: LogReport) -> None:
+            if self.view is not None:
+                self.view.note(f"output_{r.kind}", r.text, principal=key, failed=r.kind == "disk_full")
+            await self.core.record(f"agent.output_{r.kind}", actor=events.BROKER_ACTOR, subject=key, payload=r.payload)
+
+        async def on_usage(usage: Usage) -> None:
+            now = trio.current_time()
+            self.core.activity.touch(principal.domain, now)
+            self.meter.report(key, principal.agent, usage)
+            if now - self._usage_recorded.get(key, (-USAGE_EVERY, None))[0] >= USAGE_EVERY:
+                await self._record_usage(principal)
+            crossed = self.meter.crossed(principal.agent, spec.limits)
+            if crossed is None:
+                return
+            scope, reason = crossed
+            if scope == "run" and self.on_run_budget is not None:
+                self.on_run_budget(reason)
+            elif self.stop_agent(key, "budget", reason) and self.view is not None:
+                self.view.note("limit", f"{reason}; stopping it", principal=key, failed=True)
+
+        log = OutputLog(log_path.parent, log_path.name, cap=spec.log_cap or DEFAULT_LOG_CAP)
+        return Capture(
+            key, log, view=self.view, decoder=decoder, report=report, on_usage=on_usage,
+            on_output=lambda now: self.core.activity.touch(principal.domain, now),
+        )  # fmt: skip
+
+    async def _record_usage(self, principal: Principal) -> None:
+        """``agent.usage``: what the principal's binary has reported so far (at most every
+        :data:`USAGE_EVERY` seconds while it runs, and once more at its end if it changed)."""
+        usage = self.meter.by_principal.get(principal.key)
+        if usage is None or self._usage_recorded.get(principal.key, (0.0, None))[1] == usage:
+            return
+        self._usage_recorded[principal.key] = (trio.current_time(), usage)
+        try:
+            await self.core.record("agent.usage", actor=events.BROKER_ACTOR, subject=principal.key, payload=usage.as_dict())
+        except Exception:  # noqa: BLE001 -- usage is also in agent.exit; a store that refuses must not stop the agent's output
+            log.exception("could not record usage for %s", principal.key)
+
+    async def _watch_time(self, principal: Principal, limits: Limits) -> None:
+        """Stop ``principal`` when its ``timeout`` runs out, or when its family has been idle for ``idle_timeout``."""
+        start = trio.current_time()
+        activity = self.core.activity
+        activity.touch(principal.domain, start)
+        while principal.key in self._stops:
+            now = trio.current_time()
+            if limits.timeout is not None and now - start >= limits.timeout:
+                reason = f"timed out: timeout = {words(limits.timeout)} ran out"
+                if self.stop_agent(principal.key, "timeout", reason) and self.view is not None:
+                    self.view.note("limit", f"{reason}; stopping it", principal=principal.key, failed=True)
+                return
+            quiet = activity.idle_since(principal.domain, start)
+            if limits.idle_timeout is not None and quiet is not None and now - quiet >= limits.idle_timeout:
+                reason = f"idle: no output and no broker call for idle_timeout = {words(limits.idle_timeout)}"
+                if self.stop_agent(principal.key, "idle", reason) and self.view is not None:
+                    self.view.note("limit", f"{reason}; stopping it", principal=principal.key, failed=True)
+                return
+            await trio.sleep(min(1.0, limits.idle_timeout or 1.0, limits.timeout or 1.0) / 4)
 
     def _report(self, outcome: AgentOutcome) -> None:
         self.outcomes.append(outcome)
@@ -456,13 +568,7 @@ class Supervisor:
         return leftovers | sweep.sweep(os.getpid(), self._pids, spare)
 
     def _environment(self, spec: AgentSpec, secret: str) -> dict[str, str]:
-        env = sandbox.clean_environment(os.environ)
-        for key in [k for k in env if k.startswith("CONCLAVE_")]:
-            del env[key]
-        env.update(spec.env)
-        # Agents call `conclave`; the broker's own interpreter directory has it.
-        bindir = str(Path(sys.executable).parent)
-        env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+        env = agent_environment(spec)
         env[ENV_SOCKET] = str(self.socket_path)
         env[ENV_TICKET] = secret
         env[ENV_STATE_DIR] = str(self.core.paths.state)
@@ -492,7 +598,9 @@ class Supervisor:
 
         await self.core.store.call(write)
 
-    async def _persist_end(self, principal: Principal, pid: int | None, code: int | None, error: str | None, leftovers: int) -> None:
+    async def _persist_end(
+        self, principal: Principal, pid: int | None, code: int | None, error: str | None, leftovers: int, extra: dict[str, Any] | None = None
+    ) -> None:
         def write(conn):  # type: ignore[no-untyped-def]
             at = events.now()
             conn.execute(
@@ -504,11 +612,25 @@ class Supervisor:
                 "agent.exit",
                 actor=events.BROKER_ACTOR,
                 subject=principal.key,
-                payload={"pid": pid, "exit_code": code, "error": error, "leftovers_killed": leftovers},
+                payload={"pid": pid, "exit_code": code, "error": error, "leftovers_killed": leftovers, **(extra or {})},
                 at=at,
             )
 
         await self.core.store.call(write)
+
+
+def agent_environment(spec: AgentSpec) -> dict[str, str]:
+    """The environment an agent starts with, before the broker adds its socket and ticket (and
+    before its box adds what the box needs): the broker's, less the deputies' variables and
+    conclave's own, plus the team file's ``env``.  Preflight checks credentials in it."""
+    env = sandbox.clean_environment(os.environ)
+    for key in [k for k in env if k.startswith("CONCLAVE_")]:
+        del env[key]
+    env.update(spec.env)
+    # Agents call `conclave`; the broker's own interpreter directory has it.
+    bindir = str(Path(sys.executable).parent)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    return env
 
 
 def _missing_program(command: list[str], env: dict[str, str], cwd: Path) -> OSError | None:
@@ -530,22 +652,28 @@ def _attempts(spec: AgentSpec, *, child: bool) -> int:
 def _outcome(
     live: LiveAgent, pid: int, code: int | None, log: str, sandbox_level: str | None, leftovers: int,
     *, attempt: int, cancelled: bool, revoked: bool, restart: bool,
+    stopped: tuple[str, str] | None = None, usage: Usage | None = None, output: dict[str, int] | None = None,
 ) -> AgentOutcome:  # fmt: skip
     p = live.principal
     status = exit_words(code)
-    if cancelled:
-        ended_by: str | None = "broker"
+    if stopped is not None:
+        ended_by: str | None = stopped[0]
+        status = f"{stopped[1]}; {status}"
+    elif cancelled:
+        ended_by = "broker"
         status += " (stopped by the broker at shutdown)" if code != 0 else ""
     elif revoked:
         ended_by = "operator"
         status = f"revoked by the operator; {status}"
     else:
         ended_by = None
-    failed = not cancelled and not restart and (code != 0 or revoked)
+    if output and (output["dropped_bytes"] or output["lost_bytes"]):
+        status += f" (output: {output['dropped_bytes']} bytes dropped past its log_cap, {output['lost_bytes']} lost to a full disk)"
+    failed = stopped is not None or (not cancelled and not restart and (code != 0 or revoked))
     return AgentOutcome(
         p.agent, p.session, p.parent, pid, code, live.started_at, events.now(), log, None, sandbox_level, leftovers,
         status=status, failed=failed, attempt=attempt + 1, attempts=_attempts(live.spec, child=p.parent is not None),
-        restarting=restart, ended_by=ended_by,
+        restarting=restart, ended_by=ended_by, usage=usage.as_dict() if usage else None, output=output,
     )  # fmt: skip
 
 

@@ -1,11 +1,18 @@
 """The team file: which agents to run, and what each may do.
 
 ```toml
+[defaults]                          # optional: what every agent gets unless it says otherwise
+timeout = "2h"                      # timeout, idle_timeout, max_tokens, max_cost_usd, log_cap
+
+[run]                               # optional: limits for the whole run (conclave run --timeout ...)
+max_cost_usd = 20.0
+
 [[agent]]
 name = "alice"                      # the stable agent name
 command = ["bash", "agents/alice.sh"]
 # optional: cwd, env = {..}, may_spawn = 2, restart = "never"|"on-failure",
-#           max_restarts = 3, preset, prompt, sandbox, max_processes = 512
+#           max_restarts = 3, preset, prompt, model, sandbox, allow_read, allow_write,
+#           timeout, idle_timeout, max_tokens, max_cost_usd, log_cap, max_processes = 512
 ```
 
 Parsing is strict: an unknown key, a duplicate or reserved name, a missing
@@ -27,6 +34,7 @@ from typing import Any, Callable, Final, Iterator, Mapping, final
 
 import attrs
 
+from broker.limits import DEFAULT_LOG_CAP, LIMIT_KEYS, MIN_LOG_CAP, LimitError, Limits
 from broker.spec import AgentSpec, Preset, SpecError, check_command, validate_name
 
 RESTART_POLICIES: Final = ("never", "on-failure")
@@ -34,11 +42,17 @@ SANDBOX_LEVELS: Final = ("strict", "landlock", "off")
 AGENT_KEYS: Final = frozenset(
     {
         "name", "command", "cwd", "env", "may_spawn", "restart", "max_restarts", "preset", "prompt", "description",
-        "sandbox", "allow_read", "allow_write", "max_processes",
+        "sandbox", "allow_read", "allow_write", "model", "log_cap", "max_processes", *LIMIT_KEYS,
     }
 )
-#: Top-level tables other packages read (locks' slots, the trust policy, mail's budget).
-TOP_LEVEL_KEYS: Final = frozenset({"agent", "slot", "policy", "memory", "mail", "store"})
+#: ``[defaults]``: what every agent gets unless its own entry says otherwise.
+DEFAULT_KEYS: Final = frozenset({*LIMIT_KEYS, "log_cap"})
+#: ``[run]``: the whole run's limits.
+RUN_KEYS: Final = frozenset(LIMIT_KEYS)
+#: Top-level tables other packages read (locks' slots, the trust policy, mail's budget), and the run's own.
+TOP_LEVEL_KEYS: Final = frozenset({"agent", "slot", "policy", "memory", "mail", "store", "defaults", "run"})
+#: Budgets only an agent whose binary reports usage can be held to.
+BUDGET_KEYS: Final = ("max_tokens", "max_cost_usd")
 #: ``[store]``: where the state lives when it is not the embedded SQLite file.
 STORE_KEYS: Final = frozenset({"url"})
 
@@ -69,6 +83,8 @@ class Team:
     mail: dict[str, Any] = attrs.Factory(dict)
     #: ``[store] url``: a PostgreSQL store several brokers share (None: the embedded SQLite file).
     store_url: str | None = None
+    #: ``[run]``: the whole run's limits (``conclave run --timeout ...`` overrides them).
+    run_limits: Limits = Limits()
 
     def spec(self, name: str) -> AgentSpec | None:
         return next((a for a in self.agents if a.name == name), None)
@@ -115,10 +131,18 @@ def parse(raw: dict[str, Any], *, repo: Path, rules: TeamRules, source: Path | N
     entries = raw.get("agent")
     if not isinstance(entries, list) or not entries:
         raise TeamError(f'{where}: no agents; add at least one [[agent]] table with name and command')
+    defaults = _table(raw, "defaults", DEFAULT_KEYS, where)
+    default_limits = _limits(defaults, f"{where}: [defaults]")
+    default_cap = _log_cap(defaults["log_cap"], f"{where}: [defaults]") if "log_cap" in defaults else None
+    run_limits = _limits(_table(raw, "run", RUN_KEYS, where), f"{where}: [run]")
     agents: list[AgentSpec] = []
     seen: set[str] = set()
     for index, entry in enumerate(entries, start=1):
         spec = _parse_agent(entry, f"{where}: agent #{index}", repo, rules, check_commands)
+        # [defaults] fill what the agent's own entry left out; a budget from them reaches only
+        # agents whose binary reports usage (an agent's own budget must be one it can be held to).
+        inherited = default_limits if _reports_usage(rules, spec) else attrs.evolve(default_limits, max_tokens=None, max_cost_usd=None)
+        spec = attrs.evolve(spec, limits=spec.limits.over(inherited), log_cap=spec.log_cap or default_cap)
         if spec.name in seen:
             raise TeamError(f"{where}: agent name {spec.name!r} appears twice; names must be unique")
         seen.add(spec.name)
@@ -137,7 +161,7 @@ def parse(raw: dict[str, Any], *, repo: Path, rules: TeamRules, source: Path | N
         raise TeamError(f"{where}: mail must be a table ([mail])")
     team = Team(
         agents=tuple(agents), slots=tuple(slots), policy=policy, source=source, memory=memory, presets=rules.presets, mail=mail,
-        store_url=_store_url(raw.get("store", {}), where),
+        store_url=_store_url(raw.get("store", {}), where), run_limits=run_limits,
     )
     for check in rules.checks:
         try:
@@ -162,6 +186,50 @@ def _store_url(store: Any, where: str) -> str | None:
             "(leave [store] out for the embedded SQLite store)"
         )
     return url
+
+
+def _table(raw: dict[str, Any], name: str, keys: frozenset[str], where: str) -> dict[str, Any]:
+    table = raw.get(name, {})
+    if not isinstance(table, dict):
+        raise TeamError(f"{where}: {name} must be a table ([{name}])")
+    unknown = set(table) - keys
+    if unknown:
+        raise TeamError(f"{where}: [{name}] has unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(keys))}")
+    return table
+
+
+def _limits(raw: dict[str, Any], where: str) -> Limits:
+    try:
+        return Limits.parse(raw, where)
+    except LimitError as exc:
+        raise TeamError(str(exc)) from None
+
+
+_SIZE: Final = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+
+
+def _log_cap(value: Any, where: str) -> int:
+    """``log_cap``: bytes (a whole number) or a size such as "64MiB", "512KiB", "1GiB"."""
+    import re
+
+    size: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    elif isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", value)
+        if m and m.group(2).lower() in _SIZE:
+            size = int(m.group(1)) * _SIZE[m.group(2).lower()]
+    if size is None or size < MIN_LOG_CAP:
+        raise TeamError(
+            f'{where}: log_cap must be a size of at least {MIN_LOG_CAP // 1024} KiB, e.g. log_cap = "64MiB" '
+            f"(the default, {DEFAULT_LOG_CAP >> 20} MiB, when it is left out)"
+        )
+    return size
+
+
+def _reports_usage(rules: TeamRules, spec: AgentSpec) -> bool:
+    preset = rules.presets.get(spec.preset or "")
+    return preset is not None and preset.decoder(spec) is not None
 
 
 def _allowed_paths(value: Any, key: str, repo: Path, where: str) -> tuple[str, ...]:
@@ -226,9 +294,16 @@ def _parse_agent(entry: Any, where: str, repo: Path, rules: TeamRules, check_com
     if max_processes is not None and (not isinstance(max_processes, int) or isinstance(max_processes, bool) or not 16 <= max_processes <= 1_000_000):
         raise TeamError(f"{where}: max_processes must be a whole number from 16 to 1000000 (its share of your processes; default 512)")
     allowed = {key: _allowed_paths(entry.get(key, []), key, repo, where) for key in ("allow_read", "allow_write")}
-    for key in ("preset", "prompt"):
+    for key in ("preset", "prompt", "model"):
         if key in entry and not isinstance(entry[key], str):
             raise TeamError(f"{where}: {key} must be a string")
+    if "model" in entry and "preset" not in entry:
+        raise TeamError(
+            f'{where}: model is passed by a preset with its binary\'s own flag; add preset = "claude-code", "codex" or '
+            '"aider" (or "command" with {model} in its command), or drop model'
+        )
+    limits = _limits(entry, where)
+    log_cap = _log_cap(entry["log_cap"], where) if "log_cap" in entry else None
     if "prompt" in entry and "preset" not in entry:
         # Nothing would deliver it: a plain command gets no task.
         raise TeamError(
@@ -248,8 +323,17 @@ def _parse_agent(entry: Any, where: str, repo: Path, rules: TeamRules, check_com
         sandbox=sandbox,
         allow_read=allowed["allow_read"],
         allow_write=allowed["allow_write"],
+        model=entry.get("model"),
+        limits=limits,
+        log_cap=log_cap,
         max_processes=max_processes,
     )
+    budgets = [k for k in BUDGET_KEYS if k in entry]
+    if budgets and not _reports_usage(rules, spec):
+        raise TeamError(
+            f"{where}: {' and '.join(budgets)} need an agent whose binary reports its usage (preset = \"claude-code\" or "
+            f"\"codex\"); this one reports none, so the budget could never be enforced. Drop it, or bound the agent with timeout"
+        )
     with _as_team_error():
         if spec.preset is not None:
             preset = rules.presets.get(spec.preset)

@@ -811,11 +811,16 @@ class LockTable:
         }
 
     def waiting(self) -> list[dict[str, Any]]:
-        """The wait line in order: ``[{"position", "waiter", "resources", "mode", "since"}]``."""
-        return [
-            {"position": i + 1, "waiter": w.request.holder, "resources": w.request.keys, "mode": w.request.mode.value, "since": w.since}
-            for i, w in enumerate(self._queue)
-        ]
+        """The wait line in order: ``[{"position", "waiter", "resources", "mode", "since", "blocked_by"}]``
+        (``blocked_by``: the principals holding, or queued ahead for, what it waits for)."""
+        line = list(self._queue)
+        out = []
+        for i, w in enumerate(line):
+            blockers = self._blockers(w.request, line[:i])
+            holders = sorted({b.holder for b in blockers if b.holder is not None})
+            out.append({"position": i + 1, "waiter": w.request.holder, "resources": w.request.keys, "mode": w.request.mode.value,
+                        "since": w.since, "blocked_by": holders})  # fmt: skip
+        return out
 
     def snapshot(self) -> dict[str, Any]:
         """Everything held, everything waiting (in line order), and the slots."""

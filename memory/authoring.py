@@ -18,6 +18,7 @@ domain never counts); they log nothing (see docs/MEMORY.md, "Blind witnesses").
 
 from __future__ import annotations
 
+import unicodedata
 from typing import TYPE_CHECKING, Any, Final
 
 import apsw
@@ -25,7 +26,7 @@ import attrs
 
 from broker.errors import ConclaveError, ErrorCode
 from memory import claims, exposures, standing
-from store import events
+from store import dialect, events
 from memory.claims import ClaimRow
 from memory.policy import TrustPolicy, Verdict
 
@@ -34,20 +35,58 @@ if TYPE_CHECKING:
 
 
 def remember(
-    conn: apsw.Connection, policy: TrustPolicy, author: Principal, *, kind: str, scope: str, text: str, evidence: str | None, private: bool = False
-) -> dict[str, Any]:
-    """A new claim, unverified.  Never merged into an existing one, even a word-for-word twin:
-    the reply names live twins so the agent can corroborate one by id instead.
+    conn: apsw.Connection, policy: TrustPolicy, author: Principal, *, kind: str, scope: str, text: str, evidence: str | None,
+    again: ClaimRow | None = None, private: bool = False,
+) -> dict[str, Any]:  # fmt: skip
+    """A new claim, unverified -- unless the same agent (any session, any run) already holds a
+    live claim of the same kind and scope with the same text in the same pool (:func:`own_live_claim`):
+    then that claim comes back (``"repeated": true``), a ``memory.repeat`` event records the repetition,
+    and nothing is stored twice.  Another agent's twin is never merged: the reply names live
+    twins so the agent can corroborate one by id instead.
 
     ``private``: kept for the author's agent name alone (its private pool,
     across sessions and restarts) until it is shared (``memory.privacy.share``).
-    """
+
+    On SQLite the job looks for the agent's own claim itself (a read on the writer, in
+    microseconds).  On a server that read would cost every ``remember`` a round trip on the
+    writer connection, which holds the write lock for every broker: the op looks first, on a
+    reader, and passes what it found as ``again``."""
+    own = again if dialect.is_postgresql(conn) else own_live_claim(conn, author, kind=kind, scope=scope, text=text, private=private)
+    if own is not None:
+        payload: dict[str, Any] = {"kind": kind, "scope": scope, "text_sha256": claims.digest(text)}
+        if evidence is not None:
+            payload["evidence_sha256"] = claims.digest(evidence)
+        events.append(conn, "memory.repeat", actor=author.key, subject=str(own.id), payload=payload)
+        out = standing.describe(conn, policy, own)
+        out["repeated"] = True
+        out["twins"] = [{"id": t.id, "tier": t.tier.value} for t in claims.twins(conn, own.text_key, besides=own.id)]
+        return out
     claim = claims.insert(conn, author, kind=kind, scope=scope, text=text, evidence=evidence, private_to=author.agent if private else None)
     out = standing.describe_new(policy, claim)
     twins: list[dict[str, Any]] = []
     out["twins"] = twins  # filled once the query is back (on a server, with the batch's next statement)
     claims.twins_later(conn, claim.text_key, besides=claim.id, then=lambda found: twins.extend({"id": t.id, "tier": t.tier.value} for t in found))
     return out
+
+
+def same_text(text: str) -> str:
+    """What "the same text" means for one agent remembering it again: Unicode-normalized
+    (NFKC), case folded, runs of white space as one space, trailing punctuation dropped."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split()).rstrip(" .!;:,")
+
+
+def own_live_claim(conn: apsw.Connection, author: Principal, *, kind: str, scope: str, text: str, private: bool = False) -> ClaimRow | None:
+    """The author's agent's own live claim with this text, kind and scope, if it has one (the oldest),
+    in the same pool: a private note repeats a private note, a shared claim a shared one."""
+    agent = author.key.rpartition(":")[0]
+    wanted = same_text(text)
+    pool = author.agent if private else None
+    for twin in claims.twins(conn, claims.text_key(text), besides=None, viewer=pool):
+        if twin.private_to != pool:
+            continue
+        if twin.author.rpartition(":")[0] == agent and (twin.kind, twin.scope) == (kind, scope) and same_text(twin.text) == wanted:
+            return twin
+    return None
 
 
 def revise(conn: apsw.Connection, policy: TrustPolicy, author: Principal, claim_id: int, *, text: str, evidence: str | None) -> dict[str, Any]:

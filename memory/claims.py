@@ -153,6 +153,18 @@ def editions(conn: apsw.Connection, lineage: int) -> list[ClaimRow]:
 
 # Twins are shared claims only: another agent's private claim is never named to anyone.
 _TWINS: Final = f"SELECT {_COLUMNS} FROM claims WHERE text_key = ? AND tier IN ('unverified', 'trusted', 'disputed') AND private_to IS NULL ORDER BY id"
+_OWN_TWINS: Final = (
+    f"SELECT {_COLUMNS} FROM claims WHERE text_key = ? AND tier IN ('unverified', 'trusted', 'disputed') "
+    "AND (private_to IS NULL OR private_to = ?) ORDER BY id"
+)
+
+
+def twins(conn: apsw.Connection, key: str, *, besides: int | None, viewer: str | None = None) -> list[ClaimRow]:
+    """Live shared claims with the same words as ``key`` (but ``besides``), oldest first, read now;
+    with ``viewer`` (an agent name) that agent's own private ones too."""
+    if viewer is None:
+        return [ClaimRow(*r) for r in conn.execute(_TWINS, (key,)) if r[0] != besides]
+    return [ClaimRow(*r) for r in conn.execute(_OWN_TWINS, (key, viewer)) if r[0] != besides]
 
 
 def twins_later(conn: apsw.Connection, key: str, *, besides: int | None, then: Callable[[list[ClaimRow]], None]) -> None:

@@ -21,7 +21,7 @@ from broker.errors import ConclaveError, ErrorCode
 from broker.core import Call, Feature
 from broker.optable import Access, OpTable
 from memory import authoring, claims, curation, doctor, exposures, inspection, links, prefilter, privacy, retrieval, revocation, schema, settings, standing, trails, vectors
-from store import events
+from store import dialect, events
 from store.events import BROKER_ACTOR
 from store.integrity import ExpectedHead
 from memory.policy import PolicyError
@@ -215,9 +215,15 @@ async def remember(call: Call, args: RememberArgs) -> dict[str, Any]:
         _text(op, "evidence", args.evidence, claims.MAX_NOTE)
     await _screen(call, op, [("text", prefilter.check_claim(args.text, args.scope)), *_notes(args.evidence)])
     svc = service(call)
+    again = None
+    if dialect.of(call.core.store.backend) == dialect.POSTGRESQL:  # off the writer (authoring.remember says why)
+        again = await call.core.store.read(
+            lambda conn: authoring.own_live_claim(conn, call.principal, kind=args.kind, scope=args.scope, text=args.text, private=args.private)
+        )
     result = await call.core.store.call(
         lambda conn: authoring.remember(
-            conn, svc.policy, call.principal, kind=args.kind, scope=args.scope, text=args.text, evidence=args.evidence, private=args.private
+            conn, svc.policy, call.principal, kind=args.kind, scope=args.scope, text=args.text, evidence=args.evidence, again=again,
+            private=args.private,
         ),
         replayable=True,
     )

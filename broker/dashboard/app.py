@@ -441,7 +441,11 @@ class DashboardApp(App[None]):
         rows = self.agent_rows()
         # No running line count here: a table row costs milliseconds to redraw, and 32 busy
         # agents would redraw every row every second (the output title counts instead).
-        shown = [(r.key, _texts(r.key, r.state, r.status, "\n".join(r.holds), "\n".join(r.waits), r.unread or "")) for r in rows]
+        # What its binary reported using goes under its state (a column more would not fit at 80).
+        shown = [
+            (r.key, _texts(r.key, r.state + (f"\n{r.usage}" if r.usage else ""), r.status, "\n".join(r.holds), "\n".join(r.waits), r.unread or ""))
+            for r in rows
+        ]
         self._show("agents", shown)
         # The cursor starts once the broker has said who is live (or that none runs): on a live agent of
         # the current run, else the newest session -- never on whichever log file sorted first.

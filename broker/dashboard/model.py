@@ -80,6 +80,16 @@ class AgentRow:
     has_log: bool
     run: int | None = None  # the run it belongs to (None: no broker said)
     started: str | None = None  # when it started (with no broker: when its log was last written)
+    #: What its binary reported using ("12,345 tok, $0.0123"), or "" when it reports nothing.
+    usage: str = ""
+
+
+def usage_text(usage: Mapping[str, Any] | None) -> str:
+    """``12,345 tok, $0.0123`` from an agent's reported usage (``conclave agents --json``)."""
+    if not usage:
+        return ""
+    cost = usage.get("cost_usd")
+    return f"{usage.get('tokens', 0):,} tok" + (f", ${cost:.4f}" if cost is not None else "")
 
 
 def agent_rows(
@@ -133,6 +143,7 @@ def agent_rows(
                 has_log=key in logs,
                 run=a.get("run"),
                 started=a.get("started_at"),
+                usage=usage_text(a.get("usage")),
             )
         )
     for key, name in logs.items():

@@ -24,6 +24,7 @@ cursor, or hide text in the operator's view.
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,7 +33,9 @@ from typing import Final, Iterable, final
 import attrs
 
 from broker.literal import visible
-from broker.runlog import open_log
+from broker.capture import SEGMENTS
+from broker.limits import MIN_LOG_CAP
+from broker.runlog import open_log, segment_path, segments
 from broker.terminal import printable
 
 #: The broker's own log sits beside the agents'; it is shown too, under this key.
@@ -76,6 +79,9 @@ class _Follow:
     offset: int = 0
     partial: bytes = b""
     cut: bool = False  # reading starts mid-line: drop everything up to the next newline
+    #: Which segment of the log is being read (past its cap a log goes on in ``<name>.1``, ...).
+    segment: int = 0
+    looked: float = 0.0
 
 
 @final
@@ -156,9 +162,28 @@ class LogTailer:
         if fd is None:
             return []
         try:
-            return self._read_from(fd, follow, key)
+            lines = self._read_from(fd, follow, key)
         finally:
             os.close(fd)
+        if not lines:
+            self._next_segment(follow)
+        return lines
+
+    def _next_segment(self, follow: _Follow) -> None:
+        """Once a segment has stopped growing and the broker has started the next, follow the newest."""
+        base = follow.path.name if follow.segment == 0 else follow.path.name.rsplit(".", 1)[0]
+        if not segment_path(self.logs, base, follow.segment + 1).exists():
+            # The next one is not there: either this segment is still being written, or the ones after
+            # it went past the cap already.  Only a segment of a full one's size may be done: look at
+            # the directory for those, once a second at most.
+            now = time.monotonic()
+            if follow.offset < MIN_LOG_CAP // SEGMENTS // 2 or now - follow.looked < 1.0:
+                return
+            follow.looked = now
+        newest = segments(self.logs, base)[-1:]
+        if newest and newest[0] != follow.path:
+            follow.path, follow.offset, follow.cut = newest[0], 0, False
+            follow.segment = int(newest[0].name.rsplit(".", 1)[1]) if newest[0].name != base else 0
 
     def _read_from(self, fd: int, follow: _Follow, key: str | None = None) -> list[str]:
         stat = os.fstat(fd)

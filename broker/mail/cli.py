@@ -118,6 +118,53 @@ def ack(
 
 
 @app.command()
+def archive(
+    before_run: Annotated[Optional[int], typer.Option("--before-run", help="Mail sent before run N started (conclave agents numbers runs).")] = None,
+    older_than: Annotated[Optional[str], typer.Option("--older-than", help='Mail sent this long ago or more ("2d", "12h", "90m", seconds).')] = None,
+    mailbox: Annotated[Optional[str], typer.Option("--mailbox", help="Only this mailbox (an agent name, or operator).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be archived; change nothing.")] = False,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Archive old mail (operator): it leaves the inboxes and unread counts, so no agent acts on a stale request.
+
+    By default: every delivery from before the run now going -- with no
+    broker running, all mail so far, so the next run starts with empty
+    inboxes.  Nothing is deleted: archived mail stays in `msg thread`, `msg
+    search` and `msg export`, and the event log records what was archived.
+    """
+    from broker.limits import LimitError, parse_duration
+
+    target = Target(json_out, repo, state_dir)
+    seconds = None
+    if older_than is not None:
+        try:
+            seconds = parse_duration(_days(older_than), "--older-than")
+        except LimitError as exc:
+            die(str(exc), clikit.EXIT_USAGE)
+    result = call(target, "msg.archive", _given(before_run=before_run, older_than=seconds, mailbox=mailbox, dry_run=dry_run or None))
+
+    def human(r: dict[str, Any]) -> None:
+        verb = "would archive" if r["dry_run"] else "archived"
+        if not r["archived"]:
+            say(f"nothing to archive: no delivery of mail sent before {r['before']} is left in {r['mailbox'] or 'any mailbox'}")
+            return
+        say(f"{verb} {r['archived']} delivery(ies) of {len(r['messages'])} message(s) sent before {r['before']} "
+            f"({r['unread']} unread) in {', '.join(r['mailboxes'])}; the messages stay in msg thread, search and export")  # fmt: skip
+
+    emit(target, result, human)
+
+
+def _days(text: str) -> Any:
+    """``2d`` as seconds (a day is what mail's age is most often counted in); anything else as given."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*d\s*", text)
+    return float(m.group(1)) * 86400 if m else text
+
+
+@app.command()
 def thread(
     thread_id: Annotated[str, typer.Argument(metavar="THREAD", help="A thread id, e.g. t12.")],
     json_out: JsonOpt = False,

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Sequence
 import apsw
 import attrs
 
+from broker import runs
 from broker.errors import ConclaveError, ErrorCode
 from broker.identity import Principal
 from broker.mail.message import TO_ALL, TO_OPERATOR, Delivery, Message
@@ -139,12 +140,14 @@ def _thread_visible(conn: apsw.Connection, thread: str, viewer: Principal) -> bo
 
 
 def unread_count(conn: apsw.Connection, mailbox: str) -> int:
-    (count,) = conn.execute("SELECT COUNT(*) FROM mail_deliveries WHERE mailbox = ? AND read_at IS NULL", (mailbox,)).fetchone()
+    (count,) = conn.execute(
+        "SELECT COUNT(*) FROM mail_deliveries WHERE mailbox = ? AND read_at IS NULL AND archived_at IS NULL", (mailbox,)
+    ).fetchone()
     return count
 
 
 def unread_by_mailbox(conn: apsw.Connection) -> dict[str, int]:
-    return dict(conn.execute("SELECT mailbox, COUNT(*) FROM mail_deliveries WHERE read_at IS NULL GROUP BY mailbox"))
+    return dict(conn.execute("SELECT mailbox, COUNT(*) FROM mail_deliveries WHERE read_at IS NULL AND archived_at IS NULL GROUP BY mailbox"))
 
 
 def take_inbox(conn: apsw.Connection, reader: Principal, *, unread_only: bool, include_acked: bool, limit: int) -> list[Message]:
@@ -154,7 +157,7 @@ def take_inbox(conn: apsw.Connection, reader: Principal, *, unread_only: bool, i
     Appends ``msg.read`` when anything was shown for the first time.
     """
     box = mailbox_of(reader)
-    where = ["d.mailbox = :box"]
+    where = ["d.mailbox = :box", "d.archived_at IS NULL"]
     if unread_only:
         where.append("d.read_at IS NULL")
     if not include_acked:
@@ -212,6 +215,45 @@ def acknowledge(conn: apsw.Connection, reader: Principal, ids: Sequence[int]) ->
         )
         events.append(conn, "msg.ack", actor=reader.key, subject=box, payload={"ids": fresh}, at=at)
     return Acknowledgement(acked=tuple(fresh), already_acked=tuple(i for i in wanted if mine[i] is not None))
+
+
+def archive(conn: apsw.Connection, operator: Principal, *, before: str, mailbox: str | None, dry_run: bool) -> dict[str, Any]:
+    """Archive the deliveries of every message sent before ``before`` (an ISO time), in one
+    mailbox or all; append ``msg.archive`` naming each one.  An archived delivery leaves its
+    inbox, its unread count and the wake-ups; the message stays (threads, search, export).
+    Nothing is deleted, and archiving twice changes nothing."""
+    where, params = ["d.archived_at IS NULL", "m.at < :before"], {"before": before}
+    if mailbox is not None:
+        where.append("d.mailbox = :box")
+        params["box"] = mailbox
+    rows = [
+        (str(box), int(mid))
+        for box, mid in conn.execute(
+            f"SELECT d.mailbox, d.message FROM mail_deliveries d JOIN mail_messages m ON m.id = d.message "
+            f"WHERE {' AND '.join(where)} ORDER BY d.message, d.mailbox",
+            params,
+        )
+    ]
+    if rows and not dry_run:
+        at = events.now()
+        conn.executemany(
+            "UPDATE mail_deliveries SET archived_at = ?, archived_by = ? WHERE mailbox = ? AND message = ? AND archived_at IS NULL",
+            [(at, operator.key, box, mid) for box, mid in rows],
+        )
+        events.append(
+            conn, "msg.archive", actor=operator.key, subject=mailbox or "all",
+            payload={"before": before, "mailbox": mailbox, "deliveries": [[box, mid] for box, mid in rows]}, at=at,
+        )  # fmt: skip
+    unread = sum(1 for box, mid in rows if _unread(conn, box, mid))
+    return {
+        "archived": len(rows), "unread": unread, "messages": sorted({mid for _, mid in rows}), "mailboxes": sorted({box for box, _ in rows}),
+        "before": before, "mailbox": mailbox, "dry_run": dry_run,
+    }  # fmt: skip
+
+
+def _unread(conn: apsw.Connection, box: str, message: int) -> bool:
+    row = conn.execute("SELECT read_at FROM mail_deliveries WHERE mailbox = ? AND message = ?", (box, message)).fetchone()
+    return row is not None and row[0] is None
 
 
 def read_thread(conn: apsw.Connection, viewer: Principal, thread: str, limit: int) -> list[Message]:
@@ -283,15 +325,18 @@ def _build(conn: apsw.Connection, rows: Sequence[tuple[Any, ...]], viewer: Princ
     ids = [r[0] for r in rows]
     marks = ",".join("?" * len(ids))
     copies: dict[int, list[Delivery]] = {i: [] for i in ids}
-    for message, mailbox, read_at, acked_at in conn.execute(
-        f"SELECT message, mailbox, read_at, acked_at FROM mail_deliveries WHERE message IN ({marks}) ORDER BY mailbox", ids
+    for message, mailbox, read_at, acked_at, archived_at in conn.execute(
+        f"SELECT message, mailbox, read_at, acked_at, archived_at FROM mail_deliveries WHERE message IN ({marks}) ORDER BY mailbox", ids
     ):
-        copies[message].append(Delivery(mailbox, read_at, acked_at))
+        copies[message].append(Delivery(mailbox, read_at, acked_at, archived_at))
     box = mailbox_of(viewer)
+    starts = runs.starts(conn)
+    current = len(starts) or None
     out = []
     for mid, thread, sender, sender_box, addressed, subject, body, at in rows:
         own = next((d for d in copies[mid] if d.mailbox == box), None)
         audit = viewer.is_operator or sender_box == box
+        sent_in = runs.run_at(starts, at)
         out.append(
             Message(
                 id=mid,
@@ -307,6 +352,8 @@ def _build(conn: apsw.Connection, rows: Sequence[tuple[Any, ...]], viewer: Princ
                 acked=None if own is None else own.acked_at is not None,
                 # Everyone's copy for the sender and the operator; the viewer's own copy for a recipient.
                 deliveries=tuple(copies[mid]) if audit else tuple(d for d in copies[mid] if d.mailbox == box),
+                run=sent_in,
+                earlier_run=sent_in is not None and current is not None and sent_in < current,
             )
         )
     return out

@@ -47,6 +47,7 @@ class Delivery:
     mailbox: str
     read_at: str | None
     acked_at: str | None
+    archived_at: str | None = None
 
 
 @final
@@ -56,7 +57,9 @@ class Message:
 
     ``read`` and ``acked`` describe the *viewer's* copy (None when the viewer
     is not a recipient, e.g. the sender); ``read`` is whether it had been
-    shown before this listing.  ``deliveries`` is everyone's copy
+    shown before this listing.  ``run`` is the run it was sent in;
+    ``earlier_run`` marks mail from before the current run, so an agent does
+    not take a stale request for a new one.  ``deliveries`` is everyone's copy
     for the sender and the operator, and only the viewer's own for anyone else
     (always a list: a script reads one shape).
     """
@@ -73,6 +76,10 @@ class Message:
     read: bool | None = None
     acked: bool | None = None
     deliveries: tuple[Delivery, ...] = ()
+    #: The run it was sent in (``conclave agents`` numbers them), and whether that was before the
+    #: run now going (or, with no broker, the last one): mail persists between runs, marked.
+    run: int | None = None
+    earlier_run: bool = False
 
     @property
     def from_operator(self) -> bool:

@@ -26,7 +26,7 @@ from broker.mail.service import EXTENSION, Mail, MailStatistics
 from broker.optable import Access, OpTable
 from broker.output import view_of
 from broker.router import wait_while_connected
-from store import dialect
+from store import dialect, events
 
 if TYPE_CHECKING:
     from broker.core import BrokerCore
@@ -156,6 +156,44 @@ async def inbox(call: Call, args: InboxArgs) -> list[Message]:
     return await mail.job(
         lambda conn: mailbox.take_inbox(conn, call.principal, unread_only=args.unread, include_acked=args.include_acked, limit=limit)
     )
+
+
+@attrs.frozen
+class ArchiveArgs:
+    before_run: int | None = None
+    older_than: float | None = None
+    mailbox: str | None = None
+    dry_run: bool = False
+
+
+@OPS.op("msg.archive", ArchiveArgs, access=Access.OPERATOR)
+async def archive(call: Call, args: ArchiveArgs) -> dict[str, Any]:
+    """Archive old mail: by default every delivery from before the run now going (with no broker: all
+    of it); ``before_run`` N: mail sent before run N started; ``older_than``: sent that many seconds
+    ago or more.  It leaves inboxes and unread counts; nothing is deleted."""
+    from datetime import datetime, timedelta, timezone
+
+    from broker import runs
+
+    if args.older_than is not None and not 0 <= args.older_than <= 10 * 365 * 86400:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"msg.archive: older_than must be a number of seconds from 0 up, not {args.older_than:g}")
+    live = call.core.live
+
+    def job(conn):  # type: ignore[no-untyped-def]
+        started = runs.starts(conn)
+        if args.before_run is not None:
+            if not 1 <= args.before_run <= len(started):
+                known = f"1 to {len(started)}" if started else "none yet"
+                raise ConclaveError(ErrorCode.NOT_FOUND, f"msg.archive: no run {args.before_run} on this state directory (runs: {known})")
+            before = started[args.before_run - 1]
+        else:
+            before = started[-1] if live and started else events.now()
+        if args.older_than is not None:
+            cutoff = (datetime.now(timezone.utc) - timedelta(seconds=args.older_than)).isoformat()
+            before = min(before, cutoff)
+        return mailbox.archive(conn, call.principal, before=before, mailbox=args.mailbox, dry_run=args.dry_run)
+
+    return await Mail.of(call.core).job(job)
 
 
 @OPS.op("msg.ack", AckArgs)

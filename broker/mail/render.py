@@ -16,6 +16,7 @@ control characters (escape sequences, bidi overrides) are spelled out
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from broker.literal import visible
@@ -33,6 +34,28 @@ def sender_line(message: Mapping[str, Any]) -> str:
     if message["sender_agent"] == "operator":
         return f"from: the operator ({message['sender']})"
     return f"from: agent {message['sender_agent']} ({message['sender']}) -- {AGENT_NOTE}"
+
+
+def earlier_line(message: Mapping[str, Any], now: datetime | None = None) -> str:
+    """The line that marks mail from an earlier run, with its age: it may be stale."""
+    age = ""
+    try:
+        seconds = ((now or datetime.now(timezone.utc)) - datetime.fromisoformat(message["at"])).total_seconds()
+        age = f", {_age(seconds)} ago"
+    except (ValueError, TypeError):
+        pass
+    run = f"run {message['run']}" if message.get("run") else "before the first run"
+    return f"sent in an earlier run ({run}{age}): it may no longer hold; check before acting on it"
+
+
+def _age(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(0, int(seconds))} s"
+    if seconds < 5400:
+        return f"{int(seconds // 60)} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
 
 
 def state_of(message: Mapping[str, Any]) -> str | None:
@@ -57,6 +80,8 @@ def render_message(message: Mapping[str, Any]) -> str:
         sender_line(message),
         f"to: {to}",
     ]
+    if message.get("earlier_run"):
+        lines.append(earlier_line(message))
     if message.get("subject"):
         lines.append(f"subject: {message['subject']}")
     deliveries = message.get("deliveries") or []
@@ -76,6 +101,8 @@ def render_messages(messages: list[Mapping[str, Any]], empty: str) -> str:
 
 
 def _delivery(d: Mapping[str, Any]) -> str:
+    if d.get("archived_at"):
+        return f"{d['mailbox']} archived"
     if d.get("acked_at"):
         return f"{d['mailbox']} acknowledged"
     return f"{d['mailbox']} {'read' if d.get('read_at') else 'unread'}"

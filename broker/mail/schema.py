@@ -2,7 +2,7 @@
 
 A message is written once and never changes (triggers refuse UPDATE and
 DELETE); what changes is each recipient's *delivery*: when it was first shown
-(read) and when it was acknowledged.  ``mail_fts`` indexes subject and body
+(read), when it was acknowledged, and when the operator archived it.  ``mail_fts`` indexes subject and body
 and is filled by a trigger, so the index is written in the same transaction
 as the message.  A mailbox is an agent name (``alice``, ``alice/kid``) or
 ``operator``: an agent's restarts share it, its children have their own.
@@ -62,6 +62,12 @@ MIGRATIONS: list[str] = [
         since       TEXT NOT NULL,
         PRIMARY KEY (agent, session)
     ) WITHOUT ROWID;
+    """,
+    # 2: the operator archives old mail (`conclave msg archive`): an archived delivery leaves
+    # its mailbox's inbox, unread count and wake-ups; the message stays, in threads and search.
+    """
+    ALTER TABLE mail_deliveries ADD COLUMN archived_at TEXT;
+    ALTER TABLE mail_deliveries ADD COLUMN archived_by TEXT;
     """,
 ]
 
@@ -134,6 +140,11 @@ POSTGRESQL: list[str] = [
         USING (host = conclave_host()) WITH CHECK (host = conclave_host());
     GRANT SELECT, INSERT ON status_lines TO conclave_broker;
     GRANT UPDATE (text, since) ON status_lines TO conclave_broker;
+    """,
+    """
+    ALTER TABLE mail_deliveries ADD COLUMN IF NOT EXISTS archived_at TEXT;
+    ALTER TABLE mail_deliveries ADD COLUMN IF NOT EXISTS archived_by TEXT;
+    GRANT UPDATE (archived_at, archived_by) ON mail_deliveries TO conclave_broker;
     """,
 ]
 SCHEMA = Schema(COMPONENT, MIGRATIONS, postgresql=POSTGRESQL)

@@ -10,6 +10,7 @@ from typing import Any, Iterable
 import pytest
 
 from agents.harness import Puppet, Run
+from tests.agents import realbin
 
 DRIVER = Path(__file__).with_name("mcp_driver.py")
 
@@ -104,3 +105,12 @@ def model_view(call: dict[str, Any]) -> str:
     if call["structured"] is not None:
         return json.dumps(call["structured"])
     return call["text"]
+
+
+@pytest.fixture(scope="module")
+def binaries() -> realbin.Binaries:
+    """The pinned Claude Code and Codex CLI binaries (fetched into the cache when missing)."""
+    try:
+        return realbin.ensure()
+    except realbin.AgentBinariesError as exc:
+        pytest.fail(f"the real-agent tests need Claude Code and Codex CLI: {exc}", pytrace=False)

@@ -82,6 +82,10 @@ def wait_at_gate() -> None:
     sys.exit(3)
 
 
+#: What each fake answers to --version (conclave's preflight asks).
+FAKE_VERSIONS = {"claude": "2.1.332 (Claude Code)", "codex": "codex-cli 0.171.0", "aider": "aider 0.86.1"}
+
+
 def fake(kind: str, argv: list[str]) -> dict[str, Any]:
     wait_at_gate()
     report: dict[str, Any] = {"kind": kind, "argv": argv, "env_has_ticket": bool(os.environ.get("CONCLAVE_TICKET"))}
@@ -147,6 +151,9 @@ def main() -> int:
         print(json.dumps(probe(json.loads(sys.argv[2]))))
         return 0
     if mode == "fake":
+        if sys.argv[3:] == ["--version"]:
+            print(FAKE_VERSIONS[sys.argv[2]])
+            return 0
         report = fake(sys.argv[2], sys.argv[3:])
         Path(os.environ["FAKE_AGENT_REPORT"]).write_text(json.dumps(report))
         return 0

@@ -21,6 +21,7 @@ import pytest
 from agents.harness import Run, make_repo
 from agents.hooks import command
 from tests.agents.conftest import DRIVER, available_ops
+from tests.agents.standins import AnthropicStandin
 
 TASK = "Speed up the tokenizer in src/a.py without changing its output"
 TRUSTED = "The tokenizer in src/a.py compiles its regular expressions once at import time."
@@ -77,10 +78,13 @@ def launched(tmp_path_factory):
     (root / "cmd_agent.py").write_text(COMMAND_AGENT)
     # The fake binaries live in the test's directory: their boxes may read it and write the reports.
     box = {"allow_read": [str(bindir), str(root / "cmd_agent.py")], "allow_write": [str(reports)]}
+    # Preflight wants a key and a model endpoint that answers: a stand-in on loopback (never asked for a turn).
+    api = AnthropicStandin([]).start()
+    keys = {"alice": {"ANTHROPIC_API_KEY": "sk-fake", "ANTHROPIC_BASE_URL": api.url}, "cody": {"OPENAI_API_KEY": "sk-fake", "OPENAI_BASE_URL": api.url + "/v1"}}
     team = [
         {"name": "alice", "preset": "claude-code", "prompt": TASK, "restart": "on-failure", "max_restarts": 1,
-         "env": {"FAKE_AGENT_REPORT": str(reports / "alice.json"), "FAKE_AGENT_GATE": str(gate)}, **box},
-        {"name": "cody", "preset": "codex", "prompt": TASK, "env": {"FAKE_AGENT_REPORT": str(reports / "cody.json")}, **box},
+         "env": {"FAKE_AGENT_REPORT": str(reports / "alice.json"), "FAKE_AGENT_GATE": str(gate), **keys["alice"]}, **box},
+        {"name": "cody", "preset": "codex", "prompt": TASK, "env": {"FAKE_AGENT_REPORT": str(reports / "cody.json"), **keys["cody"]}, **box},
         {"name": "ada", "preset": "aider", "prompt": TASK, "env": {"FAKE_AGENT_REPORT": str(reports / "ada.json")}, **box},
         {"name": "cmd", "preset": "command", "prompt": TASK, "command": [sys.executable, str(root / "cmd_agent.py"), "{prompt_file}", "{mcp_config}"],
          "env": {"FAKE_AGENT_REPORT": str(reports / "cmd.json")}, **box},
@@ -97,6 +101,7 @@ def launched(tmp_path_factory):
         yield {"run": run, "reports": out, "seeded": seeded}
     finally:
         run.close()
+        api.close()
 
 
 def session_of(launched: dict[str, Any], name: str) -> str:
@@ -112,7 +117,7 @@ def test_claude_code_preset_runs_claude_with_its_mcp_config_and_settings(launche
     assert argv == [
         "-p", "--permission-mode", "acceptEdits", "--setting-sources", "user",
         "--settings", str(directory / "settings.json"), "--strict-mcp-config", "--mcp-config", str(directory / "mcp.json"),
-        "--", argv[-1],
+        "--output-format", "stream-json", "--verbose", "--", argv[-1],
     ]
     assert argv[-1].startswith(TASK)
     # Its own config directory, never the user's ~/.claude; the MCP tools up front; no phoning home.
@@ -176,7 +181,7 @@ def test_codex_preset_gets_its_own_codex_home_with_the_server_required_and_appro
     run, report = launched["run"], launched["reports"]["cody"]
     session = session_of(launched, "cody")
     directory = run.state / "agents" / "cody" / session
-    assert report["argv"] == ["exec", "-s", "danger-full-access", "--dangerously-bypass-hook-trust", "--strict-config", "--", report["argv"][-1]]
+    assert report["argv"] == ["exec", "-s", "danger-full-access", "--dangerously-bypass-hook-trust", "--strict-config", "--json", "--", report["argv"][-1]]
     assert report["argv"][-1].startswith(TASK)
     assert report["codex_home"] == str(directory / "codex")
     assert report["stdin_is_devnull"]

@@ -50,7 +50,6 @@ import pytest
 
 from agents.harness import Run
 from store.database import connect
-from tests.agents import realbin
 from tests.agents.standins import AnthropicStandin, ResponsesStandin
 from tests.agents.standins.responses import codex_overrides
 
@@ -65,14 +64,6 @@ LATE_MAIL = "bob here: one more thing, keep y an integer"
 HEADER = "Reference material from conclave's shared memory"
 SLEEP = "sleep 301.5"
 FILES = {"src/a.py": "x = 1\n", "src/b.py": "y = 1\n", "src/c.py": "c = 1\n", "src/d.py": "d = 1\n", "README.md": "scratch\n"}
-
-
-@pytest.fixture(scope="module")
-def binaries() -> realbin.Binaries:
-    try:
-        return realbin.ensure()
-    except realbin.AgentBinariesError as exc:
-        pytest.fail(f"the real-agent tests need Claude Code and Codex CLI: {exc}", pytrace=False)
 
 
 def planted_files(markers: Path) -> dict[str, str]:
@@ -429,7 +420,7 @@ def test_a_team_files_own_codex_sandbox_replaces_the_presets(binaries, tmp_path)
     from agents.presets import CODEX_OPTIONS, codex_options
 
     extra = ["-s", "workspace-write", "--strict-config"]
-    assert codex_options(extra) == ["--dangerously-bypass-hook-trust"]
+    assert codex_options(extra) == ["--dangerously-bypass-hook-trust", "--json"]
     (tmp_path / "home").mkdir()
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "CODEX_HOME": str(tmp_path / "home"), "STANDIN_API_KEY": "sk-standin"}
     with ResponsesStandin([{"text": "ok"}]) as api:

@@ -97,6 +97,9 @@ def test_agents_are_grouped_by_run_and_gc_prunes_old_runs_logs_only(tmp_path):
     logs = state / "logs"
     run1 = {f"alice-{rows[0]['session']}.log", "run-1.jsonl"}
     assert run1 <= set(os.listdir(logs))
+    # A log past its cap goes on in segments (broker.capture): gc removes those too.
+    (logs / f"alice-{rows[0]['session']}.log.3").write_text("later output\n")
+    run1.add(f"alice-{rows[0]['session']}.log.3")
     plan = json.loads(cli("gc", "--keep", "2", "--dry-run", "--json").stdout)
     assert plan["runs"] == [1] and set(plan["files"]) == run1 and run1 <= set(os.listdir(logs))
     done = json.loads(cli("gc", "--keep", "2", "--json").stdout)

@@ -65,7 +65,9 @@ def test_a_connection_flood_from_one_agent_leaves_room_for_everyone_else(start_r
         assert alice.try_call("whoami")["ok"]  # (the connection she already had still works)
         for _ in range(3):
             refused = alice.sh(sys.executable, "-I", "-m", "broker.cli", "whoami", "--json")
-            assert refused.returncode != 0 and "[quota]" in refused.stderr, refused.stderr
+            assert refused.returncode != 0, refused.stderr
+            error = json.loads(refused.stderr)["error"]  # --json: the refusal is a JSON object naming its code
+            assert error["code"] == "quota" and f"already holds {MAX_CONNECTIONS_PER_AGENT} connections" in error["message"], error
     finally:
         stop.write_text("")
     run.wait_until(lambda: alice.sh(sys.executable, "-I", "-m", "broker.cli", "whoami", "--json").returncode == 0, timeout=30, what="alice's flood to close")

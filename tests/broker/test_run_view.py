@@ -110,7 +110,7 @@ def test_the_run_shows_its_events_in_words(story):
     line(stream, "flaky", ">", "exit 3 (attempt 2 of 2, gave up)")
     line(stream, "ghost", ">", "exit 127: command not found")
     line(stream, "waiter", ">", "waiting ")
-    assert re.search(r"waiting \d+ s for data\.txt \(exclusive\), #1 in line", stream)
+    assert re.search(rf"waiting \d+ s for data\.txt \(exclusive\), #1 in line; held by holder:{SESSION}  \[conclave lock list\]", stream)
     line(stream, "waiter", ">", "mail to the operator, message 1 (thread t1): waiter done")
     line(stream, "conclave", ">", "run 1 ended: every agent has exited; 2 failed")
     # The journal records the same events, for `conclave logs` and for the record.
@@ -210,44 +210,107 @@ def test_sigterm_exits_143_and_conclave_stop_exits_5(tmp_path):
 
 
 def test_a_terminal_that_never_reads_does_not_hold_up_the_broker(tmp_path):
-    """The operator's terminal stops reading (Ctrl-S, a stuck pipe).  The agents'
+    """The operator's terminal stops reading (Ctrl-S, a stuck link).  The agents'
     output fills it; the broker must still answer requests and finish the run,
-    drop lines from the view only (saying so), and keep every line in the log."""
+    shed agents' lines from the view only -- never its own events -- saying how
+    many and where the full record is, and keep every line in the log."""
+    import pty
+
     lines = 300_000
     team = (
         f'[[agent]]\nname = "flood"\ncommand = ["sh", "-c", "seq {lines}; conclave whoami"]\n\n'
         '[[agent]]\nname = "asker"\ncommand = ["sh", "-c", "sleep 1; for i in 1 2 3 4 5; do conclave whoami > /dev/null || exit 9; done; echo asked"]\n'
     )
     repo, team_file, state = setup(tmp_path, team)
-    process = subprocess.Popen(run_argv(repo, team_file, state), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
-    # Nobody reads the pipe until the run has ended by itself.
-    deadline = time.monotonic() + 90
-    while not any(n["kind"] == "end" for n in journal(state)):
-        assert time.monotonic() < deadline, "the run did not finish while its terminal was not reading"
-        assert process.poll() is None
-        time.sleep(0.1)
-    exits = {n["principal"].split(":")[0]: n["text"] for n in journal(state) if n["kind"] == "exit"}
-    assert exits == {"flood": "exit 0", "asker": "exit 0"}
-    out, _ = process.communicate(timeout=60)
-    assert process.returncode == 0
-    assert b"line(s) not shown: the terminal fell behind; every line is in the logs" in out
+    leader, follower = pty.openpty()  # a real terminal, whose reader never reads
+    process = subprocess.Popen(run_argv(repo, team_file, state), stdout=follower, stderr=subprocess.PIPE, env=env())
+    os.close(follower)
+    try:
+        deadline = time.monotonic() + 90
+        while not any(n["kind"] == "end" for n in journal(state)):
+            assert time.monotonic() < deadline, "the run did not finish while its terminal was not reading"
+            assert process.poll() is None
+            time.sleep(0.1)
+        exits = {n["principal"].split(":")[0]: n["text"] for n in journal(state) if n["kind"] == "exit"}
+        assert exits == {"flood": "exit 0", "asker": "exit 0"}
+        shown = bytearray()
+        os.set_blocking(leader, False)
+        while process.poll() is None or _readable(leader):
+            try:
+                shown += os.read(leader, 1 << 16)
+            except BlockingIOError:
+                time.sleep(0.05)
+            except OSError:  # the terminal's other end closed
+                break
+        assert process.wait(timeout=60) == 0
+    finally:
+        os.close(leader)
+        if process.poll() is None:
+            process.kill()
+    assert b"line(s) not shown: the terminal fell behind; every line is in the logs (conclave logs --run 1; files in " in shown
+    # The broker's own events were never shed: the run's end is on the terminal.
+    assert b"run 1 ended: every agent has exited" in shown
     flood_log = next((state / "logs").glob("flood-*.log")).read_text().splitlines()
     assert flood_log[:lines] == [str(i) for i in range(1, lines + 1)] and flood_log[lines].startswith("flood:")
 
 
-def test_logs_follow_waits_for_a_run_and_ends_with_it(tmp_path):
-    run = Run(tmp_path, [{"name": "talker", "command": ["sh", "-c", "echo one; sleep 1.5; echo two"]}])
+def _readable(fd: int) -> bool:
+    import select
+
+    return bool(select.select([fd], [], [], 0.2)[0])
+
+
+def test_a_file_gets_every_line_of_a_burst_in_order(tmp_path):
+    """Issue 23: a run written to a file lost 13,000 of 20,000 lines.  To a file (or a pipe,
+    or CI) the view drops nothing: 100,000 lines from 8 agents at once arrive whole, each
+    agent's in its order, with every event of the run -- and each agent's exit after its
+    last line."""
+    import sys
+
+    from agents.harness import toml_value
+
+    per_agent = 12_500
+    script = "import sys\nfor n in range({count}): sys.stdout.write(f'{agent} {{n}}\\n')"
+    team = "".join(
+        f'[[agent]]\nname = "burst{i}"\ncommand = {toml_value([sys.executable, "-c", script.format(count=per_agent, agent=i)])}\n\n' for i in range(8)
+    )
+    repo, team_file, state = setup(tmp_path, team)
+    out_file = tmp_path / "run.out"
+    with open(out_file, "wb") as sink:
+        done = subprocess.run(run_argv(repo, team_file, state), stdout=sink, stderr=subprocess.PIPE, env=env(), timeout=300)
+    assert done.returncode == 0, done.stderr
+    text = out_file.read_text()
+    assert "not shown" not in text
+    for i in range(8):
+        mine = re.findall(rf"^burst{i}:{SESSION} +\| {i} (\d+)$", text, re.MULTILINE)
+        assert [int(n) for n in mine] == list(range(per_agent)), f"burst{i}: {len(mine)} of {per_agent} lines, or out of order"
+        last = text.rindex(f"| {i} {per_agent - 1}\n")
+        assert last < line(text, f"burst{i}", ">", "exit 0").start()
+    line(text, "conclave", ">", "run 1 ended: every agent has exited")
+
+
+def follow_from_before(run: Run, *, pause: float, why: str) -> tuple[int, str, str]:
+    """Start `conclave logs -f` on ``run``'s state directory, wait ``pause`` seconds (it must still be
+    waiting: ``why``), start the run; what the follower printed once the run is over."""
     follower = subprocess.Popen(
         conclave_argv("logs", "-f", "--state-dir", str(run.state), "--repo", str(run.repo)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env()
     )
     try:
-        time.sleep(0.5)
-        assert follower.poll() is None, "logs -f must wait for a run to start"
+        time.sleep(pause)
+        assert follower.poll() is None, why
         run.start(wait_for=[])
         out, err = follower.communicate(timeout=60)
     finally:
         run.close()
-    assert follower.returncode == 0, err
+        if follower.poll() is None:
+            follower.kill()
+    return follower.returncode, out, err
+
+
+def test_logs_follow_waits_for_a_run_and_ends_with_it(tmp_path):
+    run = Run(tmp_path, [{"name": "talker", "command": ["sh", "-c", "echo one; sleep 1.5; echo two"]}])
+    code, out, err = follow_from_before(run, pause=0.5, why="logs -f must wait for a run to start")
+    assert code == 0, err
     assert out.startswith("waiting for a run to start")
     one, two, ended = line(out, "talker", "|", "one"), line(out, "talker", "|", "two"), line(out, "talker", ">", "exit 0")
     assert one.start() < two.start() < ended.start()
@@ -300,3 +363,44 @@ command = ["sh", "-c", "for i in $(seq 1 30); do echo line $i; sleep 0.02; done;
         # The agent ran to its end: its mail is there.
         inbox = cli(state, repo, "msg", "inbox", "--json")
         assert [m["body"] for m in json.loads(inbox.stdout)] == ["done"], inbox.stderr
+
+
+def test_logs_shows_every_line_after_a_five_megabyte_one(tmp_path):
+    """Issue 23: a 5 MB line hid the lines after it from `conclave logs` and `logs --json`.
+    The long line is cut and marked, never swallowed, and every line after it is shown;
+    the log file keeps all of it."""
+    import sys
+
+    from agents.harness import toml_value
+
+    script = "import sys\nsys.stdout.write('before\\n' + 'x' * 5_000_000 + '\\n')\nfor i in range(3): print('after', i)"
+    repo, team_file, state = setup(tmp_path, f'[[agent]]\nname = "long"\ncommand = {toml_value([sys.executable, "-c", script])}\n')
+    ran = subprocess.run(run_argv(repo, team_file, state), capture_output=True, text=True, env=env(), timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    for shown in (ran.stdout, cli(state, repo, "logs").stdout):  # the run view, and `conclave logs` afterwards
+        texts = [ln.split("| ", 1)[1] for ln in shown.splitlines() if re.match(rf"^long:{SESSION} +\| ", ln)]
+        assert texts[0] == "before" and texts[2:] == ["after 0", "after 1", "after 2"], texts[:1] + [t[:80] for t in texts[1:]]
+        assert texts[1].startswith("xxxx") and texts[1].endswith("more characters in the log)") and len(texts[1]) < 10_000
+    as_json = json.loads(cli(state, repo, "logs", "--json").stdout)
+    outputs = [e for e in as_json if e["type"] == "output"]
+    assert [e["text"] for e in outputs if not e.get("cut")] == ["before", "after 0", "after 1", "after 2"]
+    (cut,) = [e for e in outputs if e.get("cut")]
+    assert set(cut["text"]) == {"x"} and len(cut["text"]) == 1 << 16
+    log = next((state / "logs").glob("long-*.log")).read_bytes()
+    assert log == b"before\n" + b"x" * 5_000_000 + b"\nafter 0\nafter 1\nafter 2\n"  # the log keeps every byte
+
+
+def test_logs_follow_started_between_runs_follows_the_next_run(tmp_path):
+    """Issue 23: `conclave logs -f` started after one run ended printed that run and exited.
+    Started before the next run, it waits for it and follows it to its end."""
+    first = Run(tmp_path, [{"name": "early", "command": ["sh", "-c", "echo from run one"]}])
+    first.start(wait_for=[])
+    assert first.process is not None and first.process.wait(timeout=60) == 0
+    first.close()
+    second = Run(tmp_path, [{"name": "late", "command": ["sh", "-c", "echo from run two; sleep 1; echo still run two"]}], reuse=True)
+    code, out, err = follow_from_before(second, pause=1.0, why="logs -f must wait for the next run, not end with the last one")
+    assert code == 0, err
+    assert out.startswith("run 1 has ended (conclave logs --run 1 shows it); waiting for the next run")
+    assert "from run one" not in out
+    one, two = line(out, "late", "|", "from run two"), line(out, "late", "|", "still run two")
+    assert one.start() < two.start() < line(out, "conclave", ">", "run 2 ended: every agent has exited").start()

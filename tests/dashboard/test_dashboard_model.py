@@ -145,3 +145,15 @@ def test_the_used_column_and_the_biography_say_how_much_the_team_used_a_claim() 
     assert used(never) == "never" and uses(never) == "0" and "used: never" in biography(never) and not any("last pushed" in line for line in biography(never))
     # A broker from before usage sends none: the column reads "never" and the biography leaves the line out.
     assert used({}) == "never" and not any(line.startswith("used:") for line in biography({k: v for k, v in claim.items() if k != "usage"}))
+
+
+def test_agent_rows_show_what_each_binary_reported_using() -> None:
+    """Issue 23: usage in the dashboard.  Claude Code reports tokens and cost, Codex tokens only;
+    a plain command reports nothing and shows nothing."""
+    agents = [
+        {"principal": "ann:a1", "agent": "ann", "live": True, "usage": {"tokens": 44950, "cost_usd": 0.180123}},
+        {"principal": "cole:c1", "agent": "cole", "live": False, "exit_code": 0, "usage": {"tokens": 19086, "cost_usd": None}},
+        {"principal": "sh:s1", "agent": "sh", "live": False, "exit_code": 0},
+    ]
+    rows = {r.key: r.usage for r in agent_rows(agents, None, None, {}, {}, {}, NOW)}
+    assert rows == {"ann:a1": "44,950 tok, $0.1801", "cole:c1": "19,086 tok", "sh:s1": ""}

@@ -136,3 +136,25 @@ def test_invisible_characters_in_agent_output_are_spelled_out() -> None:
     """A bidi override or a zero-width space would make the operator read other words than were written."""
     assert clean("paid \u202eeulav\u202c ok\u200b!") == "paid \\u202eeulav\\u202c ok\\u200b!"
     assert clean("caf\u00e9 \u2713") == "caf\u00e9 \u2713"  # control: visible non-ASCII stays as it is
+
+
+def test_the_tail_follows_a_log_past_its_cap_into_its_newest_segment(tmp_path: Path) -> None:
+    """Past log_cap the broker writes an agent's output in further segments (broker.capture);
+    the dashboard goes on showing the newest lines.  Control: before any rotation it reads the
+    first segment as before."""
+    from broker.capture import OutputLog
+    from broker.dashboard.tail import LogTailer
+
+    log = OutputLog(tmp_path, "alice-a1.log", cap=256 * 1024)
+    log.write(b"first line\n")
+    tailer = LogTailer(tmp_path)
+    assert tailer.poll() == {"alice:a1": ["first line"]}
+    for i in range(20_000):
+        log.write(f"line {i:05d} {'z' * 40}\n".encode())
+    seen: list[str] = []
+    for _ in range(50):
+        seen += tailer.poll().get("alice:a1", [])
+        if seen and seen[-1].startswith("line 19999"):
+            break
+    assert seen[-1].startswith("line 19999 ")
+    assert tailer.path_of("alice:a1") != tmp_path / "alice-a1.log"

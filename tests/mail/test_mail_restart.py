@@ -88,3 +88,47 @@ def test_restarted_agent_shares_its_inbox(start_run) -> None:  # type: ignore[no
     assert carol.call("msg.ack", ids=got) == {"acked": got, "already_acked": []}
     row = board_row(run, "carol")
     assert row["principal"] == carol.key and row["status"] is None and row["unread"] == 0
+
+
+def test_mail_from_an_earlier_run_is_marked_with_its_run_and_age_and_the_operator_archives_it(tmp_path: Path) -> None:
+    """Issue 23: mail persists between runs, so an agent could act on a stale request as if it were
+    new.  Mail sent in an earlier run reaches its recipient marked with that run and its age, in
+    the JSON and in the rendered text an agent reads; mail of this run is not marked (the control).
+    `conclave msg archive` takes the old mail out of every inbox and unread count, without deleting
+    it (a thread still shows it) and with an event naming each delivery."""
+    from broker.mail.render import render_message
+
+    team = [{"name": "alice"}, {"name": "bob"}]
+    with Run(tmp_path, team) as first:
+        stale = first.puppet("alice").call("msg.send", to="bob", body="please rebuild the index")
+        stale_to_op = first.puppet("alice").call("msg.send", to="operator", body="the index is rebuilt")
+    with Run(tmp_path, team, reuse=True) as second:
+        bob = second.puppet("bob")
+        fresh = second.puppet("alice").call("msg.send", to="bob", body="the index is fine now, do not rebuild it")
+        inbox = {m["id"]: m for m in bob.call("msg.inbox")}
+        old, new = inbox[stale["id"]], inbox[fresh["id"]]
+        assert (old["run"], old["earlier_run"]) == (1, True)
+        assert (new["run"], new["earlier_run"]) == (2, False)
+        shown = render_message(old)
+        assert "sent in an earlier run (run 1, " in shown and " ago): it may no longer hold; check before acting on it" in shown
+        assert "earlier run" not in render_message(new)
+        # The operator archives what came before this run (the default while a broker runs).
+        dry = json.loads(second.cli("msg", "archive", "--dry-run", "--json").stdout)
+        assert dry["dry_run"] and dry["archived"] == 2 and set(dry["messages"]) == {stale["id"], stale_to_op["id"]}
+        assert len(bob.call("msg.inbox", include_acked=True)) == 2  # a dry run changes nothing
+        done = second.cli("msg", "archive")
+        assert done.returncode == 0 and "archived 2 delivery(ies) of 2 message(s)" in done.stdout, done.stderr
+        assert [m["id"] for m in bob.call("msg.inbox", include_acked=True)] == [fresh["id"]]
+        assert json.loads(second.cli("msg", "inbox", "--json").stdout) == []
+        assert board_row(second, "bob")["unread"] == 0
+        # Nothing was deleted: the thread still has it, its delivery marked archived.
+        (kept,) = bob.call("msg.thread", thread=stale["thread"])
+        assert kept["id"] == stale["id"] and kept["deliveries"][0]["archived_at"] is not None
+        again = json.loads(second.cli("msg", "archive", "--json").stdout)
+        assert again["archived"] == 0  # archiving twice changes nothing
+        log = second.op("memory.log", kind="msg.archive", limit=10)
+        assert [e["detail"]["deliveries"] for e in log] == [[["bob", stale["id"]], ["operator", stale_to_op["id"]]]]
+    # With no broker running the default is all mail: the next run starts with empty inboxes.
+    assert json.loads(first.cli("msg", "archive", "--json").stdout)["messages"] == [fresh["id"]]
+    bad = first.cli("msg", "archive", "--before-run", "9")
+    assert bad.returncode != 0 and "no run 9 on this state directory (runs: 1 to 2)" in bad.stderr

@@ -142,3 +142,19 @@ def test_sharing_by_the_author_or_the_operator_starts_an_unverified_shared_claim
     # Every private claim, share and link above left the store consistent with its keyed log.
     checked = run.op("memory.verify")
     assert checked["ok"], checked["problems"]
+
+
+def test_a_private_note_repeats_only_in_its_own_pool(run: Run) -> None:
+    """The same agent remembering the same text gets its live claim back -- within one pool: a private
+    note repeated is that note; the same words shared are a shared claim of their own (the note stays private)."""
+    carol = run.puppet("carol")
+    text = "The lapwing build caches wheels per Python minor version."
+    first = carol.call("memory.remember", kind="pattern", text=text, private=True)
+    again = carol.call("memory.remember", kind="pattern", text=text, private=True)
+    assert again["id"] == first["id"] and again.get("repeated") is True and again["private_to"] == "carol"
+    shared = carol.call("memory.remember", kind="pattern", text=text)
+    assert shared["id"] != first["id"] and not shared.get("repeated") and shared["private_to"] is None
+    assert shared["twins"] == []  # its private twin is not named, not even to its own agent's shared claim
+    # Another agent's identical words: its own claim, told only of the shared twin.
+    theirs = run.puppet("bob").call("memory.remember", kind="pattern", text=text)
+    assert theirs["id"] not in (first["id"], shared["id"]) and [t["id"] for t in theirs["twins"]] == [shared["id"]]

@@ -73,8 +73,8 @@ def test_remember_names_live_twins_with_their_tiers_on_either_backend(job: Calla
 def test_trusted_twin_cut_by_the_candidate_limit_comes_back(job: Callable[..., Any], store) -> None:  # type: ignore[no-untyped-def]
     """Twenty unverified twins fill the candidate list; the trusted twin must still come first."""
     words = "The quota service rejects bursts above forty requests per second."
-    for _ in range(20):
-        remember(job, "mallory", words)
+    for i in range(20):  # twenty agents: one agent saying it twenty times holds one claim (test_memory_repeat.py)
+        remember(job, f"mallory{i}", words)
     trusted = remember(job, "alice", words)
     # Control: before it is trusted, the trusted-to-be twin is not among the FTS candidates at all.
     # (recall with limit=1 takes 13 candidates from FTS before weighing tiers)
