@@ -143,9 +143,11 @@ class Run:
         grace: float = 2.0,
         reuse: bool = False,
         repo: Path | None = None,
-        prefix: Sequence[str] = (),
+        wrap: Sequence[str] = (),
     ) -> None:
         self.root = root
+        #: A command the broker is started under (``unshare ... sh -c '...; exec "$@"'``): a test's own namespace.
+        self.wrap = list(wrap)
         # ``repo``: an existing checkout (a clone, for a second broker on another "host").
         self.repo = repo if repo is not None else root / "repo" if reuse else make_repo(root, files)
         self.state = root / "state"
@@ -163,8 +165,6 @@ class Run:
             lines.append("")
         self.team_file.write_text("\n".join(lines) + extra_toml)
         self.grace = grace
-        #: Run the broker through this command first (a namespace with a small file system, say).
-        self.prefix = list(prefix)
         self.process: subprocess.Popen[str] | None = None
         self.summary: dict[str, Any] | None = None
         self._puppets: dict[str, Puppet] = {}
@@ -177,8 +177,8 @@ class Run:
             raise RuntimeError("this run's broker is already started; `with Run(...) as run` starts it once")
         env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
         self.process = subprocess.Popen(
-            self.prefix + conclave_argv("run", "--team", str(self.team_file), "--repo", str(self.repo),
-                          "--state-dir", str(self.state), "--grace", str(self.grace), "--json"),
+            [*self.wrap, *conclave_argv("run", "--team", str(self.team_file), "--repo", str(self.repo),
+                                        "--state-dir", str(self.state), "--grace", str(self.grace), "--json")],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -1,6 +1,6 @@
 """Crash consistency: SIGKILL the broker under load, restart it, and hold the store to what it acknowledged.
 
-    .venv/bin/python bench/crash.py [--rounds 5] [--agents 8] [--load 1.0:3.0]
+    .venv/bin/python bench/crash.py [--rounds 5] [--agents 8] [--load 1.0:3.0] [--postgresql]
 
 Each round starts ``conclave run`` on the same state directory with
 ``--agents`` writer agents (``crash_worker``) that remember, corroborate
@@ -21,7 +21,10 @@ and the round is checked:
   oldest lost grant was acknowledged -- is what a crash can cost.
 
 Prints one row per round and the worst window; exits 1 if any round broke a
-promise.  ``tests/store/test_crash_consistency.py`` runs one short round.
+promise.  ``tests/store/test_crash_consistency.py`` runs one short round on
+each backend.  ``--postgresql`` runs the broker on a PostgreSQL store instead
+of the SQLite file (a server of its own, started by ``tests/pgtools.py``): the
+server lives on, only the broker is killed.
 """
 
 from __future__ import annotations
@@ -64,15 +67,22 @@ def team(agents: int, out: Path, go: Path, seconds: float) -> list[dict[str, Any
     ]
 
 
-def load_and_kill(root: Path, agents: int, load_seconds: float, *, round_no: int, probe: Callable[[Run], Any] | None = None) -> dict[str, Any]:
+def store_toml(url: str | None) -> str:
+    """The team file's ``[store]`` table for a PostgreSQL store (nothing for the SQLite file)."""
+    return f'\n[store]\nurl = "{url}"\n' if url else ""
+
+
+def load_and_kill(root: Path, agents: int, load_seconds: float, *, round_no: int, probe: Callable[[Run], Any] | None = None,
+                  url: str | None = None) -> dict[str, Any]:
     """One round up to the kill: start (or restart) the broker with the writers, load, SIGKILL. Returns the round's facts.
 
     ``probe(run)``, when given, runs once under the load (its result is in the facts as ``probe``).
+    ``url``: the broker's PostgreSQL store (None: the SQLite file in the state directory).
     """
     out = root / f"round{round_no}"
     out.mkdir()
     go = out / "go"
-    run = Run(root, team(agents, out, go, seconds=load_seconds + 30), reuse=round_no > 0, extra_toml=SETTINGS)
+    run = Run(root, team(agents, out, go, seconds=load_seconds + 30), reuse=round_no > 0, extra_toml=SETTINGS + store_toml(url))
     run.start(wait_for=[], timeout=60)
     try:
         run.wait_until(lambda: len(list(out.glob("*.ready"))) == agents, timeout=120, what="writers to connect")
@@ -92,20 +102,23 @@ def load_and_kill(root: Path, agents: int, load_seconds: float, *, round_no: int
     while len(list(out.glob("*.done"))) < agents and time.monotonic() < deadline:
         time.sleep(0.02)
     refused = sum(json.loads(done.read_text())["refused"] for done in out.glob("*.done"))
-    return {"out": out, "killed_at": killed_at, "load_seconds": load_seconds, "probe": probed, "refused": refused}
+    return {"out": out, "killed_at": killed_at, "load_seconds": load_seconds, "probe": probed, "refused": refused, "url": url}
 
 
-def restart_and_check(root: Path, facts: dict[str, Any]) -> dict[str, Any]:
-    """Start a fresh broker on the state directory, verify through it, and hold the store to the acks."""
+def restart_and_check(root: Path, facts: dict[str, Any], *, reader: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """Start a fresh broker on the state directory, verify through it, and hold the store to the acks.
+
+    ``reader()`` opens a read connection to the store (default: the SQLite file in the state directory).
+    """
     started = time.monotonic()
-    run = Run(root, [{"name": "idle"}], reuse=True, extra_toml=SETTINGS)
+    run = Run(root, [{"name": "idle"}], reuse=True, extra_toml=SETTINGS + store_toml(facts.get("url")))
     with run:
         run.puppet("idle")
         ready = time.monotonic() - started
         verified = run.cli("memory", "verify", "--json")
         stats = run.op("broker.stats")
     report = json.loads(verified.stdout) if verified.stdout.strip() else {"ok": False, "problems": [{"problem": verified.stderr.strip()}]}
-    found = check_acks(run.state, facts["out"], facts["killed_at"])
+    found = check_acks(run.state, facts["out"], facts["killed_at"], reader=reader)
     found.update(
         restart_seconds=ready,
         verify_ok=verified.returncode == 0 and report.get("ok") is True,
@@ -124,10 +137,10 @@ def read_acks(out: Path) -> list[dict[str, Any]]:
     return acks
 
 
-def check_acks(state: Path, out: Path, killed_at: float) -> dict[str, Any]:
-    """What the store holds against what the writers were told."""
+def check_acks(state: Path, out: Path, killed_at: float, *, reader: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """What the store holds against what the writers were told (``reader``: as in :func:`restart_and_check`)."""
     acks = read_acks(out)
-    conn = connect(state / "conclave.db", readonly=True)
+    conn = reader() if reader is not None else connect(state / "conclave.db", readonly=True)
     try:
         import hashlib
 
@@ -164,6 +177,13 @@ def check_acks(state: Path, out: Path, killed_at: float) -> dict[str, Any]:
     }
 
 
+def pg_reader(owner_url: str) -> Callable[[], Any]:
+    """Read connections to a PostgreSQL store as its owner (every host's rows, no row security in the way)."""
+    from store.postgres import PgConnection, connect as pg_connect
+
+    return lambda: PgConnection(pg_connect(owner_url), host=None, writer=False)
+
+
 def promises_kept(r: dict[str, Any]) -> bool:
     return (
         r["verify_ok"] and r["lost_claims"] == 0 and r["lost_corroborations"] == 0 and r["lost_mail"] == 0
@@ -179,16 +199,25 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()))
     parser.add_argument("--out", type=Path, help="also write the rows as JSON here")
+    parser.add_argument("--postgresql", action="store_true", help="a PostgreSQL store (a server of its own, tests/pgtools.py) instead of the SQLite file")
     args = parser.parse_args()
     low, high = (float(x) for x in args.load.split(":"))
     rng = random.Random(args.seed)
     root = Path(tempfile.mkdtemp(prefix="crash-", dir=args.workdir))
     rows = []
+    cluster = url = reader = None
+    if args.postgresql:
+        from tests.pgtools import Cluster
+
+        cluster = Cluster().start()
+        database = cluster.database()
+        url = cluster.broker_url(database, "crash")
+        reader = pg_reader(cluster.url(database))
     print(f"{'round':>5} {'load s':>6} {'remember':>8} {'corrob.':>7} {'locks':>6} {'mail':>6} {'lost acked':>10} {'lost grants':>11} {'window ms':>9} {'restart s':>9} {'verify':>6}")
     try:
         for n in range(args.rounds):
-            facts = load_and_kill(root, args.agents, rng.uniform(low, high), round_no=n)
-            r = restart_and_check(root, facts)
+            facts = load_and_kill(root, args.agents, rng.uniform(low, high), round_no=n, url=url)
+            r = restart_and_check(root, facts, reader=reader)
             rows.append(r)
             acked = r["acked"]
             lost = r["lost_claims"] + r["lost_corroborations"] + r["lost_mail"]
@@ -199,6 +228,8 @@ def main() -> int:
                 print("   " + "\n   ".join(r["verify_problems"]))
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        if cluster is not None:
+            cluster.stop()
     windows = [r["window_ms"] for r in rows]
     print(f"lock-history window: max {max(windows):.1f} ms, median {statistics.median(windows):.1f} ms over {len(rows)} kills "
           f"(grants acknowledged this long before the kill were not yet written)")

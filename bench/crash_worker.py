@@ -39,7 +39,8 @@ def main() -> int:
     rng = random.Random(args.index)
     texts = ClaimText(1000 + args.index).claims(1_000_000)
     client = BlockingClient.for_agent()
-    me = f"{client.identity['agent']}:{client.identity['session']}"
+    # The principal key its rows carry (HOST/agent:session on a store several brokers share).
+    me = client.identity.get("key") or f"{client.identity['agent']}:{client.identity['session']}"
     peers = [f"crash{i}" for i in range(args.agents) if i != args.index]
     acks = os.open(args.out / f"crash{args.index}.acks", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 

@@ -22,6 +22,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -29,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_corpus import ClaimText  # noqa: E402
 
 from broker.identity import Principal, Role  # noqa: E402
-from memory import authoring, claims  # noqa: E402
+from memory import authoring, claims, exposures  # noqa: E402
 from broker import composition  # noqa: E402
 from store import database, events  # noqa: E402
 from store.anchor import AnchorFile  # noqa: E402
@@ -44,24 +45,38 @@ WITNESSES = 40
 BATCH = 5000
 
 
-def bench_principal(agent: str, n: int) -> Principal:
-    return Principal(agent=agent, session=f"bench{n:06d}", role=Role.AGENT, domain=agent)
+def bench_principal(agent: str, n: int, host: str | None = None) -> Principal:
+    return Principal(agent=agent, session=f"bench{n:06d}", role=Role.AGENT, domain=agent, host=host)
 
 
 def build(path: Path, count: int, *, seed: int = 3, progress: bool = True) -> dict[str, float]:
     """Write ``count`` claims into a fresh database at ``path``; return load figures."""
-    policy = TrustPolicy()
-    rng = random.Random(seed)
-    source = ClaimText(seed)
-    authors = [bench_principal(f"author{i}", i) for i in range(AUTHORS)]
-    witnesses = [bench_principal(f"witness{i}", i) for i in range(WITNESSES)]
     conn = database.open_store(path, composition.schemas())
     # The store is keyed and anchored as a broker would leave it; install() copies both files beside it.
     key_file, anchor_file = chain_files(path)
     for leftover in (key_file, anchor_file):
         leftover.unlink(missing_ok=True)
     key = ChainKey.create(key_file)
+    figures = load(conn, key, count, seed=seed, progress=progress)
+    conn.pragma("wal_checkpoint", "TRUNCATE")
+    anchor = AnchorFile(anchor_file, key)
+    head = events.head(conn)
+    anchor.write(head, head)
+    anchor.close()
+    conn.close()
+    return figures
+
+
+def load(conn: Any, key: ChainKey, count: int, *, seed: int = 3, progress: bool = True, host: str | None = None) -> dict[str, float]:
+    """Write ``count`` claims through ``conn`` (SQLite, or a PostgreSQL writer whose role is ``host``'s), keyed with ``key``."""
+    policy = TrustPolicy()
+    rng = random.Random(seed)
+    source = ClaimText(seed)
+    authors = [bench_principal(f"author{i}", i, host) for i in range(AUTHORS)]
+    witnesses = [bench_principal(f"witness{i}", i, host) for i in range(WITNESSES)]
     events.key_chain(conn, key)
+    with conn:
+        exposures.start_log(conn)  # as a broker's first start does: blindness is rebuilt from the showings
     started = time.perf_counter()
     written: list[str] = []
     tiers = {"trusted": 0, "disputed": 0, "unverified": 0}
@@ -89,12 +104,6 @@ def build(path: Path, count: int, *, seed: int = 3, progress: bool = True) -> di
         if progress and done % 50_000 < BATCH:
             rate = done / (time.perf_counter() - started)
             print(f"  loaded {done:,} claims ({rate:,.0f}/s)", file=sys.stderr, flush=True)
-    conn.pragma("wal_checkpoint", "TRUNCATE")
-    anchor = AnchorFile(anchor_file, key)
-    head = events.head(conn)
-    anchor.write(head, head)
-    anchor.close()
-    conn.close()
     return {"claims": count, "seconds": time.perf_counter() - started, **tiers}
 
 

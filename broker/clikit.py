@@ -202,7 +202,9 @@ def call_local(target: Target, op: str, args: dict[str, Any]) -> Any:
         die(str(exc), EXIT_REFUSED)
 
     async def run() -> Any:
-        async with open_core(paths, team=None, live=False, features=composition.features()) as core:
+        # The one op that may open a store older than this state directory has seen: accepting it is its purpose.
+        accept = op == "store.accept_restore"
+        async with open_core(paths, team=None, live=False, features=composition.features(), accept_restore=accept) as core:
             # Returned, not raised: raised inside open_core's nursery it would
             # arrive wrapped in an ExceptionGroup that `call` does not catch.
             try:

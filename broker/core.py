@@ -32,6 +32,7 @@ from broker.team import Team, TeamCheck
 from store import dialect, events
 from store.backend import Backend, SqliteBackend
 from store.owner import ChainFiles, StoreOwner
+from store.projection import Projector
 from store.schema import Schema
 
 EndedListener = Callable[[Principal], Awaitable[None]]
@@ -54,6 +55,9 @@ class Feature:
     start: Callable[[BrokerCore, trio.Nursery], Awaitable[None]] | None = None
     #: Validates the team-file tables this feature reads; raises ValueError naming the fix.
     check_team: TeamCheck | None = None
+    #: Makes a fresh rebuild of this feature's tables from the keyed log (``store.projection``):
+    #: ``conclave memory verify`` compares every row it says with the database.
+    projector: Callable[[], Projector] | None = None
     #: What ``conclave doctor`` reports for this feature: given the state database (which may not
     #: exist), a dict with ``summary`` (one line) and any details.
     doctor: Callable[[Path], dict[str, Any]] | None = None
@@ -130,13 +134,17 @@ class BrokerCore:
         schemas: Sequence[Schema],
         backend: Backend | None = None,
         host: str | None = None,
+        accept_restore: bool = False,
     ) -> None:
         self.paths = paths
         self.team = team
         self.live = live
         #: This broker's host name when several brokers share a PostgreSQL store (None on one machine).
         self.host = host
-        self.store = StoreOwner(backend or SqliteBackend(paths.database), schemas, chain=ChainFiles(paths.chain_key, paths.chain_anchor))
+        self.store = StoreOwner(
+            backend or SqliteBackend(paths.database), schemas,
+            chain=ChainFiles(paths.chain_key, paths.chain_anchor, paths.chain_high_water), accept_restore=accept_restore,
+        )
         self.registry = PrincipalRegistry(uid=uid, broker_pid=broker_pid, operator_key=paths.operator_key(), host=host)
         self.ops: dict[str, OpSpec] = {}
         self.extensions: dict[str, Any] = {}
@@ -146,6 +154,8 @@ class BrokerCore:
         self._ended: list[EndedListener] = []
         self._closed: list[ConnectionListener] = []
         self._settlers: list[Callable[[], Awaitable[None]]] = []
+        #: One maker per feature that projects tables (``Feature.projector``), in the features' order.
+        self.projectors: list[Callable[[], Projector]] = []
         self._connection_ids = itertools.count(1)
         self.started_at = events.now()
 
@@ -195,7 +205,8 @@ class BrokerCore:
         return note
 
     async def _record_refusal(self, reason: str, peer: PeerCredentials) -> None:
-        await self.record("auth.refused", actor=events.BROKER_ACTOR, payload={"reason": reason, "pid": peer.pid, "uid": peer.uid})
+        payload = {"reason": reason, "pid": peer.pid, "uid": peer.uid}
+        await self.store.persist(lambda conn: events.append(conn, "auth.refused", actor=events.BROKER_ACTOR, payload=payload), what="a refused login")
 
     def statistics(self) -> CoreStatistics:
         store = self.store.statistics()
@@ -236,15 +247,21 @@ def _check_operator_key(backend: Backend, digest: str, paths: StatePaths) -> Non
 
 def _bind_operator_key(conn: apsw.Connection, digest: str) -> None:
     if conn.execute("SELECT 1 FROM store_keys WHERE name = 'operator'").fetchone() is None:
-        conn.execute("INSERT INTO store_keys(name, digest, at) VALUES ('operator', ?, ?)", (digest, events.now()))
-        events.append(conn, "broker.operator_key_bound", actor=events.BROKER_ACTOR, payload={"sha256_prefix": digest[:12]})
+        at = events.now()
+        conn.execute("INSERT INTO store_keys(name, digest, at) VALUES ('operator', ?, ?)", (digest, at))
+        events.append(conn, "broker.operator_key_bound", actor=events.BROKER_ACTOR, payload={"sha256_prefix": digest[:12], "sha256": digest}, at=at)
 
 
 @asynccontextmanager
 async def open_core(
-    paths: StatePaths, *, team: Team | None, live: bool, features: Sequence[Feature], broker_pid: int | None = None
+    paths: StatePaths, *, team: Team | None, live: bool, features: Sequence[Feature], broker_pid: int | None = None,
+    accept_restore: bool = False,
 ) -> AsyncIterator[BrokerCore]:
     """Start the store owner and every feature's owner task; yield the core.
+
+    ``accept_restore``: the operator's ``conclave store accept-restore`` --
+    a database older than this state directory's high-water record is
+    accepted (and the decision recorded in the log) instead of refused.
 
     Raises:
         StateError: the database answers to another operator key than this
@@ -259,7 +276,8 @@ async def open_core(
         if live:
             paths.record_store_url(backend.url)  # type: ignore[attr-defined]
     core = BrokerCore(
-        paths, uid=os.getuid(), broker_pid=broker_pid or os.getpid(), team=team, live=live, schemas=schemas, backend=backend, host=host
+        paths, uid=os.getuid(), broker_pid=broker_pid or os.getpid(), team=team, live=live, schemas=schemas, backend=backend, host=host,
+        accept_restore=accept_restore,
     )
     digest = hashlib.sha256(paths.operator_key().encode()).hexdigest()
     await trio.to_thread.run_sync(_check_operator_key, core.store.backend, digest, paths)
@@ -272,6 +290,8 @@ async def open_core(
                 if op in core.ops:
                     raise TypeError(f"op {op} is defined by two features")
                 core.ops[op] = spec
+            if feature.projector is not None:
+                core.projectors.append(feature.projector)
             if feature.start is not None:
                 await feature.start(core, nursery)
         try:

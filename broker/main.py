@@ -172,11 +172,10 @@ async def run_broker(
                         _kill_orphans()
                         supervisor.close()
                         _remove_socket(paths, socket_path)
-                        await core.record(
-                            "broker.stop",
-                            actor=events.BROKER_ACTOR,
-                            payload={"stopped_by": stopped_by[0] if stopped_by else None},
-                        )
+                        stopped = {"stopped_by": stopped_by[0] if stopped_by else None}
+                        # A store that cannot take it (a full disk, files swapped) must not turn a clean stop into a crash.
+                        await core.store.persist(lambda conn: events.append(conn, "broker.stop", actor=events.BROKER_ACTOR, payload=stopped),
+                                                 what="the broker's stop", patience=STOP_PATIENCE)
         finally:
             ledger.close()  # a clean stop, or one that never started agents: nothing left to answer for
         return _summary(core, supervisor, stopped_by, run_number)
@@ -198,6 +197,10 @@ def _say_on_stderr(line: str) -> None:
         os.write(2, (line + "\n").encode())
     except OSError:
         pass  # no terminal left: the run journal and the event log have it
+
+
+#: How long a stopping broker waits for a store that cannot take its last event.
+STOP_PATIENCE: Final = 5.0
 
 
 def _next_run_number(conn) -> int:  # type: ignore[no-untyped-def]

@@ -12,6 +12,7 @@ from broker.errors import ConclaveError, ErrorCode
 from broker import runs, schema
 from broker.core import Call, Feature
 from broker.optable import Access, OpTable, describe_ops
+from broker.projection import BrokerLog
 from broker.server import whoami as whoami_of
 
 OPS = OpTable()
@@ -148,6 +149,20 @@ async def stats(call: Call, _args: NoArgs) -> dict[str, Any]:
     return attrs.asdict(call.core.statistics())
 
 
+@OPS.op("store.accept_restore", NoArgs, access=Access.OPERATOR)
+async def accept_restore(call: Call, _args: NoArgs) -> dict[str, Any]:
+    """Accept, on purpose, a database older than this state directory's high-water record (a restore from a backup).
+
+    Only with no broker running: the command opens the store itself, records
+    a ``store.restore_accepted`` event naming what was found, and sets the
+    high-water record to the database's head.  A live broker never accepts.
+    """
+    if call.core.live:
+        raise ConclaveError(ErrorCode.CONFLICT, "store.accept_restore: stop the broker first (`conclave stop`); a running broker never accepts an older store")
+    store = call.core.store
+    return {"accepted": store.accepted, "head": store.head and str(store.head), "refusing": store.refusing}
+
+
 @OPS.op("broker.stop", NoArgs, access=Access.OPERATOR)
 async def stop(call: Call, _args: NoArgs) -> dict[str, Any]:
     """Stop the broker: terminate every agent and exit."""
@@ -158,4 +173,4 @@ async def stop(call: Call, _args: NoArgs) -> dict[str, Any]:
     return {"stopping": True}
 
 
-FEATURE = Feature("broker", OPS, schema=schema.SCHEMA)
+FEATURE = Feature("broker", OPS, schema=schema.SCHEMA, projector=BrokerLog)

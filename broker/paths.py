@@ -74,6 +74,11 @@ class StatePaths:
         return self.state / "chain-anchor"
 
     @property
+    def chain_high_water(self) -> Path:
+        """The highest head this state directory has seen, MAC'd, never lowered: names an older copy put back (``store.owner``)."""
+        return self.state / "chain-high-water"
+
+    @property
     def logs(self) -> Path:
         return self.state / "logs"
 

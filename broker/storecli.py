@@ -1,4 +1,5 @@
-"""``conclave store``: the database owner's commands for a PostgreSQL store several brokers share.
+"""``conclave store``: the database owner's commands for a PostgreSQL store several brokers share,
+and ``accept-restore`` for any store whose older copy was put back on purpose.
 
 These run as the *owner* of the database (a URL with the owner's role), never
 as a broker: they create conclave's tables, policies and the
@@ -16,7 +17,7 @@ from typing import Annotated, Any, Callable, Optional, Sequence
 
 import typer
 
-from broker.clikit import EXIT_USAGE, JsonOpt, Target, die, emit, say, table
+from broker.clikit import EXIT_USAGE, JsonOpt, RepoOpt, StateOpt, Target, call, die, emit, say, table
 
 app = typer.Typer(no_args_is_help=True, help="A PostgreSQL store shared by several brokers: set up by its owner.")
 
@@ -85,6 +86,34 @@ def brokers(url: UrlOpt = None, json_: JsonOpt = False) -> None:
 
 #: Every feature's schema, handed in by the composition root (this floor may not import it).
 _schemas: Callable[[], Sequence[Any]] = list
+
+
+@app.command("accept-restore")
+def accept_restore(json_: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt = None) -> None:
+    """Accept, on purpose, a database older than this state directory has seen (put back from a backup).
+
+    A broker refuses to start on a store whose event log ends before the
+    head this state directory recorded (chain-high-water): that is what an
+    older copy put back looks like, with or without its anchor.  If you did
+    that yourself, stop the broker and run this: it records the decision in
+    the log (``store.restore_accepted``) and sets the record to the database's
+    head.  Nothing else is changed.
+    """
+    target = Target(json_, repo, state_dir)
+    result = call(target, "store.accept_restore")
+
+    def human(r: dict[str, Any]) -> None:
+        if r["accepted"]:
+            say(f"accepted: {r['accepted']}")
+            say(f"the high-water record now names head {r['head']}; the acceptance is event store.restore_accepted in the log")
+        elif r["refusing"]:
+            say(f"not accepted: the store refuses for another reason: {r['refusing']}")
+        else:
+            say(f"nothing to accept: the database is not older than this state directory has seen (head {r['head']})")
+
+    emit(target, result, human)
+    if result["refusing"]:
+        die(f"store accept-restore: the store still refuses: {result['refusing']}")
 
 
 def register(root_app: typer.Typer, schemas: Callable[[], Sequence[Any]]) -> None:

@@ -593,10 +593,10 @@ class Supervisor:
                 "agent.spawn",
                 actor=p.parent or events.BROKER_ACTOR,
                 subject=p.key,
-                payload={"pid": pid, "domain": p.domain, "command": argv, "attempt": attempt, "sandbox": level},
+                payload={"pid": pid, "domain": p.domain, "command": argv, "attempt": attempt, "sandbox": level, "started_at": started},
             )
 
-        await self.core.store.call(write)
+        await self.core.store.persist(write, what=f"the spawn of {p.key}")
 
     async def _persist_end(
         self, principal: Principal, pid: int | None, code: int | None, error: str | None, leftovers: int, extra: dict[str, Any] | None = None
@@ -616,7 +616,7 @@ class Supervisor:
                 at=at,
             )
 
-        await self.core.store.call(write)
+        await self.core.store.persist(write, what=f"the exit of {principal.key}")
 
 
 def agent_environment(spec: AgentSpec) -> dict[str, str]:

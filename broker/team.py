@@ -53,8 +53,11 @@ RUN_KEYS: Final = frozenset(LIMIT_KEYS)
 TOP_LEVEL_KEYS: Final = frozenset({"agent", "slot", "policy", "memory", "mail", "store", "defaults", "run"})
 #: Budgets only an agent whose binary reports usage can be held to.
 BUDGET_KEYS: Final = ("max_tokens", "max_cost_usd")
-#: ``[store]``: where the state lives when it is not the embedded SQLite file.
-STORE_KEYS: Final = frozenset({"url"})
+#: ``[store]``: where the state lives when it is not the embedded SQLite file, and how often the running
+#: broker verifies the whole store in the background (seconds; 0: never).
+STORE_KEYS: Final = frozenset({"url", "verify_every"})
+#: The background verify's default interval (``[store] verify_every``).
+VERIFY_EVERY: Final = 600.0
 
 
 class TeamError(SpecError):
@@ -85,6 +88,8 @@ class Team:
     store_url: str | None = None
     #: ``[run]``: the whole run's limits (``conclave run --timeout ...`` overrides them).
     run_limits: Limits = Limits()
+    #: ``[store] verify_every``: seconds between the running broker's background verifies (0: never).
+    verify_every: float = VERIFY_EVERY
 
     def spec(self, name: str) -> AgentSpec | None:
         return next((a for a in self.agents if a.name == name), None)
@@ -162,6 +167,7 @@ def parse(raw: dict[str, Any], *, repo: Path, rules: TeamRules, source: Path | N
     team = Team(
         agents=tuple(agents), slots=tuple(slots), policy=policy, source=source, memory=memory, presets=rules.presets, mail=mail,
         store_url=_store_url(raw.get("store", {}), where), run_limits=run_limits,
+        verify_every=_verify_every(raw.get("store", {}), where),
     )
     for check in rules.checks:
         try:
@@ -230,6 +236,13 @@ def _log_cap(value: Any, where: str) -> int:
 def _reports_usage(rules: TeamRules, spec: AgentSpec) -> bool:
     preset = rules.presets.get(spec.preset or "")
     return preset is not None and preset.decoder(spec) is not None
+
+
+def _verify_every(store: dict[str, Any], where: str) -> float:
+    value = store.get("verify_every", VERIFY_EVERY)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value == 0 or 1 <= value <= 86_400 * 7):
+        raise TeamError(f"{where}: [store] verify_every must be seconds between background verifies, from 1 to 604800, or 0 for never (not {value!r})")
+    return float(value)
 
 
 def _allowed_paths(value: Any, key: str, repo: Path, where: str) -> tuple[str, ...]:

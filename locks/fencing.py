@@ -8,6 +8,9 @@ Tokens grow across broker restarts too: the store keeps a reservation
 (``lock_fencing.reserved``) that is always ahead of every issued token, and a
 new broker starts after it.  The reservation moves forward a block at a time,
 written behind through the journal, long before the issued tokens reach it.
+Each move also writes a ``lock.reserve`` event, and a starting broker takes
+the larger of the row and the last such event (its hash checked): a row
+lowered behind the broker's back would hand out tokens again.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Final, final
 import apsw
 
 from locks.journal import Journal
-from store import dialect
+from store import dialect, events
 from store.owner import StoreOwner
 
 #: Tokens reserved at a time; a restart skips at most this many.
@@ -39,7 +42,7 @@ class FencingTokens:
 
         def reserve(conn: apsw.Connection) -> tuple[int, int]:
             row = conn.execute("SELECT reserved FROM lock_fencing WHERE id = 1").fetchone()
-            start = (row[0] if row else 0) + 1
+            start = max(row[0] if row else 0, reserved_by_events(conn)) + 1
             _persist(conn, start + BLOCK)
             return start, start + BLOCK
 
@@ -54,6 +57,15 @@ class FencingTokens:
         return token
 
 
+RESERVE: Final = "lock.reserve"
+
+
+def reserved_by_events(conn: apsw.Connection) -> int:
+    """How far the keyed log says tokens were reserved (0 before reservations were events)."""
+    found = events.checked(conn, f"seq = (SELECT max(seq) FROM events WHERE kind = '{RESERVE}')")
+    return int(found[0].payload["upto"]) if found else 0
+
+
 def _persist(conn: apsw.Connection, upto: int) -> None:
     larger = "greatest" if dialect.is_postgresql(conn) else "max"  # the two-argument maximum
     conn.execute(
@@ -61,3 +73,4 @@ def _persist(conn: apsw.Connection, upto: int) -> None:
         f"ON CONFLICT(id) DO UPDATE SET reserved = {larger}(lock_fencing.reserved, excluded.reserved)",
         (upto,),
     )
+    events.append(conn, RESERVE, actor=events.BROKER_ACTOR, subject="lock_fencing", payload={"upto": upto})

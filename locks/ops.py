@@ -25,6 +25,7 @@ from broker.optable import Access, OpTable
 from broker.team import Team
 from locks import guard, schema
 from locks.journal import Journal
+from locks.projection import LocksLog
 from locks.shared import LOST, SharedLocks, crosses_hosts
 from locks.resources import Kind, Resource, ResourceError
 from locks.slots import parse_slots
@@ -410,4 +411,4 @@ def check_team(team: Team, where: str) -> None:
     parse_slots(team.slots, where)
 
 
-FEATURE = Feature("locks", OPS, schema=schema.SCHEMA, start=start, check_team=check_team)
+FEATURE = Feature("locks", OPS, schema=schema.SCHEMA, start=start, check_team=check_team, projector=LocksLog)

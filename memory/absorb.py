@@ -24,25 +24,37 @@ For each claim of the batch that is still live:
 Everything here is recorded in the keyed event log in this same
 transaction: the link and the corroboration in the ``memory.corroborate``
 and ``memory.retire`` events' payloads (``restates``, ``link``,
-``similarity``), so each row can be rebuilt from its event.
+``similarity``), so each row can be rebuilt from its event
+(``memory.projection``).
+
+What these decisions read is checked against the keyed events as it is used
+(``memory.facts``): whether each claim is live and its author's domain (a
+row that disagrees with its events is skipped and logged), the witnesses
+the rediscovered claim is judged on, and the earlier claim's stored vector
+-- its bytes must hash to what its ``memory.embed`` event recorded, and the
+similarity that makes a link is recomputed from those bytes, so a vector
+row edited behind the broker's back cannot make a claim a "rediscovery"
+(a blind witness) of another.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Final, final
 
 import apsw
 import attrs
 
-from memory import authoring, claims, curation, exposures, semantic, vectors
+from memory import authoring, claims, curation, exposures, facts, semantic, vectors
 from memory.claims import ClaimRow
-from memory.policy import TrustPolicy
+from memory.policy import TrustPolicy, Witness
 from store import events
 from store.events import BROKER_ACTOR
 
 if TYPE_CHECKING:
     from memory.semantic import Refusal
 
+log = logging.getLogger("conclave.memory")
 #: Earlier claims looked at for a restatement.
 _NEIGHBOURS: Final = 8
 
@@ -72,12 +84,12 @@ def absorb(
     blobs: dict[int, bytes],
     verdicts: dict[int, Refusal | None],
 ) -> Outcome:
-    rows = claims.load_many(conn, blobs)
+    rows = facts.vouched(conn, claims.load_many(conn, blobs))
     live = {i: blobs[i] for i in blobs if i in rows and rows[i].live}
     embedded = vectors.store_batch(conn, model, live, actor=BROKER_ACTOR)
     refused = linked = 0
     for claim_id in sorted(live):
-        claim = claims.load(conn, claim_id)
+        claim = facts.vouched(conn, claims.load_many(conn, [claim_id])).get(claim_id)
         if claim is None or not claim.live:
             continue  # an earlier claim of this batch restated it away
         verdict = verdicts.get(claim_id)
@@ -106,13 +118,16 @@ def refuse(conn: apsw.Connection, claim: ClaimRow, verdict: Refusal) -> None:
 def link(conn: apsw.Connection, policy: TrustPolicy, index: vectors.VectorIndex, claim: ClaimRow, vector: object) -> bool:
     """Link ``claim`` to the earlier claim of another domain it restates, if any (see the module's docstring)."""
     found = index.search(conn, vector, limit=_NEIGHBOURS, trusted_only=False, floor=semantic.RESTATES_AT)  # type: ignore[arg-type]
-    earlier = claims.load_many(conn, [i for i, _ in found if i < claim.id])
-    for other_id, similarity in found:
+    earlier = facts.vouched(conn, claims.load_many(conn, [i for i, _ in found if i < claim.id]))
+    for other_id, _ in found:
         other = earlier.get(other_id)
         if other is None or not other.live or other.author_domain == claim.author_domain:
             continue
         if claim.private_to is not None or other.private_to is not None:
             continue  # a private claim never vouches, is never vouched for, and is never named to another agent
+        similarity = _checked_similarity(conn, index.model, other.id, vector)
+        if similarity is None or similarity < semantic.RESTATES_AT:
+            continue
         informed = exposures.seen_by_domain(conn, claim.author_domain, other.lineage)
         kind = "restatement" if informed else "rediscovery"
         at = events.now()
@@ -120,25 +135,47 @@ def link(conn: apsw.Connection, policy: TrustPolicy, index: vectors.VectorIndex,
         conn.execute(
             "INSERT INTO claim_links(claim, restates, kind, similarity, at) VALUES (?,?,?,?,?)", (claim.id, other.id, kind, similarity, at)
         )
+        link_row = conn.last_insert_rowid()
         if kind == "rediscovery":
             _rediscovered(conn, policy, claim, other, similarity, at)
         curation.retire(
-            conn, claim, actor=events.qualify(conn, BROKER_ACTOR),
+            conn, claim, actor=events.qualify(conn, BROKER_ACTOR), at=at,
             reason=f"restates claim {other.id} ({'an independent rediscovery, recorded as its blind corroboration' if kind == 'rediscovery' else 'its author had been shown it: linked, not counted'})",
-            detail={"rule": "restatement", "restates": other.id, "link": kind, "similarity": similarity},
+            detail={"rule": "restatement", "restates": other.id, "link": kind, "similarity": similarity, "row": link_row},
         )  # fmt: skip
         return True
     return False
 
 
+def _checked_similarity(conn: apsw.Connection, model: str, claim_id: int, vector: object) -> float | None:
+    """The cosine of ``vector`` to the claim's stored vector, once its bytes are what its keyed ``memory.embed`` event recorded.
+
+    None (and an error logged) when the row has no such event: the in-broker
+    index was loaded from a row changed behind the broker's back.
+    """
+    import numpy as np
+
+    row = conn.execute("SELECT vector, at FROM claim_vectors WHERE claim = ? AND model = ?", (claim_id, model)).fetchone()
+    if row is not None:
+        blob, at = bytes(row[0]), row[1]
+        for e in events.checked(conn, "kind = 'memory.embed' AND at = ?", (at,)):
+            if e.payload.get("model") == model and (e.payload.get("vectors") or {}).get(str(claim_id)) == vectors.digest(blob):
+                return round(float(vectors.decode(blob) @ np.asarray(vector, dtype=np.float32)), 4)  # the index's own score
+    log.error("claim %s: its stored vector (%s) is not the one its memory.embed event recorded: no restatement judged on it", claim_id, model)
+    return None
+
+
 def _rediscovered(conn: apsw.Connection, policy: TrustPolicy, claim: ClaimRow, other: ClaimRow, similarity: float, at: str) -> None:
     witness = Author(claim.author, claim.author_domain)
+    _, told, revoked = facts.checked(conn, other.id)
     conn.execute(
         "INSERT INTO corroborations(claim, principal, domain, at, evidence, blind, counted, witness, similarity, restatement) "
         "VALUES (?,?,?,?,?,1,0,'blind',?,?)",
         (other.id, witness.key, witness.domain, at, claim.text, similarity, claim.id),
     )
     row = conn.last_insert_rowid()
+    new = Witness(row=row, principal=witness.key, domain=witness.domain, at=at, blind=True, revoked=witness.key in revoked)
+    judged = told.standing(policy, revoked, extra=new)
     extra = {"blind": True, "witness": "blind", "similarity": similarity, "evidence_match": "rediscovery", "restatement": claim.id}
-    authoring.record_witness(conn, policy, witness, other, "memory.corroborate", row, at, extra, claim.text)  # type: ignore[arg-type]
+    authoring.record_witness(conn, witness, other, judged, "memory.corroborate", row, at, extra, claim.text)  # type: ignore[arg-type]
 

@@ -2,7 +2,9 @@
 
 Each function is one store-owner job.  The acting principal is always the
 connection's (the router passes it in); nothing here accepts a name for the
-author or a witness.  Text has already passed the prefilter (``memory.ops``
+author or a witness.  What a decision reads of the claim -- whether it is
+live, its author's domain, its witnesses -- comes from its keyed events
+(``memory.facts``), never from its rows alone.  Text has already passed the prefilter (``memory.ops``
 runs it before the job, so rejected text never reaches the writer thread).
 
 A reply that carries a claim's text *shows* it.  ``corroborate`` and
@@ -25,10 +27,10 @@ import apsw
 import attrs
 
 from broker.errors import ConclaveError, ErrorCode
-from memory import claims, exposures, standing
+from memory import claims, exposures, facts, standing
 from store import dialect, events
 from memory.claims import ClaimRow
-from memory.policy import TrustPolicy, Verdict
+from memory.policy import Standing, TrustPolicy, Verdict, Witness
 
 if TYPE_CHECKING:
     from broker.identity import Principal
@@ -102,7 +104,7 @@ def revise(conn: apsw.Connection, policy: TrustPolicy, author: Principal, claim_
             ``forbidden`` (another trust domain's claim).
     """
     claims.require_visible(conn, claim_id, author)
-    old = claims.require_live(conn, claim_id, "revise")
+    old, _, _ = facts.require_live(conn, claim_id, "revise")  # its author's domain as the events say it
     if old.author_domain != author.domain:
         raise ConclaveError(
             ErrorCode.FORBIDDEN,
@@ -127,6 +129,8 @@ class EvidenceMatch:
     similarity: float | None
     matched: bool
     method: str
+    #: The SHA-256 of the claim text the evidence was measured against (checked against the claim's event in the job).
+    text_sha256: str | None = None
 
 
 NO_EVIDENCE: Final = EvidenceMatch(None, False, "none")
@@ -147,7 +151,14 @@ def corroborate(
       not match): it vouches by id for text it never saw.  Recorded, never
       counted.
     """
-    claim = _witnessable(conn, witness, claim_id, "corroborate")
+    claims.require_visible(conn, claim_id, witness)
+    claim, told, revoked = facts.require_live(conn, claim_id, "corroborate")
+    _refuse_private(claim, "corroborate")
+    if match.text_sha256 is not None and match.text_sha256 != told.text_sha256:
+        raise facts.RowTampered(
+            f"claim {claim.id}'s text is not the text its keyed event {told.seq} recorded (sha256 {told.text_sha256[:16]}...): "
+            "the row was changed behind the broker's back, and no evidence is judged against it (run `conclave memory verify`)"
+        )
     at = events.now()
     # The author's domain wrote the claim: it has seen it, whatever the exposure log says.
     shown = witness.domain == claim.author_domain or exposures.seen_by_domain(conn, witness.domain, claim.lineage)
@@ -158,8 +169,10 @@ def corroborate(
         (claim.id, witness.key, witness.domain, at, evidence, int(blind), kind, match.similarity),
     )
     row = conn.last_insert_rowid()
+    new = Witness(row=row, principal=witness.key, domain=witness.domain, at=at, blind=blind, revoked=witness.key in revoked, unread=kind == "unread")
+    judged = told.standing(policy, revoked, extra=new)
     extra = {"blind": blind, "witness": kind, "similarity": match.similarity, "evidence_match": match.method}
-    verdict = record_witness(conn, policy, witness, claim, "memory.corroborate", row, at, extra, evidence)
+    verdict = record_witness(conn, witness, claim, judged, "memory.corroborate", row, at, extra, evidence)
     out = _after(conn, policy, claim.id, verdict, blind=blind, witness=kind, similarity=match.similarity)
     exposures.record(conn, witness, [claim], "show", at)  # the reply carries the text: from now on, informed
     return out
@@ -167,50 +180,49 @@ def corroborate(
 
 def dispute(conn: apsw.Connection, policy: TrustPolicy, witness: Principal, claim_id: int, *, reason: str) -> dict[str, Any]:
     """Refute a claim, by id.  An independent dispute makes it ``disputed``."""
-    claim = _witnessable(conn, witness, claim_id, "dispute")
+    claims.require_visible(conn, claim_id, witness)
+    claim, told, revoked = facts.require_live(conn, claim_id, "dispute")
+    _refuse_private(claim, "dispute")
     at = events.now()
     conn.execute(
         "INSERT INTO disputes(claim, principal, domain, at, reason, counted) VALUES (?,?,?,?,?,0)",
         (claim.id, witness.key, witness.domain, at, reason),
     )
     row = conn.last_insert_rowid()
-    verdict = record_witness(conn, policy, witness, claim, "memory.dispute", row, at, {"reason_sha256": claims.digest(reason)}, None)
+    new = Witness(row=row, principal=witness.key, domain=witness.domain, at=at, revoked=witness.key in revoked)
+    judged = told.standing(policy, revoked, extra=new, extra_is_dispute=True)
+    verdict = record_witness(conn, witness, claim, judged, "memory.dispute", row, at, {"reason_sha256": claims.digest(reason)}, None)
     out = _after(conn, policy, claim.id, verdict)
     exposures.record(conn, witness, [claim], "show", at)  # the reply carries the text
     return out
 
 
-def _witnessable(conn: apsw.Connection, witness: Principal, claim_id: int, verb: str) -> ClaimRow:
-    """A live claim the witness may see and that takes witnesses: a private claim takes none.
+def _refuse_private(claim: ClaimRow, verb: str) -> None:
+    """A private claim takes no witnesses (its row's ``private_to`` was just held against its events).
 
     Raises:
-        ConclaveError: ``not_found`` (no such claim, or another agent's
-            private one), ``conflict`` (not live, or private: share it first).
+        ConclaveError: ``conflict``: share it first.
     """
-    claims.require_visible(conn, claim_id, witness)
-    claim = claims.require_live(conn, claim_id, verb)
     if claim.private_to is not None:
         raise ConclaveError(
             ErrorCode.CONFLICT,
-            f"cannot {verb} claim {claim_id}: it is private to {claim.private_to} and takes no witnesses; "
-            f"share it first (conclave memory share {claim_id}), then it starts as an unverified shared claim",
+            f"cannot {verb} claim {claim.id}: it is private to {claim.private_to} and takes no witnesses; "
+            f"share it first (conclave memory share {claim.id}), then it starts as an unverified shared claim",
         )
-    return claim
 
 
 def record_witness(
     conn: apsw.Connection,
-    policy: TrustPolicy,
     witness: Principal,
     claim: ClaimRow,
+    judged: Standing,
     kind: str,
     row: int,
     at: str,
     extra: dict[str, Any],
     evidence: str | None,
 ) -> Verdict:
-    """Judge the claim with the new row, log the event with this row's verdict, write the standing."""
-    judged = standing.evaluate(conn, policy, claim)
+    """Log the event with this row's verdict (``judged``: the claim's events and the new witness), write the standing."""
     pool = judged.corroborations if kind == "memory.corroborate" else judged.disputes
     verdict = next(v for v in pool if v.row == row)
     payload = {

@@ -50,9 +50,8 @@ def text_key(text: str) -> str:
     return hashlib.sha1(" ".join(sorted(words(text))).encode()).hexdigest()
 
 
-def digest(text: str) -> str:
-    """What events record of a text: enough for ``verify`` to detect an edit, nothing to read."""
-    return hashlib.sha256(text.encode()).hexdigest()
+#: What events record of a text: enough for ``verify`` to detect an edit, nothing to read.
+digest: Final = events.sha256
 
 
 @final
@@ -210,7 +209,10 @@ def insert(
         (new_id, lineage, edition, revises.id if revises else None, kind, scope, text, key, evidence, author.key, author.domain, stamp, private_to),
     )
     _index(conn, "claims_fts", new_id, text)
-    payload: dict[str, Any] = {"kind": kind, "scope": scope, "lineage": lineage, "edition": edition, "text_sha256": digest(text)}
+    payload: dict[str, Any] = {
+        "kind": kind, "scope": scope, "lineage": lineage, "edition": edition, "text_sha256": digest(text), "text_key": key,
+        "domain": author.domain,
+    }
     if evidence is not None:
         payload["evidence_sha256"] = digest(evidence)
     if private_to is not None:
@@ -220,6 +222,11 @@ def insert(
         set_tier(conn, revises, Tier.SUPERSEDED)
         payload.update(supersedes=revises.id, superseded_tier=revises.tier.value)
     events.append(conn, "memory.revise" if revises else "memory.remember", actor=author.key, subject=str(new_id), payload=payload, at=stamp)
+    if revises is not None:
+        # The old edition's own events say it was superseded (a decision reads one claim's events, not its successor's).
+        events.append(conn, "memory.tier", actor=author.key, subject=str(revises.id), at=stamp, payload={
+            "from": revises.tier.value, "to": Tier.SUPERSEDED.value, "cause": f"revised by {author.key}", "superseded_by": new_id,
+        })
     return ClaimRow(
         id=new_id, lineage=lineage, edition=edition, supersedes=revises.id if revises else None, superseded_by=None,
         kind=kind, scope=scope, text=text, text_key=key, evidence=evidence, author=author.key, author_domain=author.domain,

@@ -455,7 +455,7 @@ def verify(
     repo: RepoOpt = None,
     state_dir: StateOpt = None,
 ) -> None:
-    """Check the keyed event chain, its head against the anchor (and --expect-head), every row against its event, and the search indexes; exit 1 on tampering.
+    """Check the keyed event chain, its head against the anchor (and --expect-head), every table rebuilt from the events against the database, and the search indexes; exit 1 on tampering.
 
     Prints the head (SEQ:HASH): keep it somewhere the machine cannot reach (a
     note, a commit message) and pass it back with --expect-head later.
@@ -468,9 +468,12 @@ def verify(
         if r["ok"]:
             unkeyed = chain.get("unkeyed_events") or 0
             keyed = f", keyed from event {chain.get('keyed_from')}" + (f" ({unkeyed} earlier unkeyed event(s), pinned by it)" if unkeyed else "")
-            say(f"ok: {r['events']} events chained{keyed}, head matches the anchor, every claim and witness matches its event, search indexes consistent")
+            say(f"ok: {r['events']} events chained{keyed}, head matches the anchor, every table rebuilt from the events matches the database, "
+                "search indexes consistent")
         for p in r["problems"]:
             say(f"  {p['problem']}")
+        for line in r.get("not_rebuilt") or ():
+            say(f"  not rebuilt: {line}")
         expected = chain.get("expected_head")
         if expected and expected["found"]:
             say(f"expected head {expected['seq']} found; {expected['events_after']} event(s) written after it")

@@ -16,7 +16,7 @@ import apsw
 import attrs
 
 from broker.errors import ConclaveError, ErrorCode
-from memory import claims, standing
+from memory import claims, facts, standing
 from store import events
 from memory.claims import ClaimRow
 from memory.policy import Tier, TrustPolicy
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 def promote(conn: apsw.Connection, policy: TrustPolicy, operator: Principal, claim_id: int, *, reason: str | None) -> dict[str, Any]:
-    claim = claims.require_live(conn, claim_id, "promote")
+    claim, _, _ = facts.require_live(conn, claim_id, "promote")
     if claim.private_to is not None:
         raise ConclaveError(
             ErrorCode.CONFLICT,
@@ -34,14 +34,15 @@ def promote(conn: apsw.Connection, policy: TrustPolicy, operator: Principal, cla
         )
     at = events.now()
     conn.execute("INSERT INTO promotions(claim, at, by, reason) VALUES (?,?,?,?)", (claim.id, at, operator.key, reason))
-    events.append(conn, "memory.promote", actor=operator.key, subject=str(claim.id), payload={"reason": reason, "from": claim.tier.value}, at=at)
+    row = conn.last_insert_rowid()
+    events.append(conn, "memory.promote", actor=operator.key, subject=str(claim.id), payload={"reason": reason, "from": claim.tier.value, "row": row}, at=at)
     after, _ = standing.restand(conn, policy, claim, actor=operator.key, cause=f"promoted by {operator.key}")
     return standing.describe(conn, policy, after)
 
 
-def retire(conn: apsw.Connection, claim: ClaimRow, *, actor: str, reason: str, detail: dict[str, Any] | None = None) -> ClaimRow:
-    """Tombstone a live claim: it leaves the indexes, its row stays."""
-    at = events.now()
+def retire(conn: apsw.Connection, claim: ClaimRow, *, actor: str, reason: str, detail: dict[str, Any] | None = None, at: str | None = None) -> ClaimRow:
+    """Tombstone a live claim: it leaves the indexes, its row stays (``at``: the time of what retired it, if it made rows too)."""
+    at = at or events.now()
     conn.execute("UPDATE claims SET retired_at = ?, retired_by = ?, retired_reason = ? WHERE id = ?", (at, actor, reason, claim.id))
     events.append(
         conn,
@@ -56,12 +57,12 @@ def retire(conn: apsw.Connection, claim: ClaimRow, *, actor: str, reason: str, d
 
 
 def retire_by_operator(conn: apsw.Connection, policy: TrustPolicy, operator: Principal, claim_id: int, *, reason: str) -> dict[str, Any]:
-    claim = claims.require_live(conn, claim_id, "retire")
+    claim, _, _ = facts.require_live(conn, claim_id, "retire")
     return standing.describe(conn, policy, retire(conn, claim, actor=operator.key, reason=reason))
 
 
 def unretire(conn: apsw.Connection, policy: TrustPolicy, operator: Principal, claim_id: int, *, reason: str) -> dict[str, Any]:
-    claim = claims.require(conn, claim_id)
+    claim, _, _ = facts.checked(conn, claim_id)
     if claim.tier is not Tier.RETIRED:
         raise ConclaveError(ErrorCode.CONFLICT, f"claim {claim_id} is not retired (it is {claim.tier.value})")
     conn.execute("UPDATE claims SET retired_at = NULL, retired_by = NULL, retired_reason = NULL WHERE id = ?", (claim.id,))

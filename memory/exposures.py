@@ -12,9 +12,14 @@ or a child that reads on the parent's behalf would launder an informed
 witness into a blind one.  (What one domain tells another by mail is beyond
 what the broker can see; see docs/MEMORY.md.)
 
-Exposures are reads, not changes, so they write no event: this table is
-itself the log.  The verdict a corroboration got is kept on its row and in
-its event, so later edits here cannot rewrite history unnoticed.
+A corroboration's blindness is decided from this table, so every showing
+also writes a ``memory.shown`` event (who, which claims and lineages, how):
+``conclave memory verify`` rebuilds the table from those events and
+recomputes every corroboration's blindness from them, so an exposure row
+deleted to pass an informed witness off as blind is named.  (Stores from
+before this carry a ``memory.exposures_logged`` event: exposure rows older
+than it are taken as found.)  The verdict a corroboration got is kept on its
+row and in its event.
 """
 
 from __future__ import annotations
@@ -23,12 +28,27 @@ from typing import TYPE_CHECKING, Final, Iterable, Protocol
 
 import apsw
 
-from store import dialect
+from store import dialect, events
 
 if TYPE_CHECKING:
     from broker.identity import Principal
 
 VIAS: Final = ("recall", "context", "show")
+#: The event each showing writes (``memory.projection`` rebuilds the table from it).
+SHOWN: Final = "memory.shown"
+#: Written once per store: exposure rows older than it were written before showings were events.
+LOGGED: Final = "memory.exposures_logged"
+
+
+def start_log(conn: apsw.Connection) -> None:
+    """Mark where the exposure log starts being events (once per store; a fresh store starts with it).
+
+    Not on a store that refuses appends (its key missing, its files rolled
+    back): operator commands must still read it, and nothing is shown there.
+    """
+    if events.refusal(conn) is None and conn.execute(f"SELECT 1 FROM events WHERE kind = '{LOGGED}' LIMIT 1").fetchone() is None:
+        before = conn.execute("SELECT coalesce(max(id), 0) FROM exposures").fetchone()[0]
+        events.append(conn, LOGGED, actor=events.BROKER_ACTOR, payload={"before": before})
 
 
 class Shown(Protocol):
@@ -48,6 +68,7 @@ def record(conn: apsw.Connection, principal: Principal, shown: Iterable[Shown], 
     rows = [(c.id, c.lineage) for c in shown]
     if not rows:
         return
+    events.append(conn, SHOWN, actor=principal.key, at=at, payload={"via": via, "domain": principal.domain, "claims": [list(r) for r in rows]})
     if dialect.is_postgresql(conn):
         # One statement for the whole block (a row per claim, not one each), sent with the next statement.
         dialect.execute_later(

@@ -43,7 +43,7 @@ from typing import Any, Final, Iterator, Mapping, final
 import apsw
 import attrs
 
-from memory import claims
+from memory import claims, facts
 from store import dialect, events
 from memory import retrieval, usage
 from memory.claims import KINDS
@@ -357,10 +357,11 @@ def apply_chunk(conn: apsw.Connection, steps: list[Retirement], *, actor: str, r
     from memory.curation import retire
 
     rows = claims.load_many(conn, (s.claim for s in steps))
+    told = facts.event_tiers(conn, rows)  # a tier lowered in the row behind the broker's back retires nothing
     done = skipped = 0
     for step in steps:
         claim = rows.get(step.claim)
-        if claim is None or claim.tier.value != step.tier:
+        if claim is None or claim.tier.value != step.tier or told.get(claim.id) is not claim.tier:
             skipped += 1  # the claim moved since the plan: leave it for the next run
             continue
         retire(conn, claim, actor=actor, reason=step.reason, detail={"rule": step.rule, "keep": step.keep, "groom": run})
@@ -370,8 +371,10 @@ def apply_chunk(conn: apsw.Connection, steps: list[Retirement], *, actor: str, r
 
 def finish(conn: apsw.Connection, plan_: GroomPlan, *, actor: str, run: str, retired: int, skipped: int) -> dict[str, Any]:
     summary = {**plan_.counts(), "retired": retired, "skipped": skipped, "run": run}
-    conn.execute("INSERT INTO groom_runs(at, actor, high_water, summary) VALUES (?,?,?,?)", (events.now(), actor, plan_.high_water, json.dumps(summary)))
-    events.append(conn, "memory.groom", actor=actor, payload=summary)
+    at = events.now()
+    conn.execute("INSERT INTO groom_runs(at, actor, high_water, summary) VALUES (?,?,?,?)", (at, actor, plan_.high_water, json.dumps(summary)))
+    row = conn.last_insert_rowid()
+    events.append(conn, "memory.groom", actor=actor, payload={**summary, "row": row, "high_water": plan_.high_water}, at=at)
     return summary
 
 

@@ -159,14 +159,11 @@ class Meaning:
         if evidence is None:
             return NO_EVIDENCE
         if not self.enabled:
-            share = semantic.word_overlap(claim_text, evidence)
-            return EvidenceMatch(round(share, 4), share >= semantic.EVIDENCE_WORDS, "words")
+            return _evidence(semantic.word_overlap(claim_text, evidence), "words")
         out = await self._embed("query", [claim_text, evidence], "passage")
         if out is None:
-            share = semantic.word_overlap(claim_text, evidence)
-            return EvidenceMatch(round(share, 4), share >= semantic.EVIDENCE_WORDS, "words")
-        similarity = float(out[0] @ out[1])
-        return EvidenceMatch(round(similarity, 4), similarity >= semantic.EVIDENCE_MEANING, "meaning")
+            return _evidence(semantic.word_overlap(claim_text, evidence), "words")
+        return _evidence(float(out[0] @ out[1]), "meaning")
 
     def note_new_claim(self) -> None:
         self._wake.set()
@@ -255,3 +252,8 @@ class Meaning:
     def close(self) -> None:
         self._query_pool.shutdown(wait=False, cancel_futures=True)
         self._batch_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _evidence(similarity: float, method: str) -> EvidenceMatch:
+    """The figure as recorded (4 places) and the rule ``verify`` applies again to it (``semantic.evidence_matches``)."""
+    return EvidenceMatch(round(similarity, 4), semantic.evidence_matches(similarity, method), method)

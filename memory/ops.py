@@ -25,6 +25,8 @@ from store import dialect, events
 from store.events import BROKER_ACTOR
 from store.integrity import ExpectedHead
 from memory.policy import PolicyError
+from memory.projection import MemoryLog
+from broker.team import VERIFY_EVERY
 from memory.service import MemoryService
 
 if TYPE_CHECKING:
@@ -258,7 +260,7 @@ async def corroborate(call: Call, args: CorroborateArgs) -> dict[str, Any]:
     svc = service(call)
     claim = await svc.read(lambda conn: claims.require(conn, args.id))
     # The witness's own statement against the claim, by meaning, before the job (off the event loop).
-    match = await svc.meaning.evidence_match(claim.text, args.evidence)
+    match = attrs.evolve(await svc.meaning.evidence_match(claim.text, args.evidence), text_sha256=claims.digest(claim.text))
     return await call.core.store.call(
         lambda conn: authoring.corroborate(conn, svc.policy, call.principal, args.id, evidence=args.evidence, match=match), replayable=True
     )
@@ -364,6 +366,7 @@ async def stats(call: Call, _args: NoArgs) -> dict[str, Any]:
     meaning = svc.meaning
     out = await svc.read(lambda conn: {**inspection.stats(conn, svc.policy, path), "vectors": vectors.count(conn, meaning.model)})
     out["meaning"] = meaning.describe()
+    out["background_verify"] = attrs.asdict(svc.watched)
     return out
 
 
@@ -515,6 +518,7 @@ async def start(core: BrokerCore, nursery: trio.Nursery) -> None:
         raise ConclaveError(ErrorCode.INVALID_ARGS, str(exc)) from None
 
     def settle(conn):  # type: ignore[no-untyped-def]
+        exposures.start_log(conn)
         if wanted is None:
             return settings.recorded(conn) or settings.MemorySettings()
         before = settings.record(conn, wanted, actor=BROKER_ACTOR)
@@ -528,6 +532,9 @@ async def start(core: BrokerCore, nursery: trio.Nursery) -> None:
     core.extensions[SERVICE] = svc
     if core.live:
         nursery.start_soon(svc.auto_groom)
+        every = team.verify_every if team is not None else VERIFY_EVERY
+        if every > 0:
+            nursery.start_soon(svc.watch, every)
         nursery.start_soon(svc.meaning.run, lambda: svc.policy)
 
 
@@ -536,4 +543,6 @@ def check_team(team: Team, where: str) -> None:
     settings.MemorySettings.from_tables(team.policy, team.memory, where)
 
 
-FEATURE = Feature("memory", OPS, schema=schema.SCHEMA, start=start, check_team=check_team, doctor=doctor.report)
+FEATURE = Feature(
+    "memory", OPS, schema=schema.SCHEMA, start=start, check_team=check_team, projector=lambda: MemoryLog(rebuild_blind=True), doctor=doctor.report
+)

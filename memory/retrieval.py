@@ -31,7 +31,7 @@ import apsw
 import apsw.fts5query as fts5query
 import attrs
 
-from memory import claims, exposures, links, standing
+from memory import claims, exposures, facts, links, standing
 from store import dialect, events
 from memory.claims import ClaimRow
 from memory.policy import Tier, TrustPolicy
@@ -253,11 +253,18 @@ def recall(
     viewer = own_pool(principal)
     hits = rank(conn, query, limit=limit, trusted_only=False, probe=probe, viewer=viewer)
     rows = _rows(conn, hits)
+    if rows:
+        # The badge an agent reads is the tier the keyed events gave the claim, or the claim is not shown.
+        confirmed = facts.shown_as_stored(conn, {r.id: r.tier for r in rows})
+        kept = [(r, h) for r, h in zip(rows, [h for h in hits if h.id in {r.id for r in rows}]) if r.id in confirmed]
+        rows, hits = [r for r, _ in kept], [h for _, h in kept]
     linked: list[tuple[ClaimRow, links.Followed]] = []
     if expand and rows:
         followed = links.follow(conn, rows, viewer=viewer, want=limit)
         found = claims.load_many(conn, (f.claim for f in followed))
-        linked = [(found[f.claim], f) for f in followed if f.claim in found and found[f.claim].tier.live]
+        reached = {f.claim: found[f.claim] for f in followed if f.claim in found and found[f.claim].tier.live}
+        confirmed = facts.shown_as_stored(conn, {i: r.tier for i, r in reached.items()}) if reached else set()
+        linked = [(reached[f.claim], f) for f in followed if f.claim in confirmed]
     if shown_as is not None:
         at = events.now()
         exposures.record(conn, principal, rows, shown_as, at)
@@ -435,6 +442,17 @@ def context(
                     block.take(claim, line, f)
                 else:
                     linked_left_out += 1
+    if block.chosen:
+        # Pushed as [TRUSTED] only if the keyed events made it trusted (a row or index edited behind the
+        # broker's back does not put a claim into every agent's context) -- a linked claim as much as a hit.
+        confirmed = facts.shown_as_stored(conn, {c.id: c.tier for c, _, _ in block.chosen})
+        kept = [
+            entry for entry in block.chosen
+            if entry[0].id in confirmed
+            and (include_unverified or entry[0].tier is Tier.TRUSTED or (entry[0].private_to is not None and entry[0].private_to == viewer))
+        ]  # fmt: skip
+        block.spent -= sum(tokens(line) + 1 for entry in block.chosen if entry not in kept for line in (entry[1],))
+        block.chosen = kept
     footer = None
     if left_out + linked_left_out:
         footer = left_out_line(left_out + linked_left_out, more)

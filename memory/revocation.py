@@ -25,7 +25,7 @@ import apsw
 
 from broker.errors import ConclaveError, ErrorCode
 from broker.identity import OPERATOR_NAME, parse_principal_key
-from memory import claims, standing
+from memory import claims, facts, standing
 from store import events
 from memory.policy import TrustPolicy
 
@@ -58,13 +58,25 @@ def revoke(conn: apsw.Connection, policy: TrustPolicy, operator: Principal, targ
     agent, session = parse_target(target)
     key = f"{agent}:{session}"
     row = conn.execute("SELECT revoked_at FROM principals WHERE key = ?", (key,)).fetchone()
-    if row is None:
+    # What it witnessed, whether it was issued and revoked: from the keyed events, not the rows
+    # (a witness row deleted behind the broker's back must not spare a claim the cascade).
+    told = events.checked(
+        conn,
+        "(actor = ? AND kind IN ('memory.corroborate', 'memory.dispute')) OR (subject = ? AND kind IN ('agent.spawn', 'memory.revoke'))",
+        (key, key),
+    )
+    spawned = any(e.kind == "agent.spawn" for e in told)
+    if row is None and not spawned:
         raise ConclaveError(ErrorCode.NOT_FOUND, f"no principal {key} was ever issued here; `conclave agents` lists them")
-    if row[0] is not None:
-        raise ConclaveError(ErrorCode.CONFLICT, f"{key} was already revoked at {row[0]}")
+    if (row is None) != (not spawned):
+        raise facts.RowTampered(f"principal {key} {'has a row but no agent.spawn event' if row is not None else 'has an agent.spawn event but no row'}: "
+                                "the principals table was changed behind the broker's back (run `conclave memory verify`)")
+    revoked = next((e for e in told if e.kind == "memory.revoke"), None)
+    if revoked is not None or row[0] is not None:
+        raise ConclaveError(ErrorCode.CONFLICT, f"{key} was already revoked at {revoked.at if revoked is not None else row[0]}")
     at = events.now()
     conn.execute("UPDATE principals SET revoked_at = ?, revoked_reason = ? WHERE key = ?", (at, reason, key))
-    touched = [r[0] for r in conn.execute("SELECT claim FROM corroborations WHERE principal = ? UNION SELECT claim FROM disputes WHERE principal = ? ORDER BY 1", (key, key))]
+    touched = sorted({int(e.subject) for e in told if e.kind != "agent.spawn" and e.kind != "memory.revoke" and e.subject})
     events.append(conn, "memory.revoke", actor=operator.key, subject=key, payload={"reason": reason, "claims": touched}, at=at)
     changes = []
     for claim in claims.load_many(conn, touched).values():

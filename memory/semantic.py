@@ -56,6 +56,15 @@ EVIDENCE_WORDS: Final = 0.5
 RESTATES_AT: Final = 0.94
 #: Retrieval: meaning candidates below this cosine are not candidates at all.
 RELEVANT_AT: Final = 0.80
+#: The threshold a witness's evidence must reach, by how it was measured (a rediscovery: a restatement's).
+EVIDENCE_AT: Final = {"meaning": EVIDENCE_MEANING, "words": EVIDENCE_WORDS, "rediscovery": RESTATES_AT}
+
+
+def evidence_matches(similarity: float | None, method: str) -> bool:
+    """What makes a witness never shown the claim *blind* rather than *unread*: its similarity, rounded
+    to 4 places as its event records it, at or above its method's threshold (``verify`` applies it again)."""
+    at = EVIDENCE_AT.get(method)
+    return similarity is not None and at is not None and round(similarity, 4) >= at
 
 
 @final

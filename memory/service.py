@@ -10,15 +10,19 @@ writer while they think.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Final, TypeVar, final
 
 import apsw
+import attrs
 import trio
 
-from memory import groom, meaning_verify, semantic, verify
+from memory import groom, semantic, verify
 from memory.retrieval import Probe
-from store import integrity
+from store import events, integrity
+from store.backend import StoreUnavailable
+from store.events import ChainRefused
 from store.events import BROKER_ACTOR
 from store.integrity import ExpectedHead
 from memory.policy import TrustPolicy
@@ -27,12 +31,30 @@ from memory.settings import MemorySettings
 if TYPE_CHECKING:
     from broker.core import BrokerCore
 
+log = logging.getLogger("conclave.memory")
 T = TypeVar("T")
 #: Retirements and review pairs listed in a groom reply (the counts cover them all;
 #: ``memory log --kind retire`` has every one).  Keeps a 100k-claim plan under the wire's line limit.
 REPORTED_STEPS: Final = 500
 #: The automatic trigger looks at its counters at most this often (seconds).
 MAX_CHECK_INTERVAL: Final = 30.0
+#: The background verify's first run after the broker starts (seconds), and its least pause, in runs' lengths.
+FIRST_WATCH: Final = 5.0
+BACKGROUND_DUTY: Final = 50
+#: The event recording what the background verify found (once per new set of findings).
+TAMPERING_FOUND: Final = "store.tampering_found"
+
+
+@final
+@attrs.frozen
+class WatchStatistics:
+    """The background verify so far (``memory.stats``: ``background_verify``)."""
+
+    runs: int = 0
+    last_at: str | None = None
+    last_seconds: float | None = None
+    problems: int = 0
+    first_problem: str | None = None
 
 
 @final
@@ -53,6 +75,7 @@ class MemoryService:
         self._new_claims = 0
         self._since: datetime | None = None
         self.groom_runs = 0
+        self.watched = WatchStatistics()
         from memory.meaning import Meaning
 
         self.meaning = Meaning(core, settings.embedder)
@@ -118,13 +141,59 @@ class MemoryService:
                 continue
             if (datetime.now(timezone.utc) - self._since).total_seconds() < policy.after_seconds:
                 continue
-            state = await self.read(groom.state)
-            if state.due(policy, datetime.now(timezone.utc)):
-                await self.groom(actor=BROKER_ACTOR, dry_run=False)
-            else:
-                await self._reset_counters()
+            try:
+                state = await self.read(groom.state)
+                if state.due(policy, datetime.now(timezone.utc)):
+                    await self.groom(actor=BROKER_ACTOR, dry_run=False)
+                else:
+                    await self._reset_counters()
+            except (StoreUnavailable, ChainRefused) as exc:
+                log.warning("the automatic groom waits for the store: %s", exc)  # a full disk must not end the broker
 
     # -- verify ------------------------------------------------------------------
+
+    async def watch(self, every: float) -> None:
+        """Verify the whole store in the background, every ``every`` seconds (a running broker only).
+
+        What the decisions cannot see as they read -- an event deleted from
+        the middle of the log, a row deleted, an exposure row changed -- is
+        named within one interval: the keyed chain walked and every projected
+        table rebuilt and compared, on a read connection (the writer never
+        waits for it).  Each new set of findings is logged and recorded once as
+        a keyed ``store.tampering_found`` event; a broken chain also stops the
+        store appending (as a cut or an append behind its back does).  A run
+        that took T seconds waits at least ``BACKGROUND_DUTY`` x T before the
+        next, so a large store costs a bounded share of one core.
+        """
+        store = self.core.store
+        reported: tuple[str, ...] = ()
+        await trio.sleep(min(every, FIRST_WATCH))
+        while True:
+            began = trio.current_time()
+            try:
+                key, _ = await trio.to_thread.run_sync(integrity.load_key, store.chain.key)
+                committed = store.head
+                projectors = list(self.core.projectors)
+                chain, problems, _ = await self.read(lambda conn: verify.check_records(conn, key=key, projectors=projectors, committed=committed))
+            except (StoreUnavailable, ChainRefused) as exc:
+                log.warning("the background verify waits for the store: %s", exc)
+                await trio.sleep(every)
+                continue
+            took = trio.current_time() - began
+            sentences = tuple(p.problem for p in problems)
+            self.watched = WatchStatistics(self.watched.runs + 1, events.now(), round(took, 3), len(sentences), sentences[0] if sentences else None)
+            if sentences and sentences != reported:
+                reported = sentences
+                log.error("the background verify found %d problem(s); the first: %s", len(sentences), sentences[0])
+                broken = next((f for f in chain.findings if f.event is not None), None)
+                payload = {"problems": len(sentences), "first": list(sentences[:5])}
+                try:
+                    await store.call(lambda conn: events.append(conn, TAMPERING_FOUND, actor=BROKER_ACTOR, payload=payload))
+                except (StoreUnavailable, ChainRefused) as exc:
+                    log.error("could not record what the background verify found: %s", exc)
+                if broken is not None:
+                    store.refuse(f"the background verify found the event log broken: {broken.problem}; appends are refused until the broker is restarted")
+            await trio.sleep(max(every, took * BACKGROUND_DUTY))
 
     async def verify(self, expect: ExpectedHead | None = None) -> dict[str, Any]:
         store = self.core.store
@@ -135,7 +204,8 @@ class MemoryService:
             # that the database still ends at the head the owner committed; and the anchor's newest
             # record names that head until this batch commits.  So all three are read together here.
             committed = store.head
-            anchor_problems, reading = integrity.check_anchor(store.chain.anchor, key, committed)
+            # A store refused at open (its head was never taken): hold the anchor against what the database ends with.
+            anchor_problems, reading = integrity.check_anchor(store.chain.anchor, key, committed or events.head(conn))
             return verify.check_indexes(conn), committed, store.refusing, anchor_problems, reading
 
         index_problems, committed, refusing, anchor_problems, reading = await store.call(under_the_writer)
@@ -143,11 +213,10 @@ class MemoryService:
         if refusing is not None:
             problems.append(verify.Problem(f"the broker refuses to append events: {refusing}"))
         problems += [verify.Problem(f.problem) for f in anchor_problems]
-        def records(conn: apsw.Connection) -> tuple[Any, list[verify.Problem]]:
-            chain, found = verify.check_records(conn, self.policy, key=key, committed=committed, expect=expect)
-            return chain, found + meaning_verify.check(conn)
-
-        chain, record_problems = await self.read(records)
+        projectors = list(self.core.projectors)
+        chain, record_problems, not_rebuilt = await self.read(
+            lambda conn: verify.check_records(conn, key=key, projectors=projectors, committed=committed, expect=expect)
+        )
         anchored = reading.record.head if reading.record is not None else None
         facts = {
             "key_file": str(store.chain.key),
@@ -155,4 +224,4 @@ class MemoryService:
             "anchor": None if anchored is None else {"seq": anchored.seq, "hash": anchored.hash},
             "committed": None if committed is None else {"seq": committed.seq, "hash": committed.hash},
         }
-        return verify.report(chain, record_problems + problems, facts)
+        return verify.report(chain, record_problems + problems, facts, not_rebuilt)

@@ -66,11 +66,24 @@ class MemorySettings:
 
 
 def recorded(conn: apsw.Connection) -> MemorySettings | None:
-    """The settings the last broker recorded, or None if none ever ran here."""
-    row = conn.execute("SELECT value FROM memory_settings WHERE key = 'settings'").fetchone()
-    if row is None:
+    """The settings the last broker recorded, or None if none ever ran here.
+
+    Read from the last ``memory.policy`` event (its hash checked), not from
+    the ``memory_settings`` row it also wrote: a quorum lowered in the row
+    behind the broker's back would otherwise judge every claim an operator
+    command touches.
+    """
+    if events.refusal(conn) is not None:
+        # No key to check events with (or the log changed behind the broker's back): the store refuses
+        # every change, so nothing is decided on this, but operator commands still read --
+        # `conclave memory verify` says what is wrong.
+        row = conn.execute("SELECT value FROM memory_settings WHERE key = 'settings'").fetchone()
+        stored = json.loads(row[0]) if row else None
+    else:
+        found = events.checked(conn, "seq = (SELECT max(seq) FROM events WHERE kind = 'memory.policy')")
+        stored = found[0].payload.get("after") or {} if found else None
+    if stored is None:
         return None
-    stored = json.loads(row[0])
     try:
         return MemorySettings.from_tables(stored.get("policy"), stored.get("memory"), "recorded settings")
     except PolicyError:

@@ -1,7 +1,9 @@
-"""A claim's standing in the database: feed the trust policy its rows, write back its verdict.
+"""A claim's standing: judge its keyed events, write the verdict back on its rows.
 
 :func:`evaluate` reads a claim's corroborations, disputes, promotions and
-which witnesses were revoked, and asks :func:`memory.policy.judge`.
+which witnesses were revoked from the claim's keyed events
+(``memory.facts``: each event's hash checked as it is read), never from the
+rows, and asks :func:`memory.policy.judge`.
 :func:`apply` writes the verdict on every witness row, the tier on the claim
 (moving it between search indexes) and, when the tier changed, a
 ``memory.tier`` event naming the cause -- all in the caller's transaction.
@@ -11,49 +13,32 @@ a retirement, a revocation, a new policy) goes through these two.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+import logging
+from typing import Any
 
 import apsw
 
-from memory import claims
+from memory import claims, facts
 from store import events
 from memory.claims import ClaimRow
-from memory.policy import Standing, TrustPolicy, Witness, judge, shortfall
+from memory.policy import Standing, TrustPolicy, shortfall
 
-
-def revoked_among(conn: apsw.Connection, keys: Iterable[str]) -> set[str]:
-    """Which of these principal keys the operator has revoked."""
-    out = set()
-    for key in set(keys):
-        row = conn.execute("SELECT revoked_at FROM principals WHERE key = ?", (key,)).fetchone()
-        if row and row[0]:
-            out.add(key)
-    return out
-
-
-def _witnesses(conn: apsw.Connection, table: str, claim_id: int) -> list[tuple[Any, ...]]:
-    kind = "blind, witness" if table == "corroborations" else "0, NULL"
-    return list(conn.execute(f"SELECT id, principal, domain, at, {kind} FROM {table} WHERE claim = ? ORDER BY id", (claim_id,)))
+log = logging.getLogger("conclave.memory")
 
 
 def evaluate(conn: apsw.Connection, policy: TrustPolicy, claim: ClaimRow) -> Standing:
-    corroborations = _witnesses(conn, "corroborations", claim.id)
-    disputes = _witnesses(conn, "disputes", claim.id)
-    revoked = revoked_among(conn, [r[1] for r in corroborations + disputes])
-    promoted = conn.execute("SELECT max(at) FROM promotions WHERE claim = ?", (claim.id,)).fetchone()[0]
+    """The policy's verdict on ``claim`` from its keyed events (the row must agree with them).
 
-    def as_witness(r: tuple[Any, ...]) -> Witness:
-        return Witness(row=r[0], principal=r[1], domain=r[2], at=r[3], blind=bool(r[4]), revoked=r[1] in revoked, unread=r[5] == "unread")
-
-    return judge(
-        policy,
-        author_domain=claim.author_domain,
-        corroborations=[as_witness(r) for r in corroborations],
-        disputes=[as_witness(r) for r in disputes],
-        promoted_at=promoted,
-        retired=claim.retired_at is not None,
-        superseded=claim.superseded_by is not None,
-    )
+    Raises:
+        memory.facts.RowTampered: the claim has no events, or its row disagrees with them.
+    """
+    found, revoked = facts.read(conn, [claim.id], {claim.id: claim})
+    told = found.get(claim.id)
+    if told is None:
+        raise facts.RowTampered(f"claim {claim.id} has no memory.remember or memory.revise event: its row was inserted behind the "
+                                "broker's back (run `conclave memory verify`)")
+    facts.agree(claim, told)
+    return told.standing(policy, revoked)
 
 
 def apply(conn: apsw.Connection, claim: ClaimRow, standing: Standing, *, actor: str, cause: str) -> ClaimRow:
@@ -98,10 +83,22 @@ def restand_all(conn: apsw.Connection, policy: TrustPolicy, *, actor: str, cause
         )
     ]
     changes = []
-    for claim in claims.load_many(conn, ids).values():
-        after, _ = restand(conn, policy, claim, actor=actor, cause=cause)
-        if after.tier is not claim.tier:
-            changes.append({"id": claim.id, "from": claim.tier.value, "to": after.tier.value})
+    for start in range(0, len(ids), facts.CHUNK):
+        chunk = ids[start : start + facts.CHUNK]
+        rows = claims.load_many(conn, chunk)
+        found, revoked = facts.read(conn, chunk, rows)
+        for claim in rows.values():
+            told = found.get(claim.id)
+            try:
+                if told is None:
+                    raise facts.RowTampered(f"claim {claim.id} has no memory.remember or memory.revise event")
+                facts.agree(claim, told)
+            except facts.RowTampered as exc:
+                log.error("not recomputed under the new policy: %s", exc)  # verify names it; nothing is built on it
+                continue
+            after = apply(conn, claim, told.standing(policy, revoked), actor=actor, cause=cause)
+            if after.tier is not claim.tier:
+                changes.append({"id": claim.id, "from": claim.tier.value, "to": after.tier.value})
     return changes
 
 

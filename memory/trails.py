@@ -15,29 +15,26 @@ Two timestamps written in the same job are often equal to the microsecond,
 so sorting by time put "shown via show" -- the reply a corroboration
 carries -- before the corroboration itself.
 
-**Exposures are not events** (yet: the exposure table is its own log, see
-``memory.exposures``).  Their rows are placed like this:
+* an exposure row to the ``memory.shown`` event written with it (the same
+  principal, time, channel and claim: ``memory.exposures``), and sorted by
+  its ``seq`` like the rest.  The exposure a corroboration's or dispute's
+  reply wrote (``via`` show, the same principal, claim and ``at`` as the
+  witness row: ``memory.authoring`` writes them in one job) is labelled as
+  that reply; its event comes after the job's witness event and the tier
+  change it caused, so it sorts after them.
 
-* the exposure a corroboration's or dispute's reply wrote (``via`` show, the
-  same principal, claim and ``at`` as the witness row: ``memory.authoring``
-  writes them in one job) is labelled as that reply and placed right after
-  the job's own events -- the witness event and the tier change it caused --
-  because the reply is sent once the job is done;
-* any other exposure (recall, context, an agent's own ``show``) goes after
-  the last event written at or before its time (a tie goes to the event);
-  the events keep their ``seq`` order whatever their times say, and
-  exposures after the same event keep the table's id order.
-
-When exposures become events of their own, each exposure row is tied to its
-event like the others and sorted by its ``seq``; the reply is then the
-exposure event whose job wrote the witness event (the event can name it),
-and the merge by time goes away.  Rows whose event cannot be found (a store
-written before events existed) are merged by time in the same way.
+An exposure row with no such event -- written before showings were events,
+or inserted behind the broker's back (``verify`` names those) -- is placed
+by time: the reply of a witness job right after that job's own events; any
+other after the last event written at or before its time (a tie goes to the
+event), the events keeping their ``seq`` order whatever their times say,
+and exposures after the same event keeping the table's id order.
 """
 
 from __future__ import annotations
 
 import bisect
+import json
 from typing import Any, Final, Iterable, Mapping, Sequence
 
 import apsw
@@ -45,6 +42,7 @@ import attrs
 
 from broker.errors import ConclaveError, ErrorCode
 from memory import claims, standing
+from memory.exposures import SHOWN
 from store import events
 from store.events import Event
 
@@ -68,7 +66,7 @@ class Step:
     blind: bool | None = None
     note: str | None = None
     witness: str | None = None  # a corroboration's kind: blind, informed, unread, or "rediscovered in claim N"
-    seq: int | None = None  # the event this row is (or was written with); None for an exposure
+    seq: int | None = None  # the event this row is (or was written with); None for an exposure row with no memory.shown event
     reply_to: int | None = None  # for the exposure a reply wrote: the seq of the witness event it answered
     order: tuple[int, int, int] = attrs.field(default=(0, _MERGED, 0), eq=False)
 
@@ -126,15 +124,19 @@ def claim_trail(conn: apsw.Connection, claim_id: int) -> list[dict[str, Any]]:
             note = "; ".join(str(x) for x in (change, cause) if x) or None
             cid = int(e.subject or 0)
             steps.append(Step(e.at, e.actor, e.kind.removeprefix("memory."), cid, tiers[cid], str(detail.get("reason") or ""), note=note, seq=e.seq))
-    exposed = conn.execute(f"SELECT id, claim, at, principal, via FROM exposures WHERE claim IN ({marks}) ORDER BY id", ids)
+    exposed = list(conn.execute(f"SELECT id, claim, at, principal, via FROM exposures WHERE claim IN ({marks}) ORDER BY id", ids))
+    showings = _showings(conn, {principal for _, _, _, principal, _ in exposed})
     replies: list[Step] = []
     for row, cid, at, principal, via in exposed:
+        shown_seq = showings.get((principal, at, via, cid))
         answered = witnessed.get((cid, principal, at)) if via == "show" else None
         if answered is not None and answered[1] is not None:
             action, seq = answered
-            after = tie.job_end(seq, cid, principal, action)
             note = f"the reply to its {'corroboration' if action == 'corroborated' else 'dispute'}"
-            replies.append(Step(at, principal, "shown", cid, tiers[cid], note=note, reply_to=seq, order=(after, _REPLY, row)))
+            after = (shown_seq, _OWN, row) if shown_seq is not None else (tie.job_end(seq, cid, principal, action), _REPLY, row)
+            replies.append(Step(at, principal, "shown", cid, tiers[cid], note=note, seq=shown_seq, reply_to=seq, order=after))
+        elif shown_seq is not None:
+            steps.append(Step(at, principal, "shown", cid, tiers[cid], note=f"via {via}", seq=shown_seq))
         else:
             steps.append(Step(at, principal, "shown", cid, tiers[cid], note=f"via {via}", order=(0, _MERGED, row)))
     return [s.as_dict() for s in in_order(steps, log, replies)]
@@ -182,6 +184,22 @@ def agent_trail(conn: apsw.Connection, of_agent: str) -> list[dict[str, Any]]:
     ):
         steps.append(Step(at, principal, "disputed", cid, tier, text, bool(counted), note=why or reason, seq=tie.witness("disputed", row)))
     return [s.as_dict() for s in in_order(steps, log, ())]
+
+
+def _showings(conn: apsw.Connection, principals: Iterable[str]) -> dict[tuple[str, str, str, int], int]:
+    """``(principal, at, via, claim) -> seq`` of the ``memory.shown`` events of these principals."""
+    wanted = sorted(principals)
+    out: dict[tuple[str, str, str, int], int] = {}
+    for start in range(0, len(wanted), 400):
+        chunk = wanted[start : start + 400]
+        marks = ",".join("?" * len(chunk))
+        for seq, actor, at, payload in conn.execute(
+            f"SELECT seq, actor, at, payload FROM events WHERE kind = '{SHOWN}' AND actor IN ({marks}) ORDER BY seq", chunk
+        ):
+            body = json.loads(payload)
+            for claim_id, _ in body.get("claims", ()):
+                out.setdefault((actor, at, body.get("via"), int(claim_id)), seq)
+    return out
 
 
 def _witnessed(witness: str | None, blind: bool, restatement: int | None) -> tuple[str, str]:

@@ -40,6 +40,9 @@ from store.events import Head
 
 SLOT: Final = 512
 VERSION: Final = 1
+#: What each kind of record's MAC covers first, so one file's records never verify as the other's.
+ANCHOR: Final = b"conclave anchor\0"
+HIGH_WATER: Final = b"conclave high-water\0"
 
 
 @final
@@ -70,20 +73,28 @@ def _body(before: Head, head: Head, key_id: str, written: int) -> dict[str, obje
     return {"v": VERSION, "before": [before.seq, before.hash], "head": [head.seq, head.hash], "key_id": key_id, "written": written}
 
 
-def _mac(key: ChainKey, body: dict[str, object]) -> str:
-    return key.mac(b"conclave anchor\0" + json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+def _mac(key: ChainKey, body: dict[str, object], tag: bytes) -> str:
+    return key.mac(tag + json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
 
 @final
 class AnchorFile:
     """The writer's handle: an open file and the count of records written."""
 
-    def __init__(self, path: Path, key: ChainKey) -> None:
+    def __init__(self, path: Path, key: ChainKey, *, tag: bytes = ANCHOR) -> None:
         self.path = path
         self._key = key
+        self._tag = tag
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        previous = read(path, key).record
+        previous = read(path, key, tag=tag).record
         self._written = previous.written if previous is not None else 0
+        #: The head of the newest record written (or found) here.
+        self.head = previous.head if previous is not None else None
+
+    def identity(self) -> tuple[int, int]:
+        """The device and inode of the file this handle writes (what the path must still name)."""
+        st = os.fstat(self._fd)
+        return st.st_dev, st.st_ino
 
     def write(self, before: Head, head: Head, *, sync: bool = True) -> None:
         """Record ``head`` (and the head before it) in the slot not holding the newest record.
@@ -93,10 +104,16 @@ class AnchorFile:
         """
         self._written += 1
         body = _body(before, head, self._key.id, self._written)
-        line = json.dumps({**body, "mac": _mac(self._key, body)}, separators=(",", ":")).encode()
+        line = json.dumps({**body, "mac": _mac(self._key, body, self._tag)}, separators=(",", ":")).encode()
         if len(line) >= SLOT:
             raise ValueError("an anchor record outgrew its slot")
-        os.pwrite(self._fd, line.ljust(SLOT - 1) + b"\n", (self._written % 2) * SLOT)
+        try:
+            os.pwrite(self._fd, line.ljust(SLOT - 1) + b"\n", (self._written % 2) * SLOT)
+        except OSError as exc:
+            self._written -= 1  # the next write goes to the same slot, never over the newest good record
+            exc.filename = exc.filename or str(self.path)
+            raise
+        self.head = head
         if sync:
             os.fdatasync(self._fd)
 
@@ -110,8 +127,8 @@ class AnchorFile:
             self._fd = -1
 
 
-def read(path: Path, key: ChainKey | None) -> AnchorReading:
-    """The newest record in ``path`` whose MAC holds under ``key``."""
+def read(path: Path, key: ChainKey | None, *, tag: bytes = ANCHOR) -> AnchorReading:
+    """The newest record in ``path`` whose MAC holds under ``key`` (``tag``: which kind of record)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -135,7 +152,7 @@ def read(path: Path, key: ChainKey | None) -> AnchorReading:
         if body["key_id"] != key.id:
             foreign.add(str(body["key_id"]))
             continue
-        if mac != _mac(key, body):
+        if mac != _mac(key, body, tag):
             continue
         try:
             good.append(AnchorRecord(Head(*body["before"]), Head(*body["head"]), body["key_id"], int(body["written"])))

@@ -58,6 +58,10 @@ class Backend(Protocol):
         """Where the store is, for messages (a path, a server)."""
         ...
 
+    def disk_full(self, exc: BaseException) -> str | None:
+        """What ran out of room, when ``exc`` says the store's disk is full (None for any other error)."""
+        ...
+
 
 @final
 class SqliteBackend:
@@ -77,3 +81,8 @@ class SqliteBackend:
 
     def describe(self) -> str:
         return str(self.path)
+
+    def disk_full(self, exc: BaseException) -> str | None:
+        if isinstance(exc, apsw.FullError):
+            return f"{self.path} (the database or its -wal: the file system holding them is full)"
+        return None

@@ -30,7 +30,7 @@ import json
 import time
 import weakref
 from datetime import datetime, timezone
-from typing import Any, Final, NamedTuple, Sequence, final
+from typing import Any, Callable, Final, NamedTuple, Sequence, final
 
 import apsw
 import attrs
@@ -52,6 +52,10 @@ class ChainRefused(RuntimeError):
     """This connection may not append: no key is bound to it, or the log changed behind its owner's back."""
 
 
+class EventForged(ChainRefused):
+    """An event a decision was about to rest on fails its hash: the log was changed behind the broker's back."""
+
+
 class Head(NamedTuple):
     """The last event of the log: its seq and hash (``(0, GENESIS)`` for an empty log)."""
 
@@ -69,6 +73,8 @@ EMPTY: Final = Head(0, GENESIS)
 class _Binding:
     key: ChainKey | None
     refusal: str | None = None
+    #: The ``store.chain_keyed`` event: events before it carry plain SHA-256 hashes (an older conclave wrote them).
+    keyed_from: int = 1
 
 
 #: What each writer connection may append with.  Weak: a closed connection leaves no trace here.
@@ -120,6 +126,11 @@ _CANONICAL: Final = jsoncodec.compact(sort_keys=True, ensure_ascii=False)
 
 def canonical(value: Any) -> str:
     return _CANONICAL(value)
+
+
+def sha256(text: str) -> str:
+    """What an event records of a text it must not carry (a claim's text, a mail body): enough to detect an edit, nothing to read."""
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 #: The digest's input is a flat JSON list of scalars: no keys to sort, so a
@@ -300,6 +311,11 @@ def key_switch(conn: apsw.Connection) -> KeySwitch | None:
     return KeySwitch(row[0], _key_id_of(row[1]), row[2])
 
 
+def _first_switch(conn: apsw.Connection) -> int:
+    row = conn.execute(f"SELECT min(seq) FROM events WHERE kind = '{KEYED}'").fetchone()
+    return row[0] if row and row[0] is not None else 1
+
+
 def _key_id_of(payload: str) -> str | None:
     """The key a ``store.chain_keyed`` event names (None: its payload does not say)."""
     try:
@@ -319,12 +335,15 @@ def key_chain(conn: apsw.Connection, key: ChainKey) -> Event | None:
     again under the write lock before it is keyed: two brokers starting at
     once on one shared store key it once.
     """
-    _BOUND[conn] = _Binding(key)
+    binding = _BOUND[conn] = _Binding(key)
     with conn:
         switch = key_switch(conn)
         if switch is None:
             unkeyed = head(conn).seq
-            return append(conn, KEYED, actor=BROKER_ACTOR, payload={"scheme": SCHEME, "key_id": key.id, "unkeyed_before": unkeyed})
+            keyed = append(conn, KEYED, actor=BROKER_ACTOR, payload={"scheme": SCHEME, "key_id": key.id, "unkeyed_before": unkeyed})
+            binding.keyed_from = keyed.seq
+            return keyed
+    binding.keyed_from = _first_switch(conn)
     if switch.key_id != key.id:
         if "/" in switch.actor:
             how = (f"every broker sharing the store appends with the one key: copy {switch.actor.split('/')[0]}'s chain-key file "
@@ -345,7 +364,48 @@ def carry_binding(old: apsw.Connection, new: apsw.Connection) -> None:
 
 def bind_sealed(conn: apsw.Connection, key: ChainKey | None, reason: str) -> None:
     """Bind ``conn`` so that every append is refused with ``reason`` (reads and other writes go on)."""
-    _BOUND[conn] = _Binding(key, reason)
+    _BOUND[conn] = _Binding(key, reason, _first_switch(conn))
+
+
+def bind_checker(conn: apsw.Connection, key: ChainKey, keyed_from: int) -> None:
+    """Let a reader check events with :func:`checked` (it never appends: no writer binding is made)."""
+    _BOUND[conn] = _Binding(key, "a read connection never appends", keyed_from)
+
+
+def keyed_from(conn: apsw.Connection) -> int | None:
+    """The switch-over event of the log ``conn`` checks events of (None: no key is bound)."""
+    binding = _BOUND.get(conn)
+    return binding.keyed_from if binding is not None and binding.key is not None else None
+
+
+_FULL_ROWS: Final = "SELECT seq, at, kind, actor, subject, payload, prev_hash, hash FROM events"
+
+
+def checked(conn: apsw.Connection, where: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Event]:
+    """The events matching ``where``, oldest first, each one's hash checked under the chain key.
+
+    What a decision reads of the log (a claim's witnesses, a message's
+    sender) comes through here: an event edited or forged without the key
+    raises :class:`EventForged` instead of being believed.  Events older than
+    the log's keying carry plain SHA-256 and are checked with it.
+
+    Raises:
+        EventForged: an event fails its hash.
+        ChainRefused: no key is bound to ``conn``.
+    """
+    binding = _BOUND.get(conn)
+    if binding is None or binding.key is None:
+        raise ChainRefused(refusal(conn) or "this connection has no chain key to check events with")
+    key, keyed = binding.key, binding.keyed_from
+    out = []
+    for seq, at, kind, actor, subject, payload, prev, digest in conn.execute(f"{_FULL_ROWS} WHERE {where} ORDER BY seq", params):
+        message = _message(seq, at, kind, actor, subject, payload, prev)
+        good = key.mac(message) == digest if seq >= keyed else hashlib.sha256(message).hexdigest() == digest
+        if not good:
+            raise EventForged(f"event {seq} ({kind} by {actor}) fails its hash: the event log was changed behind the broker's back "
+                              "(run `conclave memory verify`)")
+        out.append(Event(seq, at, kind, actor, subject, json.loads(payload), digest))
+    return out
 
 
 def refuse_appends(conn: apsw.Connection, reason: str) -> None:
@@ -389,12 +449,23 @@ class ChainReport:
         return self.reason is None
 
 
-def verify_chain(conn: apsw.Connection, key: ChainKey | None) -> ChainReport:
+def verify_chain(
+    conn: apsw.Connection,
+    key: ChainKey | None,
+    *,
+    feed: Callable[[Event], None] | None = None,
+    wanted: frozenset[str] = frozenset(),
+) -> ChainReport:
     """Walk the whole chain; name the first event whose hash or link is wrong.
 
     Events before the first ``store.chain_keyed`` event are checked with plain
     SHA-256, every event from it on with ``key``.  With no key at hand only
     the unkeyed prefix can be checked, and the report says so.
+
+    ``feed`` is handed every event of a kind in ``wanted`` whose own hash
+    holds, in order (the tables' projections, ``store.projection``): past a
+    broken link the walk goes on, still feeding each event whose MAC holds,
+    so a forged row is named as such and not as the echo of a break.
     """
     prev = GENESIS
     expected_seq = 1
@@ -402,6 +473,7 @@ def verify_chain(conn: apsw.Connection, key: ChainKey | None) -> ChainReport:
     keyed_from: int | None = None
     key_id: str | None = None
     last = EMPTY
+    broken: ChainReport | None = None
 
     def bad(seq: int, reason: str) -> ChainReport:
         return ChainReport(count, seq, reason, last, keyed_from, key_id)
@@ -410,30 +482,47 @@ def verify_chain(conn: apsw.Connection, key: ChainKey | None) -> ChainReport:
         "SELECT seq, at, kind, actor, subject, payload, prev_hash, hash FROM events ORDER BY seq"
     ):
         count += 1
-        if seq != expected_seq:
-            return bad(expected_seq, f"event {expected_seq} is missing (next is {seq})")
-        if prev_hash != prev:
-            return bad(seq, f"event {seq} does not link to event {seq - 1}")
         message = _message(seq, at, kind, actor, subject, payload, prev_hash)
-        if kind == KEYED:
-            named = _key_id_of(payload)
-            if key is None:
-                return bad(seq, f"the chain is keyed from event {seq} on (key {named}) and there is no chain key to check it with")
-            if named != key.id:
-                return bad(seq, f"events from {seq} on were keyed with key {named}, but the chain key file holds key {key.id}: "
-                                "the key file was replaced, or the database comes from another state directory")
-            if key_id is None:
-                keyed_from, key_id = seq, named
-        if keyed_from is not None:
-            if key is not None and key.mac(message) != digest:
-                if hashlib.sha256(message).hexdigest() == digest:
-                    return bad(seq, f"event {seq} ({kind}) is hashed with plain SHA-256, not the chain key: it was written by someone without the key")
-                return bad(seq, f"event {seq} ({kind}) fails its keyed hash: it was forged or altered without the chain key")
-        elif hashlib.sha256(message).hexdigest() != digest:
-            return bad(seq, f"event {seq} ({kind}) was altered after it was written")
+        if broken is not None:
+            # Past the first break: only events that carry a good MAC of their own still count.
+            if feed is not None and kind in wanted and key is not None and keyed_from is not None and key.mac(message) == digest:
+                feed(Event(seq, at, kind, actor, subject, json.loads(payload), digest))
+            continue
+        if seq != expected_seq:
+            broken = bad(expected_seq, f"event {expected_seq} is missing (next is {seq})")
+        elif prev_hash != prev:
+            broken = bad(seq, f"event {seq} does not link to event {seq - 1}")
+        else:
+            if kind == KEYED:
+                named = _key_id_of(payload)
+                if key is None:
+                    return bad(seq, f"the chain is keyed from event {seq} on (key {named}) and there is no chain key to check it with")
+                if named != key.id:
+                    return bad(seq, f"events from {seq} on were keyed with key {named}, but the chain key file holds key {key.id}: "
+                                    "the key file was replaced, or the database comes from another state directory")
+                if key_id is None:
+                    keyed_from, key_id = seq, named
+            if keyed_from is not None:
+                if key is not None and key.mac(message) != digest:
+                    if hashlib.sha256(message).hexdigest() == digest:
+                        broken = bad(seq, f"event {seq} ({kind}) is hashed with plain SHA-256, not the chain key: it was written by someone without the key")
+                    else:
+                        broken = bad(seq, f"event {seq} ({kind}) fails its keyed hash: it was forged or altered without the chain key")
+            elif hashlib.sha256(message).hexdigest() != digest:
+                broken = bad(seq, f"event {seq} ({kind}) was altered after it was written")
+        if broken is not None:
+            if feed is None:
+                return broken
+            if kind in wanted and key is not None and keyed_from is not None and key.mac(message) == digest:
+                feed(Event(seq, at, kind, actor, subject, json.loads(payload), digest))  # only its link is wrong
+            continue
+        if feed is not None and kind in wanted:
+            feed(Event(seq, at, kind, actor, subject, json.loads(payload), digest))
         prev = digest
         last = Head(seq, digest)
         expected_seq += 1
+    if broken is not None:
+        return broken
     if count and keyed_from is None:
         return ChainReport(count, None, "the event log is not keyed: it has no store.chain_keyed event (a broker keys it the first time it opens it)", last, None, None)
     return ChainReport(count, None, None, last, keyed_from, key_id)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Final, final
+from typing import Any, Callable, Final, final
 
 import apsw
 import attrs
@@ -93,9 +93,21 @@ def check_anchor(anchor_path: Path, key: ChainKey | None, committed: Head | None
     return ([Finding(f"anchor: {problem}")] if problem else []), reading
 
 
-def check_chain(conn: apsw.Connection, key: ChainKey | None, *, committed: Head | None, expect: ExpectedHead | None) -> ChainFindings:
-    """Walk the chain on ``conn``; hold it against the owner's committed head and a head a person expects."""
-    report = events.verify_chain(conn, key)
+def check_chain(
+    conn: apsw.Connection,
+    key: ChainKey | None,
+    *,
+    committed: Head | None,
+    expect: ExpectedHead | None,
+    feed: Callable[[events.Event], None] | None = None,
+    wanted: frozenset[str] = frozenset(),
+) -> ChainFindings:
+    """Walk the chain on ``conn``; hold it against the owner's committed head and a head a person expects.
+
+    ``feed`` gets every event of a kind in ``wanted`` whose hash holds, in
+    order, during the same walk (the tables' projections).
+    """
+    report = events.verify_chain(conn, key, feed=feed, wanted=wanted)
     found: list[Finding] = []
     if not report.ok:
         found.append(Finding(report.reason or "the event chain is broken", report.first_bad))

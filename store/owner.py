@@ -42,8 +42,10 @@ time, or when that head is gone).
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
+import os
 from pathlib import Path
 from typing import Any, Callable, Final, Sequence, TypeVar, final
 
@@ -53,7 +55,7 @@ import outcome
 import trio
 
 from store import anchor, dialect, events
-from store.backend import Backend, StoreUnavailable
+from store.backend import Backend, StoreUnavailable, pauses
 from store.chainkey import ChainKey, ChainKeyError
 from store.schema import Schema
 
@@ -66,8 +68,16 @@ ANCHOR_SYNC_INTERVAL: Final = 0.05
 ANCHOR_MISMATCH: Final = "store.anchor_mismatch"
 #: What a broker on a shared store says when the log does not verify (docs/DEPLOYMENT.md: "When verify fails").
 SHARED_REFUSAL: Final = "this broker appends nothing more (run `conclave memory verify`; docs/DEPLOYMENT.md says how to recover)"
+#: The event a store gets when its state directory starts keeping a high-water record (so a deleted record is noticed).
+HIGH_WATER: Final = "store.high_water"
+#: The event an operator's ``conclave store accept-restore`` writes: an older copy was put back on purpose.
+RESTORE_ACCEPTED: Final = "store.restore_accepted"
+ACCEPT_HOW: Final = ("if you put that copy back on purpose, stop the broker and run `conclave store accept-restore` "
+                     "(it records the decision in the log; docs/THREAT_MODEL.md, T3)")
 
 T = TypeVar("T")
+#: How long the broker's own bookkeeping waits for an unavailable store before it counts the write lost (seconds).
+PATIENCE: Final = 300.0
 #: Most jobs grouped into one transaction.
 MAX_BATCH: Final = 256
 #: Scheduling passes a busy owner yields (each one polls the sockets) before it
@@ -78,10 +88,17 @@ LINGER_PASSES: Final = 4
 @final
 @attrs.frozen
 class ChainFiles:
-    """Where the chain's secrets live, outside the database (``StatePaths.chain_key`` / ``chain_anchor``)."""
+    """Where the chain's secrets live, outside the database (``StatePaths.chain_key`` / ``chain_anchor`` /
+    ``chain_high_water``)."""
 
     key: Path
     anchor: Path
+    #: The highest head this state directory has seen (default: ``chain-high-water`` beside the anchor).
+    high_water: Path | None = None
+
+    @property
+    def water(self) -> Path:
+        return self.high_water if self.high_water is not None else self.anchor.with_name("chain-high-water")
 
 
 @final
@@ -129,9 +146,19 @@ class StoreOwner:
     ``schemas`` before reporting started.
     """
 
-    def __init__(self, backend: Backend, schemas: Sequence[Schema], *, chain: ChainFiles) -> None:
+    def __init__(self, backend: Backend, schemas: Sequence[Schema], *, chain: ChainFiles, accept_restore: bool = False) -> None:
         self.backend = backend
         self.chain = chain
+        #: Accept a database older than the high-water record (the operator's ``conclave store accept-restore``).
+        self._accept_restore = accept_restore
+        #: Device and inode of each file the owner opened (database, WAL, SHM, key, anchor, high-water).
+        self._watched: dict[Path, tuple[int, int]] = {}
+        #: Why the store's files are not the ones it opened (then every request is refused until a restart).
+        self._swapped: str | None = None
+        self._high: anchor.AnchorFile | None = None
+        self._new_water = False
+        #: Restores accepted at this open (``conclave store accept-restore`` reports it).
+        self.accepted: str | None = None
         self._schemas = tuple(schemas)
         self._send, self._receive = trio.open_memory_channel[_Job](math.inf)
         self._limiter = trio.CapacityLimiter(1)
@@ -151,6 +178,7 @@ class StoreOwner:
         #: Other brokers append to the same log (PostgreSQL): verify what they wrote, do not refuse it.
         self._shared = bool(getattr(backend, "shared", False))
         self._key: ChainKey | None = None
+        self._keyed_from = 1
         self._verified_others = 0
         self._whole = 0
         self._replayed = 0
@@ -161,6 +189,7 @@ class StoreOwner:
         self._conn = await trio.to_thread.run_sync(self.backend.open_writer, self._schemas, limiter=self._limiter)
         try:
             await trio.to_thread.run_sync(self._open_chain, self._conn, limiter=self._limiter)
+            await trio.to_thread.run_sync(self._watch_files, limiter=self._limiter)
         except BaseException:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self._close, limiter=self._limiter)
@@ -208,21 +237,34 @@ class StoreOwner:
             await self._anchor_dirty.wait()
             self._anchor_dirty = trio.Event()
             self._anchor_unsynced = False
-            anchor_file = self._anchor
-            if anchor_file is not None:
-                await trio.to_thread.run_sync(anchor_file.sync)
-                self._anchor_syncs += 1
+            anchor_file, water, head = self._anchor, self._high, self._head
+            try:
+                if anchor_file is not None:
+                    await trio.to_thread.run_sync(anchor_file.sync)
+                    self._anchor_syncs += 1
+                # The high-water record follows, durably, never lower: what names an older copy put back later.
+                if water is not None and head is not None and self._refusing is None and (water.head is None or head.seq > water.head.seq):
+                    await trio.to_thread.run_sync(water.write, head, head)
+            except OSError as exc:
+                # A full disk (or a failing one) must not end the broker: the next batch's write says so to its callers.
+                log.error("could not make the anchor or the high-water record durable: %s", exc)
+                self._anchor_unsynced = True
             await trio.sleep(ANCHOR_SYNC_INTERVAL)
 
     def _close(self) -> None:
         """Anchor the head one last time (unless the log was found tampered with) and close."""
         conn, self._conn = self._conn, None
         try:
-            if self._anchor is not None:
-                if self._refusing is None and self._head is not None:
-                    self._anchor.write(self._head, self._head)
-                self._anchor.close()
-                self._anchor = None
+            for record in (self._anchor, self._high):
+                if record is None:
+                    continue
+                try:
+                    if self._refusing is None and self._head is not None and (record is self._anchor or record.head is None or self._head.seq >= record.head.seq):
+                        record.write(self._head, self._head)
+                except OSError as exc:
+                    log.error("could not write %s at shutdown: %s", record.path, exc)
+                record.close()
+            self._anchor = self._high = None
         finally:
             if conn is not None:
                 conn.close()
@@ -248,12 +290,41 @@ class StoreOwner:
         assert job.result is not None
         return job.result.unwrap()
 
+    async def persist(self, fn: Callable[[apsw.Connection], Any], *, what: str, patience: float = PATIENCE) -> bool:
+        """Run ``fn`` as a job that must not be dropped: wait out a store that is unavailable for a while.
+
+        For the broker's own bookkeeping (an agent spawned or ended, the run
+        stopped), which no request waits for: a full disk, a server restart or
+        a store refusing changes must not end the broker.  Tries again with
+        growing pauses for up to ``patience`` seconds; if it never gets
+        through, the loss is counted and said loudly (``lost_events``), and
+        False is returned.
+        """
+        waits = pauses()
+        deadline = trio.current_time() + patience
+        while True:
+            try:
+                await self.call(fn)
+                return True
+            except (StoreUnavailable, events.ChainRefused) as exc:
+                left = deadline - trio.current_time()
+                if left <= 0 or isinstance(exc, events.ChainRefused):
+                    self.report_lost(1, f"{what}: {exc}")
+                    return False
+                log.warning("%s waits for the store: %s", what, exc)
+                await trio.sleep(min(next(waits), left))
+
     async def read(self, fn: Callable[[apsw.Connection], T]) -> T:
         """Run ``fn`` on a fresh read-only connection in a worker thread (WAL: it sees committed data)."""
 
         def run() -> T:
+            swapped = self._files_changed()
+            if swapped is not None:
+                raise StoreUnavailable(swapped)
             conn = self.backend.open_reader()
             try:
+                if self._key is not None:
+                    events.bind_checker(conn, self._key, self._keyed_from)
                 with conn:
                     return fn(conn)
             finally:
@@ -264,6 +335,9 @@ class StoreOwner:
         except Exception as exc:
             if self._unreachable(exc):
                 raise StoreUnavailable(f"the store's server cannot be reached: {exc}") from None
+            full = self._disk_full(exc)
+            if full is not None:
+                raise full from None
             raise
 
     def close(self) -> None:
@@ -327,6 +401,7 @@ class StoreOwner:
             return
         key, since = opened
         self._key = key
+        self._keyed_from = events.keyed_from(conn) or 1
         if self._shared:
             head = self._catch_up(conn, key, since)
             if head is None:
@@ -336,6 +411,10 @@ class StoreOwner:
             self._head = events.head(conn)
         self._anchor = anchor.AnchorFile(self.chain.anchor, key)
         self._anchor.write(self._head, self._head)
+        # Written now whatever it held: the check above passed (the log still holds what it recorded) or
+        # the operator accepted the older copy in front of it.
+        self._high = anchor.AnchorFile(self.chain.water, key, tag=anchor.HIGH_WATER)
+        self._high.write(self._head, self._head)
 
     def _key_chain(self, conn: apsw.Connection) -> tuple[ChainKey, events.Head | None] | None:
         """Inside the write lock: load (or make) the key, bind it, hold the log against the anchor.
@@ -377,6 +456,24 @@ class StoreOwner:
         if refused is not None:
             self._refuse(conn, refused)
             return None
+        water = anchor.read(files.water, key, tag=anchor.HIGH_WATER)
+        rolled = None if made else self._rolled_back(conn, water, found)
+        if rolled is not None:
+            if not self._accept_restore:
+                also = f"; and against its anchor: {mismatch}" if mismatch is not None else ""
+                self._refuse(conn, f"{rolled}{also}; {ACCEPT_HOW}")
+                return None
+            recorded = water.record.head if water.record is not None else None
+            with conn:
+                events.append(conn, RESTORE_ACCEPTED, actor=events.BROKER_ACTOR, payload={
+                    "problem": rolled, "accepted_by": "the operator (conclave store accept-restore)",
+                    "recorded": None if recorded is None else [recorded.seq, recorded.hash], "found": [found.seq, found.hash],
+                })
+            self.accepted = rolled
+            log.warning("an older copy of the store was accepted by the operator: %s", rolled)
+        if water.missing or rolled is not None:
+            with conn:
+                events.append(conn, HIGH_WATER, actor=events.BROKER_ACTOR, payload={"file": str(files.water), "from": [found.seq, found.hash]})
         if mismatch is not None:
             log.error("the state database disagrees with its anchor: %s", mismatch)
             anchored = reading.record.head if reading.record is not None else None
@@ -387,6 +484,37 @@ class StoreOwner:
                     "found": [found.seq, found.hash],
                 })
         return key, since
+
+    def _rolled_back(self, conn: apsw.Connection, water: anchor.AnchorReading, found: events.Head) -> str | None:
+        """Inside the write lock, at start: is the log still one this state directory has seen (the high-water record)?
+
+        The record names the highest head this state directory saw: the log
+        must still hold that event with that hash.  An older copy of the
+        database put back -- with its anchor, even its WAL -- ends before it,
+        or holds another event there.  Kept apart from the anchor (another
+        MAC tag, another file) so restoring "database and anchor" together is
+        still named.  None when all is well.
+        """
+        path = self.chain.water
+        record = water.record
+        if record is None:
+            if not water.missing:
+                return f"the high-water record {path} cannot be used: {water.problem}"
+            kept = conn.execute("SELECT seq FROM events WHERE kind = ? AND actor = ? ORDER BY seq LIMIT 1",
+                                (HIGH_WATER, events.qualify(conn, events.BROKER_ACTOR))).fetchone()
+            if kept is None:
+                return None  # a state directory that never kept one (a fresh store, or an older conclave's)
+            return (f"the high-water record {path} is gone, though this state directory has kept one since event {kept[0]}: it was "
+                    "deleted, or this database was moved here from another state directory")
+        seen = record.head
+        if seen.seq == 0 or events.hash_at(conn, seen.seq) == seen.hash:
+            return None
+        if found.seq < seen.seq:
+            return (f"the event log ends at event {found.seq}, but this state directory has seen it reach event {seen.seq} "
+                    f"(its high-water record {path}): an older copy of the database was put back, with or without its anchor "
+                    f"(or its last {seen.seq - found.seq} event(s) were lost to a power failure)")
+        return (f"event {seen.seq} is not the event this state directory saw there (its high-water record {path}): "
+                "the database was replaced by another copy")
 
     def _missing_key(self, switch: events.KeySwitch | None) -> str:
         files = self.chain
@@ -413,6 +541,14 @@ class StoreOwner:
         if since is not None:
             self._verified_others += report.events
         return report.head
+
+    def refuse(self, reason: str) -> None:
+        """From now on refuse every append, saying ``reason`` (something outside the batches found the log broken)."""
+        if self._refusing is None:
+            self._refusing = reason
+            log.error("the event log refuses appends: %s", reason)
+        if self._conn is not None:
+            events.refuse_appends(self._conn, reason)
 
     def _refuse(self, conn: apsw.Connection, reason: str) -> None:
         if self._refusing is None:
@@ -461,12 +597,25 @@ class StoreOwner:
         conn = self._writer(batch)
         if conn is None:
             return
+        swapped = self._files_changed()
+        if swapped is not None:
+            self._refuse(conn, swapped)
+            failure = outcome.Error(StoreUnavailable(swapped))
+            for job in batch:
+                job.result = failure
+            return
         if self._shared and all(job.replayable for job in batch):
             self._whole += 1
             if self._run_jobs(conn, batch, whole=True):
                 return
             self._replayed += 1
         self._run_jobs(conn, batch, whole=False)
+        for job in batch:
+            # A full disk is the store's state, not the request's fault: every caller hears it in the same words.
+            if isinstance(job.result, outcome.Error):
+                full = self._disk_full(job.result.error)
+                if full is not None:
+                    job.result = outcome.Error(full)
         if dialect.broken(conn):
             # The session ended under the batch (a server restart): say so, not the driver's words
             # (a job refused for its own reasons before that keeps its refusal).
@@ -479,6 +628,78 @@ class StoreOwner:
     def _unreachable(self, exc: BaseException) -> bool:
         check = getattr(self.backend, "unreachable", None)
         return bool(check is not None and check(exc))
+
+    def _disk_full(self, exc: BaseException) -> StoreUnavailable | None:
+        """``exc`` as the store's words for a full disk (naming the file), or None when it is something else.
+
+        Nothing of the batch was committed; what was acknowledged before stays.
+        The broker goes on, and the first batch after space returns succeeds.
+        """
+        if isinstance(exc, StoreUnavailable):
+            return exc if str(exc).startswith("disk full") else None
+        where: str | None = None
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            where = f"{exc.filename or self.chain.anchor}"
+        else:
+            describe = getattr(self.backend, "disk_full", None)
+            where = describe(exc) if describe is not None else None
+        if where is None:
+            return None
+        log.error("disk full: %s", where)
+        return StoreUnavailable(f"disk full: no room left to write {where}; nothing of this request was written (everything acknowledged "
+                                "before is intact). Free some space: the broker carries on by itself once there is room")
+
+    # -- the store's files --------------------------------------------------------------
+
+    def _files(self) -> list[Path]:
+        """Every file the owner has open: the database and its WAL and SHM (SQLite), the key, the anchor, the high-water record."""
+        out = []
+        database = getattr(self.backend, "path", None)
+        if database is not None:
+            out += [Path(database), Path(f"{database}-wal"), Path(f"{database}-shm")]
+        return out + [self.chain.key, self.chain.anchor, self.chain.water]
+
+    def _watch_files(self) -> None:
+        """Note the device and inode of each file just opened (worker thread)."""
+        watched = {}
+        for path in self._files():
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue
+            watched[path] = (st.st_dev, st.st_ino)
+        self._watched = watched
+
+    def _files_changed(self) -> str | None:
+        """Why the files are not the ones opened -- one renamed over, unlinked, replaced -- or None.
+
+        The attack: with the broker running, a snapshot of the database and its
+        anchor is renamed over them and the WAL and SHM names are unlinked.  The
+        writer would go on with the descriptors it holds while every new reader
+        opened the snapshot -- an acknowledged retirement gone, and nothing the
+        chain or the anchor could show.  Checked before every batch and every
+        read (a few ``stat`` calls); once it fails, every request is refused.
+        """
+        if self._swapped is not None:
+            return self._swapped
+        for path, (device, inode) in self._watched.items():
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                now = "it is gone"
+            else:
+                if (st.st_dev, st.st_ino) == (device, inode):
+                    continue
+                now = f"device:inode {device}:{inode} when opened, {st.st_dev}:{st.st_ino} now"
+            reason = (f"{path} is not the file this broker opened ({now}): it was replaced or removed behind the broker's back; "
+                      "every request on the store is refused until the broker is restarted (which checks what it finds; "
+                      "`conclave memory verify` names it)")
+            if self._swapped is None:
+                self._swapped = reason
+                self._refusing = self._refusing or reason
+                log.error("%s", reason)
+            return reason
+        return None
 
     def _writer(self, batch: list[_Job]) -> Any:
         """The writer connection, connected again if its session with the server ended; None (and every job

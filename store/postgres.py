@@ -672,6 +672,12 @@ class PostgresBackend:
         state = exc.sqlstate
         return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
+    def disk_full(self, exc: BaseException) -> str | None:
+        """The server's disk is full (SQLSTATE 53100): the request was refused, the session goes on."""
+        if isinstance(exc, psycopg.errors.DiskFull):
+            return f"the store's database on {redact(self.url)} (the server says: {(exc.diag.message_primary or str(exc)).strip()})"
+        return None
+
     def open_reader(self) -> PgConnection:
         while True:
             try:

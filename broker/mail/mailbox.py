@@ -15,6 +15,7 @@ message (audit), but its *inbox* is only the operator mailbox.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Any, Iterable, Sequence
 
@@ -25,7 +26,11 @@ from broker import runs
 from broker.errors import ConclaveError, ErrorCode
 from broker.identity import Principal
 from broker.mail.message import TO_ALL, TO_OPERATOR, Delivery, Message
+from broker.mail.projection import MESSAGES_TABLE, message_row
 from store import dialect, events
+from store.projection import UNKNOWN
+
+log = logging.getLogger("conclave.mail")
 
 #: The PostgreSQL notification channel that carries "mail landed in these mailboxes" between brokers.
 MAIL_CHANNEL = "conclave_mail"
@@ -91,7 +96,10 @@ def post(
         "msg.send",
         actor=sender.key,
         subject=f"msg:{next_id}",
-        payload={"id": next_id, "thread": thread, "to": to, "recipients": list(recipients), "bytes": len(body.encode())},
+        payload={
+            "id": next_id, "thread": thread, "to": to, "recipients": list(recipients), "bytes": len(body.encode()), "sender_box": box,
+            "subject_sha256": None if subject is None else events.sha256(subject), "body_sha256": events.sha256(body),
+        },
         at=at,
     )
     return Message(
@@ -318,8 +326,54 @@ def _visibility(viewer: Principal) -> tuple[str, dict[str, Any]]:
     return _VISIBLE, {"box": mailbox_of(viewer)}
 
 
+def vouched(conn: apsw.Connection, rows: Sequence[tuple[Any, ...]], viewer: Principal) -> list[tuple[Any, ...]]:
+    """The rows of ``_COLUMNS`` whose ``msg.send`` event (its hash checked) says the same; the viewer must be a party.
+
+    Who sent a message and to whom is what an agent acts on ("the operator
+    says..."), so it is read from the keyed event, never from the row alone:
+    a row slipped in "from the operator", or a sender, mailbox, subject or
+    body changed behind the broker's back, is withheld -- logged, and named by
+    ``conclave memory verify`` -- instead of shown.
+    """
+    if not rows:
+        return []
+    subjects = [f"msg:{r[0]}" for r in rows]
+    sent = {e.payload.get("id"): e for e in events.checked(conn, f"kind = 'msg.send' AND subject IN ({','.join('?' * len(subjects))})", subjects)}
+    box = mailbox_of(viewer)
+    shared = dialect.is_postgresql(conn)
+    out = []
+    for row in rows:
+        mid, thread, sender, sender_box, addressed, subject, body, at = row
+        event = sent.get(mid)
+        problem = None
+        if event is None:
+            problem = "has no msg.send event: it was inserted behind the broker's back"
+        else:
+            told = message_row(event, shared)
+            found = {"thread": thread, "sender": sender, "sender_box": sender_box, "addressed": addressed, "subject": subject, "body": body, "at": at}
+            for column, want in told.items():
+                if want is UNKNOWN:
+                    continue
+                if column in MESSAGES_TABLE.digests:
+                    same = (found[column] is None) if want is None else (found[column] is not None and events.sha256(found[column]) == want)
+                else:
+                    same = found[column] == want
+                if not same:
+                    problem = f"column {column} differs from its msg.send event {event.seq}"
+                    break
+            parties = {told["sender_box"], *event.payload.get("recipients", ())}
+            if problem is None and not viewer.is_operator and box not in parties:
+                problem = f"is delivered to {box} by a row, but its msg.send event {event.seq} never sent it there"
+        if problem is not None:
+            log.error("message %s withheld from %s: it %s", mid, viewer.key, problem)
+            continue
+        out.append(row)
+    return out
+
+
 def _build(conn: apsw.Connection, rows: Sequence[tuple[Any, ...]], viewer: Principal) -> list[Message]:
-    """Messages from rows of ``_COLUMNS``, with the viewer's read/acked state."""
+    """Messages from rows of ``_COLUMNS`` (those their events vouch for), with the viewer's read/acked state."""
+    rows = vouched(conn, rows, viewer)
     if not rows:
         return []
     ids = [r[0] for r in rows]

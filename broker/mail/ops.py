@@ -21,6 +21,7 @@ from broker.errors import ConclaveError, ErrorCode
 from broker.mail import mailbox, schema
 from broker.mail.board import Board, StatusLine, read_board, set_status
 from broker.mail.budget import check_team
+from broker.mail.projection import MailLog
 from broker.mail.message import MAX_ACK, MAX_WAIT, TO_ALL, TO_OPERATOR, Message, check_body, check_limit, check_line
 from broker.mail.service import EXTENSION, Mail, MailStatistics
 from broker.optable import Access, OpTable
@@ -264,4 +265,4 @@ async def stats(call: Call, _args: NoArgs) -> MailStatistics:
     return Mail.of(call.core).statistics()
 
 
-FEATURE = Feature("mail", OPS, schema=schema.SCHEMA, start=start, check_team=check_team)
+FEATURE = Feature("mail", OPS, schema=schema.SCHEMA, start=start, check_team=check_team, projector=MailLog)

@@ -2,9 +2,10 @@
 
 Root reads any file, holds every capability and may make cgroups, so a
 sandbox or a file mode tested only as root proves nothing about a real
-user's machine.  This runs the containment attacks (``tests/containment``)
-and the identity tests (``tests/broker/test_identity.py``: who may connect,
-who is the operator, what outlives an agent) in a pytest of their own as
+user's machine.  This runs the containment attacks (``tests/containment``),
+the identity tests (``tests/broker/test_identity.py``: who may connect,
+who is the operator, what outlives an agent) and the full disk
+(``tests/store/test_full_disk.py``: a tmpfs in a user and mount namespace) in a pytest of their own as
 uid 65534, with the system's ``python3`` (an interpreter under root's home
 is not readable by other uids) and this checkout's packages.  Run as an
 ordinary user already, it runs them as that user.
@@ -21,7 +22,7 @@ import pytest
 
 from tests.ordinary_user import UID, as_user, scratch, user_python
 
-SUITES = ["tests/containment", "tests/broker/test_identity.py"]
+SUITES = ["tests/containment", "tests/broker/test_identity.py", "tests/store/test_full_disk.py"]
 
 
 @pytest.fixture(scope="module")

@@ -80,7 +80,13 @@ def test_markup_in_agent_fields_is_shown_literally_in_every_live_view(markup_run
 def planted(tmp_path_factory: pytest.TempPathFactory) -> Run:
     """A finished run whose database was then edited to hold escape sequences and
     right-to-left overrides in every agent-written field (the raw-database route:
-    whatever the broker refuses at its edge, the views must still be safe)."""
+    whatever the broker refuses at its edge, the views must still be safe).  The
+    planted message comes with a keyed msg.send event, as one written by a holder of
+    the chain key would: a message row with no event is never shown at all
+    (tests/memory/test_decisions_from_events.py), and one that is shown must still be
+    shown literally."""
+    from store import events
+    from store.chainkey import ChainKey
     from store.database import connect
 
     run = Run(tmp_path_factory.mktemp("planted"), [{"name": "alice"}, {"name": "bob"}])
@@ -104,6 +110,14 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> Run:
             (mid, f"t{mid}", sender, "alice", "operator", hostile, f"body {hostile}\nsecond line", "2030-01-01T00:00:00+00:00"),
         )
         conn.execute("INSERT INTO mail_deliveries(mailbox, message) VALUES ('operator', ?)", (mid,))
+        key = ChainKey.load(run.state / "chain-key")
+        assert key is not None
+        events.key_chain(conn, key)
+        with conn:
+            events.append(conn, "msg.send", actor=sender, subject=f"msg:{mid}", at="2030-01-01T00:00:00+00:00", payload={
+                "id": mid, "thread": f"t{mid}", "to": "operator", "recipients": ["operator"], "sender_box": "alice",
+                "subject_sha256": events.sha256(hostile), "body_sha256": events.sha256(f"body {hostile}\nsecond line"),
+            })
         conn.execute("UPDATE principals SET agent = ? WHERE agent = 'bob'", (f"bob{ESC}{RLO}",))
     finally:
         conn.close()

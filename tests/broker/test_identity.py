@@ -422,8 +422,9 @@ def test_a_second_state_dir_linking_the_live_database_finds_it_held(start_run, t
         state.mkdir()
         # The real key too (what an unsandboxed agent could copy): only the lock is left to refuse.
         (state / "operator.key").write_text(run.operator_key())
-        # And the event chain's key and anchor, which belong with the database (without them it appends nothing).
-        for name in ("chain-key", "chain-anchor"):
+        # And the event chain's key, anchor and high-water record, which belong with the database (without them
+        # it appends nothing).
+        for name in ("chain-key", "chain-anchor", "chain-high-water"):
             (state / name).symlink_to(run.state / name)
     (linked["symlink"] / "conclave.db").symlink_to(live)
     (linked["hardlink"] / "conclave.db").hardlink_to(live)

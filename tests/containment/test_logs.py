@@ -129,7 +129,7 @@ def test_a_full_file_system_under_the_logs_is_reported_survived_and_recovered_fr
     state = tmp_path / "run" / "state"
     (state / "logs").mkdir(parents=True, mode=0o700)
     team = [{"name": "flood", "command": [sys.executable, "-c", FLOOD, str(stop)]}, {"name": "bob"}]
-    run = Run(tmp_path / "run", team, prefix=_namespace_prefix(state / "logs"))
+    run = Run(tmp_path / "run", team, wrap=_namespace_prefix(state / "logs"))
     run.start(wait_for=["bob"])
     try:
         assert run.process is not None

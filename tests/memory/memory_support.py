@@ -46,6 +46,20 @@ FACT = "The {} tests are flaky on arm64 CI because two workers share one temp di
 REDISCOVERED = "Reproduced here: the {} test suite fails now and then on arm64 CI, since two workers use the same temporary directory."
 
 
+def remember_until_refused(agent: Any, acknowledged: list[int], tries: int = 400) -> dict[str, Any]:
+    """Have ``agent`` remember 3 kB claims until the broker refuses one (a filling disk); the refusal.
+
+    The store first uses the room its files already have, then needs more.
+    Every claim acknowledged meanwhile is added to ``acknowledged``.
+    """
+    for n in range(tries):
+        reply = agent.try_call("memory.remember", kind="discovery", text=FACT.format(f"billing{n}") + " " + "x" * 3000)
+        if not reply["ok"]:
+            return reply["error"]
+        acknowledged.append(reply["result"]["id"])
+    raise AssertionError(f"the store took {tries} claims of 3 kB and never said its disk was full")
+
+
 def remember(job: Callable[..., Any], who: str, text: str, kind: str = "discovery") -> int:
     """Store-level remember as a made-up principal ``who``; returns the claim id."""
     return job(authoring.remember, POLICY, principal(who), kind=kind, scope="repo", text=text, evidence=None)["id"]

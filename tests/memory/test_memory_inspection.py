@@ -37,7 +37,8 @@ def test_show_tells_a_claims_whole_biography(story: tuple[Run, dict[str, int]]) 
     assert [(c["principal"].split(":")[0], c["blind"], c["counted"]) for c in first["corroborations"]] == [("bob", True, True), ("carol", False, True)]
     assert first["corroborations"][0]["evidence"] == REDISCOVERED.format("session")
     kinds = [h["kind"] for h in first["history"]]
-    assert kinds == ["memory.remember", "memory.corroborate", "memory.corroborate", "memory.tier", "memory.revise"]
+    # the revision, and the tier event that marks this edition superseded (its own events say so)
+    assert kinds == ["memory.remember", "memory.corroborate", "memory.corroborate", "memory.tier", "memory.revise", "memory.tier"]
     retired = run.op("memory.show", id=ids["other"])
     assert retired["tier"] == "retired" and retired["retired"]["reason"] == "fixed upstream"
     assert retired["disputes"][0]["reason"] == "the leak was fixed last week"
@@ -76,10 +77,12 @@ def test_a_claims_trail_follows_the_event_log_and_names_the_reply_a_witness_was_
         ("carol", "corroborated", None),
         ("carol", "tier", "unverified -> trusted; corroborate by carol"),
         ("carol", "shown", "the reply to its corroboration"),  # sent once the job, tier change and all, was done
+        ("alice", "tier", "trusted -> superseded; revised by alice"),  # the edition's own events say it was superseded
     ], steps
     bob_vouch = next(r for r in rows if r["action"] == "corroborated" and r["principal"].startswith("bob:"))
     bob_reply = next(r for r in rows if r["note"] == "the reply to its corroboration" and r["principal"].startswith("bob:"))
-    assert bob_reply["at"] == bob_vouch["at"] and bob_reply["reply_to"] == bob_vouch["seq"] and bob_reply["seq"] is None
+    assert bob_reply["at"] == bob_vouch["at"] and bob_reply["reply_to"] == bob_vouch["seq"]
+    assert bob_reply["seq"] > bob_vouch["seq"]  # placed by its own memory.shown event, written last in the witness's job
     # The edition's own trail goes on in the same order: the revision, then what followed it.
     assert [r["action"] for r in rows if r["claim"] == ids["edition"]] == ["revised"]
     evented = [r["seq"] for r in rows if r["seq"] is not None]

@@ -143,8 +143,9 @@ def test_verify_names_a_vector_or_a_witness_kind_changed_behind_the_brokers_back
     finally:
         conn.close()
     problems = [p["problem"] for p in run.op("memory.verify")["problems"]]
-    assert any(f"claim {claim}'s vector" in p and "no longer matches" in p for p in problems), problems
-    assert any("says blind (blind), but event" in p and "recorded unread" in p for p in problems), problems
+    assert any(f"claim_vectors: vector (claim {claim}, model " in p and "column vector" in p for p in problems), problems
+    assert any("corroborations: corroboration" in p and "column witness: the events" in p and "say 'unread', the row holds 'blind'" in p
+               for p in problems), problems
 
 
 def test_a_private_claim_never_vouches_as_a_rediscovery(start_run) -> None:  # type: ignore[no-untyped-def]

@@ -276,14 +276,21 @@ def test_a_cut_covered_up_with_the_stolen_key_is_named_only_by_a_head_kept_elsew
     assert code == 0 and verify(run, state, "--expect-head", noted)[0] == 0  # control: the note matches
     conn = attacker(state)
     with conn:
+        cut = conn.execute("SELECT kind, subject FROM events WHERE seq > ?", (before["head"]["seq"] - 2,)).fetchall()
         conn.execute("DELETE FROM events WHERE seq > ?", (before["head"]["seq"] - 2,))
+        # ... and puts the rows those events wrote back as the shorter log says (verify rebuilds every table from it).
+        ended = [(s,) for kind, s in cut if kind == "agent.exit"]
+        conn.executemany("UPDATE principals SET ended_at = NULL, exit_code = NULL WHERE key = ?", ended)
         shorter = events.head(conn)
     conn.close()
-    rewritten = anchor.AnchorFile(state / "chain-anchor", the_key(state))
-    rewritten.write(shorter, shorter)
-    rewritten.close()
+    # With the key, both records outside the database are rewritten to match: the anchor and the high-water.
+    for path, tag in ((state / "chain-anchor", anchor.ANCHOR), (state / "chain-high-water", anchor.HIGH_WATER)):
+        path.unlink()
+        rewritten = anchor.AnchorFile(path, the_key(state), tag=tag)
+        rewritten.write(shorter, shorter)
+        rewritten.close()
     code, report, _ = verify(run, state)
-    assert code == 0, report  # the attack succeeds against the chain and the anchor ...
+    assert code == 0, report["problems"]  # the attack succeeds against the chain, the anchor and the high-water ...
     code, report, _ = verify(run, state, "--expect-head", noted)
     assert code == 1  # ... and the head the person kept names it
     assert f"the head you expected (event {before['head']['seq']}) is not in the log" in problems(report)
