@@ -155,3 +155,31 @@ def test_link_and_expand_from_the_command_line(run: Run) -> None:
     assert bad.returncode != 0 and "kind must be one of" in bad.stderr
     checked = run.op("memory.verify")  # every link above is a keyed event; nothing else moved
     assert checked["ok"], checked["problems"]
+
+
+def test_verify_names_a_link_or_a_private_note_changed_behind_the_brokers_back(start_run) -> None:  # type: ignore[no-untyped-def]
+    """The attacks (T3, keyless): re-point a link at another claim (so context carries that one in), and
+    clear a private note's owner (so every agent finds it).  Both rows are projections of keyed events:
+    verify names each, and a decision on the note refuses the tampered row."""
+    import apsw
+
+    run = start_run([{"name": "alice"}, {"name": "bob"}], extra_toml='\n[memory]\nembedder = "none"\n')
+    alice, bob = run.puppet("alice"), run.puppet("bob")
+    a = alice.call("memory.remember", kind="discovery", text="The tern indexer rebuilds its shards every night.")["id"]
+    b = alice.call("memory.remember", kind="discovery", text="Shard rebuilds pause writes for about a minute.")["id"]
+    other = alice.call("memory.remember", kind="discovery", text="The tern indexer stores shards on the fast disks.")["id"]
+    note = alice.call("memory.remember", kind="discovery", text="The tern indexer skips empty shards.", private=True)["id"]
+    made = bob.call("memory.link", source=a, target=b, kind="depends-on", why="writes pause during the rebuild")
+    assert run.op("memory.verify")["ok"] is True  # control: before the edits
+    conn = apsw.Connection(str(run.state / "conclave.db"))
+    try:
+        conn.execute("UPDATE claim_relations SET target = ?, target_lineage = ? WHERE id = ?", (other, other, made["id"]))
+        conn.execute("UPDATE claims SET private_to = NULL WHERE id = ?", (note,))
+    finally:
+        conn.close()
+    problems = [p["problem"] for p in run.op("memory.verify")["problems"]]
+    assert any("claim_relations" in p and "column target" in p for p in problems), problems
+    assert any(f"claim {note}" in p and "column private_to" in p for p in problems), problems
+    with pytest.raises(ConclaveError) as refused:
+        bob.call("memory.corroborate", id=note, evidence="The tern indexer skips empty shards.")
+    assert refused.value.code is ErrorCode.UNAVAILABLE and "private_to" in str(refused.value)
