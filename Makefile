@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench agent-binaries clean-venv tools
+.PHONY: demo test bench fuzz fuzz-proof agent-binaries clean-venv tools
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "conclave needs Python 3.11 or newer; set PYTHON=python3.11")'
@@ -46,6 +46,20 @@ agent-binaries: $(STAMP)
 # The foundation benchmark; the others are listed in docs/BENCHMARKS.md.
 bench: $(STAMP)
 	$(VENV)/bin/python bench/broker_bench.py
+
+# The invariant fuzzer (docs/FUZZING.md).  `make test` runs it on a short budget; this runs random seeds
+# for FUZZ_SECONDS (default 600) on FUZZ_BACKEND (sqlite, or postgresql: two brokers on one database)
+# and saves each finding, shrunk to a scenario file, under FUZZ_OUT (default fuzz-findings/).
+FUZZ_SECONDS ?= 600
+FUZZ_BACKEND ?= sqlite
+FUZZ_OUT ?= fuzz-findings
+fuzz: $(STAMP)
+	$(VENV)/bin/python -m tests.fuzz.campaign --seconds $(FUZZ_SECONDS) --backend $(FUZZ_BACKEND) --out $(FUZZ_OUT) --keep-going
+
+# Each trust, identity, exposure, lock and mail defence switched off in turn (scenarios/_defences.toml),
+# the fuzzer run against each for FUZZ_PROOF_SECONDS (default 180); last line `fuzz proof: N/M defences caught`.
+fuzz-proof: $(STAMP)
+	$(VENV)/bin/python -m tests.fuzz.proof
 
 clean-venv:
 	rm -rf $(VENV)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -25,7 +26,7 @@ from typing import Any, Iterable, Sequence
 
 from broker.client import BlockingClient
 from broker.entry import conclave_argv, python_argv
-from broker.paths import StatePaths
+from broker.paths import StatePaths, default_state_dir
 from agents.puppet import control_address
 from broker.errors import ConclaveError, ErrorCode
 
@@ -46,8 +47,8 @@ def make_repo(root: Path, files: dict[str, str] | None = None) -> Path:
     return repo
 
 
-def puppet_command(control_dir: Path) -> list[str]:
-    return python_argv("agents.puppet", "--control-dir", str(control_dir))
+def puppet_command(control_dir: Path, python: str | None = None) -> list[str]:
+    return python_argv("agents.puppet", "--control-dir", str(control_dir), python=python)
 
 
 def toml_value(value: Any) -> str:
@@ -101,6 +102,37 @@ class Puppet:
         """The raw reply: ``{"ok": ..., "result"|"error": ...}``."""
         return self._send({"call": op, "args": args})
 
+    def send_nowait(self, command: dict[str, Any]) -> None:
+        """Send a command and leave its reply unread (a call in flight: a blocking wait, or one cut short by a kill)."""
+        self._file.write(json.dumps(command).encode() + b"\n")
+        self._file.flush()
+
+    def reply_ready(self) -> bool:
+        """Has the reply to the command in flight arrived?  (One command at a time: nothing is buffered unread.)"""
+        ready, _, _ = select.select([self._sock], [], [], 0)
+        return bool(ready)
+
+    def receive(self, timeout: float) -> dict[str, Any]:
+        """The reply to the command sent with :meth:`send_nowait`.
+
+        Raises:
+            TimeoutError: no reply within ``timeout`` seconds.
+            ConnectionError: the puppet went away.
+        """
+        self._sock.settimeout(timeout)
+        try:
+            line = self._file.readline()
+        except OSError as exc:
+            raise TimeoutError(f"no reply from {self.key} within {timeout} s") from exc
+        finally:
+            try:
+                self._sock.settimeout(None)
+            except OSError:
+                pass
+        if not line:
+            raise ConnectionError(f"puppet at {self.path!r} went away")
+        return json.loads(line)
+
     def raw(self, text: str) -> dict[str, Any]:
         return self._send({"raw": text})["reply"]
 
@@ -143,6 +175,10 @@ class Run:
         grace: float = 2.0,
         reuse: bool = False,
         repo: Path | None = None,
+        default_state: bool = False,
+        state: Path | None = None,
+        python: str | None = None,
+        accept_team: bool = True,
         wrap: Sequence[str] = (),
     ) -> None:
         self.root = root
@@ -150,7 +186,14 @@ class Run:
         self.wrap = list(wrap)
         # ``repo``: an existing checkout (a clone, for a second broker on another "host").
         self.repo = repo if repo is not None else root / "repo" if reuse else make_repo(root, files)
-        self.state = root / "state"
+        # ``python``: the interpreter the broker and the puppet agents run conclave with.
+        self.python = python
+        # ``accept_team``: run with --accept-team (this harness rewrites the team file, with a new
+        # puppet control directory, for every run; a test of the team file's trust says False).
+        self.accept_team = accept_team
+        # ``default_state``: no --state-dir, so the broker resolves it ($XDG_STATE_HOME/conclave/...).
+        self.default_state = default_state
+        self.state = default_state_dir(self.repo) if default_state else state or root / "state"
         # Unix socket paths are short; the control dir lives under /tmp.
         self.control = Path(tempfile.mkdtemp(prefix="cvp-"))
         self.team_file = root / "team.toml"
@@ -159,7 +202,7 @@ class Run:
         for agent in agents:
             entry = dict(agent)
             if "preset" not in entry:  # a preset entry names its own binary
-                entry.setdefault("command", puppet_command(self.control))
+                entry.setdefault("command", puppet_command(self.control, self.python))
             lines.append("[[agent]]")
             lines += [f"{k} = {toml_value(v)}" for k, v in entry.items()]
             lines.append("")
@@ -176,9 +219,11 @@ class Run:
             # A second broker on the same state would be refused -- and the first one leaked.
             raise RuntimeError("this run's broker is already started; `with Run(...) as run` starts it once")
         env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+        state = [] if self.default_state else ["--state-dir", str(self.state)]
         self.process = subprocess.Popen(
             [*self.wrap, *conclave_argv("run", "--team", str(self.team_file), "--repo", str(self.repo),
-                                        "--state-dir", str(self.state), "--grace", str(self.grace), "--json")],
+                          *state, "--grace", str(self.grace), "--json", *(["--accept-team"] if self.accept_team else []),
+                          python=self.python)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -299,6 +344,29 @@ class Run:
             self.summary = None
         self.process = None
         return self.summary
+
+    def kill(self) -> None:
+        """SIGKILL the broker -- no cleanup, no last anchor write -- and end what it left running.
+
+        Agents outlive a broker killed this way unless their box ties them to it,
+        so each live agent's process group (as the broker listed them just
+        before) is killed too: the next broker then starts on a quiet state
+        directory, as it would after a person cleaned up.
+        """
+        assert self.process is not None
+        try:
+            with self.operator() as client:
+                pids = [a["pid"] for a in client.call("agents", {"live_only": True}) if a.get("pid")]
+        except (ConclaveError, OSError):
+            pids = []
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=60)
+        for pid in pids:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.stop()
 
     def wait_exit(self, timeout: float = 30) -> dict[str, Any] | None:
         """Wait for the run to end by itself (every agent exited)."""

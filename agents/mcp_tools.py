@@ -81,10 +81,12 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
         "Store one claim in the team's shared memory, authored by you. It starts [UNVERIFIED] and becomes "
         "[TRUSTED] only when agents from independent trust domains corroborate it. State a fact about the "
         "code or the work (a discovery, a solution, a pattern, a workflow, a failure), not an instruction; "
-        "text that reads like a command, a secret or an injection is rejected.",
+        "text that reads like an order to the reader (in any language), a command line, a secret or an injection "
+        "is rejected. State a workflow as a fact with its command in backquotes: write \"The tests run with "
+        "`python3 -m pytest -q`\", not \"Run the tests with python3 -m pytest -q\".",
         {
             "kind": {"type": "string", "enum": ["discovery", "solution", "pattern", "workflow", "failure"]},
-            "text": _text("The claim, one or two plain sentences."),
+            "text": _text("The claim, one or two plain sentences of fact (\"The tests run with `python3 -m pytest -q`\"), never an order."),
             "scope": {"type": "string", "enum": ["repo", "general"], "description": "repo (default) or general."},
             "evidence": _optional_text("Where it can be checked: a file and line, a command's output, a commit."),
             "private": {"type": "boolean", "description": "Keep it for yourself (your agent name, across sessions) until you share it; it counts toward no trust."},

@@ -9,6 +9,7 @@ cheap.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -59,6 +60,10 @@ def run(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Show only the first line and the summary, not the agents' output and the run's events.")
     ] = False,
+    accept_team: Annotated[
+        bool,
+        typer.Option("--accept-team", help="Accept the team file's trust-relevant changes since you last ran it (they are shown), and run."),
+    ] = False,
     timeout: Annotated[Optional[str], typer.Option("--timeout", help='Stop the whole run after this long (seconds, or "90m", "8h").')] = None,
     idle_timeout: Annotated[
         Optional[str], typer.Option("--idle-timeout", help="Stop the run when no agent has printed or called the broker for this long.")
@@ -80,7 +85,9 @@ def run(
     none of it; `conclave logs -f` shows it from another terminal).  Exit
     codes: 0 every agent exited 0; 1 an agent failed (nonzero exit, killed,
     timed out, over budget, gave up after restarts, could not start); 2 bad
-    usage (team file, not a git repository, a preflight problem); 4 could
+    usage (team file, not a git repository, a preflight problem, its
+    trust-relevant settings changed since you last ran it -- shown, with how
+    to accept them); 4 could
     not start (another broker runs here); 5 stopped by `conclave stop`; 6
     the run's own timeout, idle timeout or budget stopped it; 129 SIGHUP
     (the terminal closed); 130 Ctrl-C; 131 SIGQUIT; 143 SIGTERM.  Each of
@@ -92,13 +99,19 @@ def run(
     import trio
 
     from broker import composition
-    from broker.main import EXIT_NOT_STARTED, BrokerAlreadyRunning, run_broker
+    from broker.main import EXIT_NOT_STARTED, BrokerAlreadyRunning, ProbeTaken, run_broker
     from broker.paths import StateError
     from broker.sandbox import box as sandbox_box
     from broker.sandbox import machine as sandbox_machine
     from broker.scaffold import TEAM_FILE
-    from broker.team import TeamError, load
 
+    # Before conclave runs git at all: no PATH entry a box could fill (the work tree, found without git).
+    around = Path(repo if repo is not None else os.getcwd()).resolve()
+    os.environ["PATH"], dropped = sandbox_box.safe_search_path(
+        os.environ.get("PATH", ""),
+        [str(p) for p in (around, *around.parents) if p == around or (p / ".git").exists()],
+        keep=sandbox_box.installation(),
+    )
     target = Target(json_out, repo, state_dir)
     paths = target.paths()
     if paths.repo == Path("/"):
@@ -108,18 +121,27 @@ def run(
         if not team.exists():
             _require_git(paths.repo, repo)
             die(f"no team file: conclave run reads {team} unless --team names one; `conclave init` writes a starter", EXIT_USAGE)
-    try:
-        team_spec = load(team, repo=paths.repo, rules=composition.team_rules())
-    except TeamError as exc:
-        die(str(exc), EXIT_USAGE)
+    team_spec = _load_team(team, paths)
     _require_git(paths.repo, repo)
     machine = sandbox_machine.probe()
     try:
         chosen = sandbox_box.levels(((a.name, a.sandbox) for a in team_spec.agents), machine, state_in_work_tree=paths.inside_work_tree())
+        if any(level != "off" for level in chosen.values()):
+            sandbox_box.check_state_dir(paths.state)
         for agent in team_spec.agents:
-            sandbox_box.check_allowances(agent.name, (*agent.allow_read, *agent.allow_write), paths.state)
+            if chosen[agent.name] != "off":
+                sandbox_box.check_grants(
+                    agent.name, repo=paths.repo, state=paths.state, allow_read=agent.allow_read, allow_write=agent.allow_write
+                )
+        boxed = [a for a in team_spec.agents if chosen[a.name] != "off"]
+        sandbox_box.check_repointable(paths.repo, {a.name: a.allow_write for a in boxed}, {a.name: a.allow_read for a in boxed})
     except ValueError as exc:
         die(str(exc), EXIT_USAGE)
+    _trust_team(target, team, team_spec, accept=accept_team)
+    # The broker runs git by name, and its agents inherit its PATH: no entry a box could fill.
+    writable = [str(paths.repo), *(p for a in team_spec.agents if chosen[a.name] != "off" for p in a.allow_write)]
+    os.environ["PATH"], more = sandbox_box.safe_search_path(os.environ.get("PATH", ""), writable, keep=sandbox_box.installation())
+    dropped += more
     run_limits = _run_limits(team_spec.run_limits, timeout, idle_timeout, max_cost_usd, max_tokens)
     if not no_preflight:
         _preflight(team_spec, json_out)
@@ -138,9 +160,15 @@ def run(
                 say(line)
             if level != "off" and machine.weaker(level):
                 console().print(cell(f"    {name}'s leftovers: {machine.leftovers(level)}"), style="bold yellow")
+        if dropped:
+            say(f"  PATH without {', '.join(repr(d) for d in dropped)}: agents can write there (the broker and every agent would run what they put there)")
     sys.stdout.flush()
+    import time
+
+    from broker import unreviewed
     from store.events import ChainRefused
 
+    started_ns = time.time_ns()
     try:
         summary = trio.run(
             lambda: run_broker(
@@ -148,7 +176,7 @@ def run(
                 terminal=sys.stdout.fileno() if watch else None, colour=watch and _colour(), limits=run_limits,
             )
         )  # fmt: skip
-    except (BrokerAlreadyRunning, StateError) as exc:
+    except (BrokerAlreadyRunning, StateError, ProbeTaken) as exc:
         die(str(exc), EXIT_NOT_STARTED)
     except BaseExceptionGroup as group:
         # The store would not append the broker's first event: its chain key is gone, or replaced.
@@ -161,9 +189,10 @@ def run(
     # The reader went away (`conclave run | head`), or the terminal closed (SIGHUP): nothing to
     # print to, and the run's own outcome is still the exit code (rich would exit 1 on the broken
     # pipe, Python 120 on a failed flush).  The summary is in the run journal either way.
+    shown = {**_summary_json(summary), "unreviewed": unreviewed.changed_since(paths.repo, started_ns)}
     try:
         if not _reader_gone(sys.stdout.fileno()):
-            emit(target, _summary_json(summary), _print_summary)
+            emit(target, shown, _print_summary)
         sys.stdout.flush()
     except OSError:
         _nothing_to_print_to()
@@ -211,6 +240,45 @@ def _nothing_to_print_to() -> None:
     for fd in (1, 2):
         os.dup2(null, fd)
     os.close(null)
+
+
+def _trust_team(target: Target, file: Path, team_spec: Any, *, accept: bool) -> None:
+    """Run a team file only as the operator last accepted it: a first run records it; a trust-relevant
+    change is shown and refused (exit 2) unless ``accept`` (``--accept-team``) accepts it here."""
+    from broker import team_trust
+    from store.events import now
+
+    paths = target.paths()
+    verdict = team_trust.judge(team_spec, file, paths.state)
+    if verdict.changes and not accept:
+        how = f"`conclave team accept {file}` accepts them (or `conclave run --accept-team`)"
+        if target.json:
+            sys.stdout.write(json.dumps({"refused": "team_changed", "team": str(file), "changes": [c.to_json() for c in verdict.changes], "accept": how}) + "\n")
+        else:
+            say(f"{file} changed since you last ran it here; its trust-relevant settings now differ:")
+            for change in verdict.changes:
+                say(f"  {change.describe()}")
+        die(f"{file}: {len(verdict.changes)} trust-relevant change(s) since you last ran it (listed above); read them, then {how}", EXIT_USAGE)
+    if verdict.first or verdict.changes:
+        if verdict.changes:
+            _refuse_inside_an_agent("accept a team file's changes")
+        team_trust.accept(team_spec, file, paths.state, at=now())
+        if verdict.changes and not target.json:
+            say(f"accepted {len(verdict.changes)} change(s) to {file}:")
+            for change in verdict.changes:
+                say(f"  {change.describe()}")
+
+
+def _refuse_inside_an_agent(what: str) -> None:
+    """Only a person does ``what``: a process that descends from a running broker (an agent) never may."""
+    from broker.paths import StateError, broker_ancestor
+
+    try:
+        broker = broker_ancestor(os.getpid())
+    except StateError as exc:
+        die(str(exc))
+    if broker is not None:
+        die(f"this process descends from a running conclave broker (pid {broker}): an agent cannot {what}; the operator does, from their own terminal")
 
 
 def _reader_gone(fd: int) -> bool:
@@ -263,6 +331,10 @@ def _print_summary(summary: dict[str, Any]) -> None:
     for o in summary["agents"]:
         if o.get("leftovers"):
             say(f"{o['agent']}:{o['session']} left {o['leftovers']} process(es) behind; killed at its exit")
+    from broker.unreviewed import describe
+
+    for line in describe(summary.get("unreviewed", [])):
+        say(line)
     if summary.get("usage"):
         say(f"usage reported by the agents: {_usage_words(summary['usage'])}")
     how = f"stopped by {summary['stopped_by']}" if summary["stopped_by"] else "every agent has exited"
@@ -391,8 +463,56 @@ def _show_log_entries(entries: list[tuple[str, Any]], renderer: Any, json_out: b
         sys.stdout.flush()
 
 
-team_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Team files: check one without running it.")
+team_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Team files: check one without running it; accept its changes.")
 app.add_typer(team_app, name="team")
+
+
+def _load_team(file: Path, paths: Any) -> Any:
+    """The team file, checked as `conclave run` checks it; exit 2 naming what to fix."""
+    from broker import composition
+    from broker.team import TeamError, load
+
+    try:
+        return load(file, repo=paths.repo, rules=composition.team_rules())
+    except TeamError as exc:
+        die(str(exc), EXIT_USAGE)
+
+
+@team_app.command("accept")
+def team_accept(
+    file: Annotated[Path, typer.Argument(help="The team file (TOML).")],
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Accept a team file's trust-relevant settings as they are now, showing what changed since you last ran it.
+
+    `conclave run` refuses a team file whose boxes, commands, environment,
+    policy or store changed since the operator last ran or accepted it here.
+    Exit 0 when accepted, 2 when the file is not valid.
+    """
+    from broker import team_trust
+    from store.events import now
+
+    target = Target(json_out, repo, state_dir)
+    paths = target.paths()
+    team_spec = _load_team(file, paths)
+    _refuse_inside_an_agent("accept a team file's settings")
+    verdict = team_trust.judge(team_spec, file, paths.state)
+    team_trust.accept(team_spec, file, paths.state, at=now())
+    report = {"team": str(file), "state": str(paths.state), "first": verdict.first, "changes": [c.to_json() for c in verdict.changes]}
+
+    def human(r: dict[str, Any]) -> None:
+        if verdict.first:
+            say(f"accepted {file} as it is (it had not been run here)")
+        elif not verdict.changes:
+            say(f"{file} has no trust-relevant change since you last accepted it")
+        else:
+            say(f"accepted {len(verdict.changes)} change(s) to {file}:")
+            for change in verdict.changes:
+                say(f"  {change.describe()}")
+
+    emit(target, report, human)
 
 
 @team_app.command("check")
@@ -411,16 +531,11 @@ def team_check(
     agent starts: binaries and their versions, keys, model endpoints.  Exit
     0 when it is valid (warnings are said), 2 with what to fix when it is not.
     """
-    from broker import composition
     from broker.paths import git_toplevel
-    from broker.team import TeamError, load
 
     target = Target(json_out, repo, state_dir)
     paths = target.paths()
-    try:
-        team_spec = load(file, repo=paths.repo, rules=composition.team_rules())
-    except TeamError as exc:
-        die(str(exc), EXIT_USAGE)
+    team_spec = _load_team(file, paths)
     checked = _preflight(team_spec, json_out) if online else None
     report = {
         "ok": True,

@@ -5,7 +5,10 @@ environment (``CONCLAVE_SOCKET``, ``CONCLAVE_TICKET``) and refuses to exist
 without them: there is no default identity, ever.  The operator's client is a
 separate, explicit constructor that presents the operator key (the file
 ``operator.key`` in the state directory, which no sandboxed agent can read);
-the broker also judges the process's lineage from the kernel's view of it.
+the broker also judges the process's lineage from the kernel's view of it,
+and asks it to prove it is in no box: before ``hello`` the operator's client
+says a fresh token on the broker's abstract socket (:func:`say_probe_token`),
+which no process inside a conclave box can reach.
 
 The blocking client imports only the standard library, so ``conclave
 whoami`` inside an agent stays fast.
@@ -14,9 +17,12 @@ whoami`` inside an agent stays fast.
 from __future__ import annotations
 
 import errno
+import hashlib
+import hmac
 import itertools
 import json
 import os
+import secrets
 import socket
 import struct
 from pathlib import Path
@@ -118,6 +124,28 @@ def _nobody_there(exc: OSError) -> bool:
     return isinstance(exc, (FileNotFoundError, ConnectionRefusedError)) or exc.errno is None or exc.errno == errno.ENAMETOOLONG
 
 
+def probe_address(operator_key: str) -> str:
+    """The abstract socket a broker listens on for its operator's probe: named from the key
+    (only a key holder can name it, and a name already taken means the key has leaked)."""
+    digest = hmac.new(operator_key.encode(), b"conclave operator probe", hashlib.sha256).hexdigest()[:32]
+    return f"\0conclave-operator-{digest}"
+
+
+def say_probe_token(operator_key: str) -> str | None:
+    """Say a fresh token on the broker's abstract socket; the token, or None when this process
+    cannot reach it -- inside a conclave box Landlock refuses the connection (its scope on
+    abstract sockets), so the broker will refuse the key, saying why."""
+    token = secrets.token_hex(16)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(5)
+        try:
+            probe.connect(probe_address(operator_key))
+            probe.sendall(token.encode() + b"\n")
+        except OSError:
+            return None
+    return token
+
+
 def hello_args(ticket: str | None, operator_key: str | None) -> dict[str, str]:
     """What a client says in ``hello``: exactly one proof -- an agent's ticket or the operator key.
 
@@ -135,7 +163,8 @@ def hello_args(ticket: str | None, operator_key: str | None) -> dict[str, str]:
         return {"ticket": ticket}
     if not operator_key:
         raise NoIdentityError("an empty operator key is not a proof")
-    return {"operator_key": operator_key}
+    token = say_probe_token(operator_key)
+    return {"operator_key": operator_key, **({"probe": token} if token else {})}
 
 
 def _check_reply(reply: dict[str, Any]) -> Any:

@@ -17,6 +17,7 @@ import hashlib
 import itertools
 import os
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable, Protocol, Sequence, final
 
 import apsw
@@ -25,6 +26,7 @@ import trio
 
 from broker.identity import PeerCredentials, Principal
 from broker.limits import Activity
+from broker.operator_probe import OperatorProbe, box_probe_in_force
 from broker.optable import OpSpec, OpTable
 from broker.paths import ENV_STORE_URL, StatePaths, StateError
 from broker.registry import PrincipalRegistry
@@ -145,7 +147,11 @@ class BrokerCore:
             backend or SqliteBackend(paths.database), schemas,
             chain=ChainFiles(paths.chain_key, paths.chain_anchor, paths.chain_high_water), accept_restore=accept_restore,
         )
-        self.registry = PrincipalRegistry(uid=uid, broker_pid=broker_pid, operator_key=paths.operator_key(), host=host)
+        self.registry = PrincipalRegistry(
+            uid=uid, broker_pid=broker_pid, operator_key=paths.operator_key(), box_probe=box_probe_in_force(), host=host
+        )
+        #: The abstract socket of the operator's probe (a live broker's; ``broker.operator_probe``).
+        self.operator_probe: OperatorProbe | None = None
         self.ops: dict[str, OpSpec] = {}
         self.extensions: dict[str, Any] = {}
         self.supervisor: AgentSupervisor | None = None
@@ -225,7 +231,18 @@ def store_backend(paths: StatePaths, team: Team | None) -> Backend:
         return SqliteBackend(paths.database)
     from store.postgres import PostgresBackend
 
-    return PostgresBackend(url)
+    return PostgresBackend(with_passfile(url, paths.pg_passfile))
+
+
+def with_passfile(url: str, passfile: Path) -> str:
+    """``url`` reading its password from ``passfile`` (libpq's ``passfile``) when that file exists and the
+    URL names no passfile of its own: the broker's password lives in its state directory, which no box
+    reads (docs/DEPLOYMENT.md), not in ``~/.pgpass`` or a team file."""
+    from urllib.parse import parse_qs, quote, urlsplit
+
+    if not passfile.is_file() or "passfile" in parse_qs(urlsplit(url).query):
+        return url
+    return f"{url}{'&' if urlsplit(url).query else '?'}passfile={quote(str(passfile), safe='/')}"
 
 
 def _check_operator_key(backend: Backend, digest: str, paths: StatePaths) -> None:

@@ -258,6 +258,31 @@ def lineage(pid: int) -> list[int] | None:
     return chain
 
 
+def user_namespace(pid: int) -> str | None:
+    """The user namespace ``pid`` runs in (``user:[4026531837]``), or None when it cannot be read.
+
+    A strict conclave box runs in a user namespace of its own, so a peer whose
+    namespace is not the broker's is inside some box (or some other container):
+    the kernel decides this, not anything the process says.
+    """
+    try:
+        return os.readlink(f"/proc/{pid}/ns/user")
+    except OSError:
+        return None
+
+
+def no_new_privs(pid: int) -> bool | None:
+    """``NoNewPrivs`` of ``pid`` (every Landlock box sets it, for good), or None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"NoNewPrivs:"):
+                    return line.split()[1] == b"1"
+    except OSError:
+        return None
+    return None
+
+
 def make_child_subreaper() -> bool:
     """Ask Linux to re-parent orphaned descendants to this process.
 

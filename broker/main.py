@@ -31,6 +31,7 @@ from broker import paths as paths_mod
 from broker.core import BrokerCore, Feature, open_core
 from broker.identity import make_child_subreaper
 from broker.limits import Limits, words
+from broker.operator_probe import OperatorProbe, ProbeTaken, box_probe_in_force
 from broker.output import EXTENSION as VIEW, RunView, Terminal
 from broker.paths import BrokerAlreadyRunning, StatePaths
 from broker.sandbox import sweep
@@ -117,6 +118,8 @@ async def run_broker(
         if not make_child_subreaper():
             # Without it an agent's orphan would be adopted by init and pass for the operator.
             raise BrokerAlreadyRunning("could not become a child subreaper (prctl PR_SET_CHILD_SUBREAPER); refusing to run")
+        paths_mod.register_state_dir(paths.state)  # every box any broker builds from now on is kept out of it
+        probe = OperatorProbe.bind(paths.operator_key()) if box_probe_in_force() else None
         socket_path = paths_mod.choose_socket_path(paths)
         nofile, _ = raise_descriptor_limit()
         stopped_by: list[str] = []
@@ -128,6 +131,7 @@ async def run_broker(
                 await core.record(
                     "broker.start", actor=events.BROKER_ACTOR, payload={"pid": os.getpid(), "agents": [a.name for a in team.agents], "run": run_number}
                 )
+                core.operator_probe = probe
                 listener = await bind(socket_path)
                 paths.socket_pointer.write_text(str(socket_path))
                 view = RunView(paths.logs, run_number, terminal=None if terminal is None else Terminal(terminal), colour=colour)
@@ -143,6 +147,8 @@ async def run_broker(
                 core.supervisor = supervisor
                 try:
                     async with trio.open_nursery() as nursery:
+                        if probe is not None:
+                            await nursery.start(probe.serve)
                         await nursery.start(serve, core, listener)
                         nursery.start_soon(_reap_orphans, supervisor)
                         await nursery.start(view.run, core)
@@ -169,6 +175,8 @@ async def run_broker(
                 finally:
                     with trio.CancelScope(shield=True):
                         view.close()
+                        if probe is not None:
+                            probe.close()
                         _kill_orphans()
                         supervisor.close()
                         _remove_socket(paths, socket_path)

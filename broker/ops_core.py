@@ -69,7 +69,8 @@ async def agents(call: Call, args: AgentsArgs) -> list[dict[str, Any]]:
         found = runs.read_runs(conn)
         rows = list(
             conn.execute(
-                "SELECT agent, session, role, domain, parent, pid, command, started_at, ended_at, exit_code, revoked_at "
+                # `key` is the principal as the registry knows it: HOST/AGENT:SESSION on a shared store.
+                "SELECT key, agent, session, role, domain, parent, pid, command, started_at, ended_at, exit_code, revoked_at "
                 "FROM principals ORDER BY started_at"
             )
         )
@@ -83,8 +84,7 @@ async def agents(call: Call, args: AgentsArgs) -> list[dict[str, Any]]:
         raise ConclaveError(ErrorCode.NOT_FOUND, f"agents: no run {args.run} on this state directory (runs: {known})")
     pruned = {r.number for r in found if r.pruned}
     out = []
-    for agent, session, role, domain, parent, pid, command, started, ended, code, revoked in rows:
-        key = f"{agent}:{session}"
+    for key, agent, session, role, domain, parent, pid, command, started, ended, code, revoked in rows:
         run = runs.run_of(found, started)
         if args.live_only and key not in live:
             continue

@@ -45,6 +45,8 @@ ENV_REPO: Final = "CONCLAVE_REPO"
 #: A PostgreSQL URL that overrides the team file's ``[store] url``.
 ENV_STORE_URL: Final = "CONCLAVE_STORE_URL"
 OPERATOR_KEY_NAME: Final = "operator.key"
+#: In the state root: every state directory a broker of this user has run on, one per line.
+STATE_REGISTRY_NAME: Final = "state-dirs"
 #: Bytes of randomness in the operator key (DESIGN.md asks for at least 128 bits).
 OPERATOR_KEY_BYTES: Final = 32
 
@@ -105,6 +107,12 @@ class StatePaths:
         fd = os.open(self.store_url_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(url + "\n")
+
+    @property
+    def pg_passfile(self) -> Path:
+        """The broker's PostgreSQL password, in libpq's passfile format (0600; docs/DEPLOYMENT.md):
+        used when it exists, since the state directory is in no box's grants."""
+        return self.state / "pgpass"
 
     @property
     def operator_key_file(self) -> Path:
@@ -268,11 +276,14 @@ def broker_ancestor(pid: int) -> int | None:
     chain = lineage(pid)
     if chain is None:
         raise StateError(f"the ancestry of pid {pid} cannot be read; refusing to decide who it is")
+    return broker_among(chain)
+
+
+def broker_among(pids: list[int]) -> int | None:
+    """The first of ``pids`` that holds a conclave database (a broker, or an operator command
+    with no broker), from the kernel's lock table."""
     holders = {p for p, _, _ in _flocks()}
-    for ancestor in chain:
-        if ancestor in holders and _holds_a_database(ancestor):
-            return ancestor
-    return None
+    return next((pid for pid in pids if pid in holders and _holds_a_database(pid)), None)
 
 
 def _holds_a_database(pid: int) -> bool:
@@ -330,6 +341,53 @@ def default_state_dir(repo: Path) -> Path:
     real = repo.resolve()
     digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:12]
     return Path(base) / "conclave" / f"{real.name or 'root'}-{digest}"
+
+
+def state_roots() -> list[Path]:
+    """Where this user's default state directories live: ``$XDG_STATE_HOME/conclave`` and
+    ``~/.local/state/conclave`` (both, when they differ; a box is kept out of each)."""
+    found: list[Path] = []
+    xdg = os.environ.get("XDG_STATE_HOME")
+    if xdg and os.path.isabs(xdg):
+        found.append(Path(xdg) / "conclave")
+    home = os.environ.get("HOME")
+    if home and os.path.isabs(home) and home != "/":
+        found.append(Path(home) / ".local" / "state" / "conclave")
+    return list(dict.fromkeys(found))
+
+
+def register_state_dir(state: Path) -> None:
+    """Add ``state`` to the registry in the state root, so every box any broker of this user
+    builds from now on is kept out of it (``--state-dir`` and ``CONCLAVE_STATE_DIR`` may put a
+    state directory anywhere).  The registry lives in the state root, which no box reads or writes;
+    entries are never removed (a stale one denies a path that is gone: harmless)."""
+    roots = state_roots()
+    if not roots:
+        return
+    # Made now, so every box built from now on is kept out of what is made there later.  (Only the
+    # root this broker uses: the other is denied when it exists, and made by whoever uses it.)
+    roots[0].mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(roots[0] / STATE_REGISTRY_NAME, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with os.fdopen(os.dup(fd), "r") as f:
+            known = set(f.read().splitlines())
+        real = os.path.realpath(state)
+        if real not in known:
+            os.write(fd, os.fsencode(real) + b"\n")
+    finally:
+        os.close(fd)
+
+
+def known_state_dirs() -> list[str]:
+    """The state roots and every state directory registered in them (``register_state_dir``)."""
+    found = [str(root) for root in state_roots()]
+    for root in state_roots():
+        try:
+            found += [line for line in (root / STATE_REGISTRY_NAME).read_text().splitlines() if line.startswith("/")]
+        except OSError:
+            continue
+    return list(dict.fromkeys(found))
 
 
 def git_toplevel(start: Path) -> Path | None:

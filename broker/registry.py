@@ -9,11 +9,13 @@ the supervisor through the store owner.
 
 from __future__ import annotations
 
+import os
 from typing import Callable, NoReturn, final
 
 import attrs
 import trio
 
+from broker import paths
 from broker.errors import ConclaveError, ErrorCode
 from broker.identity import (
     OPERATOR_NAME,
@@ -25,8 +27,11 @@ from broker.identity import (
     lineage,
     digests_match,
     new_session_id,
+    no_new_privs,
     ticket_digest,
+    user_namespace,
 )
+from broker.operator_probe import ProbeSeen
 from broker.spec import AgentSpec
 
 
@@ -68,10 +73,16 @@ class PrincipalRegistry:
     with the key a process that descends from the broker (every agent, and
     every orphan an agent left, since the broker is a child subreaper) or
     from a live agent is refused: the key may have been read by an
-    unsandboxed agent, its lineage cannot be forged.
+    unsandboxed agent, its lineage cannot be forged.  Nor may a process
+    inside any conclave box or agent tree, of any broker, use the key
+    (:meth:`_boxed`): the kernel says so, whatever the process knows.
+
+    ``box_probe``: every box on this kernel is scoped on abstract sockets
+    (Landlock ABI 6+), so the operator must pass the probe
+    (``broker.operator_probe``); without scopes ``NoNewPrivs`` decides.
     """
 
-    def __init__(self, *, uid: int, broker_pid: int, operator_key: str, host: str | None = None) -> None:
+    def __init__(self, *, uid: int, broker_pid: int, operator_key: str, box_probe: bool, host: str | None = None) -> None:
         if not operator_key:
             raise ValueError("the registry needs the operator key; there is no default operator")
         self.uid = uid
@@ -85,6 +96,8 @@ class PrincipalRegistry:
         self._revoked: set[str] = set()
         self._issued = 0
         self.on_refusal: Callable[[str, PeerCredentials, str], None] | None = None
+        self.box_probe = box_probe
+        self._user_namespace = user_namespace(os.getpid())
 
     # -- issuing -------------------------------------------------------------
 
@@ -163,14 +176,20 @@ class PrincipalRegistry:
 
     # -- authenticating ------------------------------------------------------
 
-    def authenticate(self, peer: PeerCredentials, *, ticket: str | None, operator_key: str | None) -> Principal:
+    def authenticate(
+        self, peer: PeerCredentials, *, ticket: str | None, operator_key: str | None, probe: ProbeSeen | None = None
+    ) -> Principal:
         """Decide who the peer is from its one proof and its lineage.
+
+        ``probe`` is who said the token the operator's ``hello`` named on the
+        broker's abstract socket (``broker.operator_probe``), if anyone did.
 
         Raises:
             ConclaveError: ``auth_failed`` (wrong uid, no proof or both, a
                 wrong operator key, unknown ticket, ticket used outside its
-                agent's tree, agent process pretending to be the operator) or
-                ``revoked`` (ticket of an exited agent).
+                agent's tree, agent process pretending to be the operator, the
+                key from inside a box or another broker's tree) or ``revoked``
+                (ticket of an exited agent).
         """
         if peer.uid != self.uid:
             self._refuse("wrong_uid", peer, f"uid {peer.uid} is not the broker's uid {self.uid}")
@@ -213,6 +232,14 @@ class PrincipalRegistry:
                     peer,
                     "this process descends from the broker (an agent's orphan), so it cannot act as the operator",
                 )
+            reasons = self._boxed(peer, chain, probe)
+            if reasons:
+                self._refuse(
+                    "operator_from_box",
+                    peer,
+                    f"the operator key is accepted only from outside every conclave box and agent tree, and this process "
+                    f"(pid {peer.pid}) is inside one: {'; '.join(reasons)}. Run operator commands from your own terminal",
+                )
             return self.operator
         assert ticket is not None
         digest = ticket_digest(ticket)
@@ -230,6 +257,26 @@ class PrincipalRegistry:
                 "is not that agent's process or one of its descendants",
             )
         return live.principal
+
+    def _boxed(self, peer: PeerCredentials, chain: list[int], probe: ProbeSeen | None) -> list[str]:
+        """Why the kernel places ``peer`` inside some conclave box or agent tree (empty: it does not)."""
+        reasons = []
+        theirs = user_namespace(peer.pid)
+        if theirs is None or theirs != self._user_namespace:
+            reasons.append(f"its user namespace ({theirs or 'unreadable'}) is not the broker's ({self._user_namespace}), as in a strict box")
+        if self.box_probe:
+            same = probe is not None and probe.pid == peer.pid and probe.uid == peer.uid and probe.started == peer.started
+            if not same:
+                reasons.append(
+                    "it did not reach the broker's abstract socket, which no process in a Landlock domain scoped on abstract "
+                    "sockets (every conclave box) can" + ("" if probe is None else f" (pid {probe.pid} did, not this one)")
+                )
+        elif no_new_privs(peer.pid) is not False:
+            reasons.append("it runs with NoNewPrivs, as every conclave box does (this kernel's Landlock has no scopes: ABI < 6)")
+        holder = paths.broker_among(chain[1:])
+        if holder is not None:
+            reasons.append(f"it descends from pid {holder}, which holds a conclave database: a broker, whose agents it belongs to")
+        return reasons
 
     def attach(self, principal: Principal, scope: trio.CancelScope) -> None:
         """Tie a connection's lifetime to its principal (cancelled on revoke)."""

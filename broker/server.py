@@ -59,6 +59,8 @@ class Hello:
     ticket: str | None = None
     operator_key: str | None = None
     client: str | None = None
+    #: The token the operator's client said on the broker's abstract socket (broker.operator_probe).
+    probe: str | None = None
 
 
 async def bind(path: Path) -> trio.SocketListener:
@@ -304,7 +306,10 @@ class Connection:
                 if pending is not None and not pending.ready.is_set():
                     with trio.move_on_after(HELLO_TIMEOUT):
                         await pending.ready.wait()
-            principal = self.core.registry.authenticate(self.peer, ticket=hello.ticket, operator_key=hello.operator_key)
+            seen = None
+            if hello.operator_key is not None and self.core.operator_probe is not None:
+                seen = await self.core.operator_probe.claim(hello.probe)
+            principal = self.core.registry.authenticate(self.peer, ticket=hello.ticket, operator_key=hello.operator_key, probe=seen)
         except ConclaveError as exc:
             await self.send(wire.fail(rid, exc))
             return None

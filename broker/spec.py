@@ -102,9 +102,10 @@ class Probe:
 class SandboxNeeds:
     """What a preset's binary needs inside the agent's sandbox beyond what every agent gets.
 
-    Every agent may already read the system, toolchains and ``$HOME`` (less
-    the private state) and write its work tree, its own temporary space and
-    its own per-agent directory.  Paths are absolute (``~`` is expanded by
+    Every agent may already read the system and the toolchains the grants
+    table names (``broker.sandbox.grants``; of ``$HOME`` only those) and
+    write its work tree, its own temporary space and its own per-agent
+    directory.  Paths are absolute (``~`` is expanded by
     the broker); missing ones are skipped.  A directory another agent or
     the person also uses is a channel between them (a hook written into a
     shared ``~/.claude`` runs in every Claude Code): prefer per-agent

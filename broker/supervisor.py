@@ -322,8 +322,10 @@ class Supervisor:
                 agent_dir=agent_dir,
                 socket_path=self.socket_path,
                 session=principal.session,
-                read=(*needs.read, *spec.allow_read),
-                write=(*needs.write, *spec.allow_write),
+                read=spec.allow_read,
+                write=spec.allow_write,
+                preset_read=needs.read,
+                preset_write=needs.write,
             )
             env.update(box.env)
             share = self._shares.share(spec.max_processes)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import shlex
 import tomllib
+import urllib.parse
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Final, Iterator, Mapping, final
@@ -190,6 +191,13 @@ def _store_url(store: Any, where: str) -> str | None:
         raise TeamError(
             f'{where}: [store] url must be a PostgreSQL URL, e.g. url = "postgresql://broker_laptop@db.example/conclave" '
             "(leave [store] out for the embedded SQLite store)"
+        )
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is not None or "password" in urllib.parse.parse_qs(parts.query):
+        # The team file lives in the work tree, which every agent's box reads.
+        raise TeamError(
+            f"{where}: [store] url carries a password, and the team file lies in the work tree every agent reads; "
+            "name no password there: put it in <state>/pgpass, the broker's passfile (docs/DEPLOYMENT.md)"
         )
     return url
 

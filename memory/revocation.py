@@ -76,6 +76,15 @@ def revoke(conn: apsw.Connection, policy: TrustPolicy, operator: Principal, targ
         raise ConclaveError(ErrorCode.CONFLICT, f"{key} was already revoked at {revoked.at if revoked is not None else row[0]}")
     at = events.now()
     conn.execute("UPDATE principals SET revoked_at = ?, revoked_reason = ? WHERE key = ?", (at, reason, key))
+    # On a shared PostgreSQL store row-level security lets a broker update only its own host's principals: an
+    # update of another host's row changes nothing and says nothing.  Read it back before anything is logged
+    # or answered, so that revoke is refused rather than reported done while the session still counts.
+    if conn.execute("SELECT revoked_at FROM principals WHERE key = ?", (key,)).fetchone()[0] is None:
+        raise ConclaveError(
+            ErrorCode.FORBIDDEN,
+            f"{key} is another host's principal; a broker revokes only its own host's. Run `conclave memory revoke {key}` on the host "
+            f"named before the slash",
+        )
     touched = sorted({int(e.subject) for e in told if e.kind != "agent.spawn" and e.kind != "memory.revoke" and e.subject})
     events.append(conn, "memory.revoke", actor=operator.key, subject=key, payload={"reason": reason, "claims": touched}, at=at)
     changes = []

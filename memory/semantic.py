@@ -41,7 +41,7 @@ CLASSES: Final = ("injection", "directive", "conditional", "exfiltration")
 #: Cosine to the nearest refused exemplar at or above which a claim may be refused ...
 REFUSE_AT: Final = 0.86
 #: ... if it is also this much nearer to it than to the nearest benign exemplar.
-MARGIN: Final = 0.02
+MARGIN: Final = 0.03
 #: A blind witness's evidence must be at least this close to the claim (cosine, e5-small passages).
 #: Calibrated on ``tests/memory/witness_pairs.py``: from 0.91 no non-matching pair there passes
 #: (e5's cosines crowd together on one topic: "the cache warms in 90 s" and "deploys take ten

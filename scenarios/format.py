@@ -21,21 +21,24 @@ TIERS: Final = ("T1", "T2", "T3")
 OPERATOR: Final = "operator"
 #: Step actions other than a plain op (``op = "..."``).
 ACTIONS: Final = frozenset(
-    {"spawn", "exit", "kill", "restart", "steal-ticket", "drop-ticket", "replay-ticket", "raw", "sh", "cli", "edit-db", "sleep", "wait-exit", "sync"}
+    {"spawn", "exit", "kill", "restart", "steal-ticket", "drop-ticket", "replay-ticket", "raw", "sh", "cli", "edit-db", "sleep",
+     "wait-exit", "sync", "broker-restart", "kill-during"}
 )
 #: Actions that present a ticket (or none) and attempt ``op`` with it.
 TICKET_ACTIONS: Final = frozenset({"steal-ticket", "drop-ticket", "replay-ticket"})
+#: Actions that take an ``op`` (and ``args``) to attempt.
+OP_ACTIONS: Final = TICKET_ACTIONS | {"kill-during"}
 STEP_KEYS: Final = frozenset(
     {
         "actor", "op", "action", "args", "bind", "expect", "expect_error", "expect_result", "expect_exit",
-        "expect_output", "name", "code", "from", "line", "argv", "sql", "seconds", "note", "background",
+        "expect_output", "name", "code", "from", "line", "argv", "sql", "seconds", "note", "background", "kill", "policy",
     }
 )
 CHECK_KEYS: Final = frozenset(
     {"claim", "tier", "counted", "witnesses", "context", "recall", "actor", "contains", "excludes", "verify",
      "event", "subject", "count", "locks", "holder", "resources", "note", "inbox", "op", "args", "expect_result", "expect_error"}
 )
-AGENT_KEYS: Final = frozenset({"name", "may_spawn", "restart", "command", "env", "sandbox"})
+AGENT_KEYS: Final = frozenset({"name", "may_spawn", "restart", "max_restarts", "command", "env", "sandbox"})
 #: Names every scenario may use: ``${state}`` and ``${repo}`` (the run's directories) and
 #: ``${pid.NAME}`` (an agent's process), for attacks that name what they go after.
 BUILTIN_BINDINGS: Final = frozenset({"state", "repo", "pid"})
@@ -191,8 +194,8 @@ def _step(entry: Any, n: int, line: int, where: str, known_ops: frozenset[str], 
     op, action = entry.get("op"), entry.get("action")
     if op is None and action is None:
         raise ScenarioInvalid(f"{at}: give op = \"...\" (a wire op) or action = \"...\"")
-    if op is not None and action is not None and action not in TICKET_ACTIONS:
-        raise ScenarioInvalid(f"{at}: give op or action, not both (only {', '.join(sorted(TICKET_ACTIONS))} take an op to attempt)")
+    if op is not None and action is not None and action not in OP_ACTIONS:
+        raise ScenarioInvalid(f"{at}: give op or action, not both (only {', '.join(sorted(OP_ACTIONS))} take an op to attempt)")
     if op is not None and op not in known_ops:
         raise ScenarioInvalid(f"{at}: unknown op {op!r} (`conclave ops` lists them)")
     if action is not None and action not in ACTIONS:
@@ -201,6 +204,15 @@ def _step(entry: Any, n: int, line: int, where: str, known_ops: frozenset[str], 
         raise ScenarioInvalid(f"{at}: {action} needs from = an agent of this scenario")
     if action == "spawn" and not isinstance(entry.get("name"), str):
         raise ScenarioInvalid(f"{at}: spawn needs name = \"child\"")
+    if action == "broker-restart":
+        if actor != OPERATOR:
+            raise ScenarioInvalid(f"{at}: broker-restart is the operator's (leave actor out)")
+        if not isinstance(entry.get("kill", False), bool) or not isinstance(entry.get("policy", {}), dict):
+            raise ScenarioInvalid(f"{at}: broker-restart takes kill = true|false and policy = {{ quorum = N, require_blind = B }}")
+    elif "kill" in entry or "policy" in entry:
+        raise ScenarioInvalid(f"{at}: kill and policy belong to action = \"broker-restart\"")
+    if action == "kill-during" and (actor == OPERATOR or op is None):
+        raise ScenarioInvalid(f"{at}: kill-during needs an agent actor and op = \"...\" (the call cut short)")
     unbound = _names_in(entry) - bound
     if unbound:
         raise ScenarioInvalid(f"{at}: uses ${{{sorted(unbound)[0]}}} before any step binds it (bind = \"name\")")

@@ -85,19 +85,25 @@ def subset_mismatch(expected: Any, got: Any, path: str = "result") -> str | None
     return None if expected == got else f"{path} is {json.dumps(got)[:200]}, expected {json.dumps(expected)[:200]}"
 
 
+def team_tables(scenario: Scenario, policy: dict[str, Any] | None = None) -> str:
+    """The team file's tables beyond the agents: ``[policy]`` (``policy`` when a restart changed it), ``[memory]``, slots."""
+    extra = ""
+    for table, values in (("policy", scenario.policy if policy is None else policy), ("memory", scenario.memory)):
+        if values:
+            extra += f"\n[{table}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in values.items())
+    for slot in scenario.slots:
+        extra += "\n[[slot]]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in slot.items())
+    return extra
+
+
 class ScenarioRun:
     """The state of one scenario while it runs."""
 
     def __init__(self, scenario: Scenario, root: Path) -> None:
         self.scenario = scenario
-        extra = ""
-        for table in ("policy", "memory"):
-            values = getattr(scenario, table)
-            if values:
-                extra += f"\n[{table}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in values.items())
-        for slot in scenario.slots:
-            extra += "\n[[slot]]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in slot.items())
-        self.run = Run(root, [dict(a) for a in scenario.agents], files=scenario.files or None, extra_toml=extra, grace=2.0)
+        self.root = root
+        self.policy = dict(scenario.policy)
+        self.run = Run(root, [dict(a) for a in scenario.agents], files=scenario.files or None, extra_toml=team_tables(scenario), grace=2.0)
         self.bindings: dict[str, Any] = {}
         self.tickets: dict[str, str] = {}
 
@@ -201,6 +207,18 @@ class ScenarioRun:
             finally:
                 conn.close()
             return {"ok": True, "result": {}}
+        if action == "broker-restart":
+            self._restart_broker(kill=bool(raw.get("kill", False)), policy=raw.get("policy"))
+            return {"ok": True, "result": {}}
+        if action == "kill-during":
+            # The call leaves, and its caller dies before the answer: whether it happened is for the checks.
+            puppet = self.puppet(actor)
+            pid = next(a["pid"] for a in self.run.op("agents", live_only=True) if a["agent"] == actor)
+            puppet.send_nowait({"call": step.op, "args": args})
+            os.kill(pid, signal.SIGKILL)
+            self.run.forget(actor)
+            self.run.wait_until(lambda: not self._live(actor), timeout=20, what=f"{actor} to exit")
+            return {"ok": True, "result": {}}
         if action == "sync":
             return {"ok": True, "result": {}}
         if action == "sleep":
@@ -210,6 +228,20 @@ class ScenarioRun:
             self.run.wait_until(lambda: not self._live(actor), timeout=20, what=f"{actor} to exit")
             return {"ok": True, "result": {}}
         raise AssertionError(f"unhandled action {action}")
+
+    def _restart_broker(self, *, kill: bool, policy: dict[str, Any] | None) -> None:
+        """Stop the broker (SIGTERM, or SIGKILL with ``kill``) and start a new one on the same state directory,
+        with the trust policy changed when ``policy`` is given; every agent comes back as a new session."""
+        if kill:
+            self.run.kill()
+        self.run.close()
+        scenario = self.scenario
+        self.policy = {**self.policy, **(policy or {})}
+        self.run = Run(self.root, [dict(a) for a in scenario.agents], reuse=True, extra_toml=team_tables(scenario, self.policy), grace=2.0)
+        self.run.start()
+        for agent in scenario.agents:
+            self._remember_ticket(agent["name"])
+            self.bindings["pid"][agent["name"]] = self.puppet(agent["name"]).pid
 
     def _outsider_with(self, ticket: str, op: str, args: dict[str, Any]) -> Any:
         with BlockingClient(self.run.socket_path(), ticket=ticket) as client:

@@ -92,7 +92,9 @@ def _server_copy(bin_dir: Path, into: Path) -> Path:
 class Cluster:
     """One running server: :meth:`database` makes a fresh database, :meth:`broker_url` a broker's role in it."""
 
-    def __init__(self) -> None:
+    def __init__(self, hba: str | None = None) -> None:
+        #: pg_hba.conf's text, when not the default (trust for everyone).
+        self.hba = hba
         self.root = Path(tempfile.mkdtemp(prefix="conclave-pg-"))
         self.root.chmod(0o755)
         self.bin = binaries()
@@ -114,6 +116,8 @@ class Cluster:
         made = run([str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "-N"])
         if made.returncode != 0:
             raise NoPostgres(f"initdb failed ({self.bin}): {made.stderr.strip()[-2000:]}")
+        if self.hba is not None:
+            (self.data / "pg_hba.conf").write_text(self.hba)
         up = run([str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", self._options(), "-l", str(self.root / "server.log"), "-w", "-t", "60", "start"])
         if up.returncode != 0:
             log = (self.root / "server.log").read_text() if (self.root / "server.log").exists() else ""

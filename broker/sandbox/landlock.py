@@ -12,7 +12,8 @@ docs/THREAT_MODEL.md):
   beneath it, across mounts.  A directory cannot be carved back out of a
   granted one; :func:`punch_holes` emulates that for *read* rules by
   granting the siblings along the way instead (``$HOME`` readable, the
-  private state and ``~/.ssh`` not).
+  private state and ``~/.ssh`` not), and :func:`carve_writes` for *write*
+  rules (the work tree writable, its ``.git`` not).
 * Rules name inodes when they are added, so mounts (a private ``/tmp``) must
   be in place before the ruleset is built; and a Landlocked process can no
   longer mount.
@@ -129,15 +130,18 @@ class Policy:
     remove, rename, truncate); ``devices``: device nodes usable with ioctls;
     ``deny``: paths that must stay unreadable although a ``read`` root holds
     them (a ``write`` root holding one is the caller's error:
-    :func:`unenforceable`); ``connect``: named sockets reachable on ABI 9+.
+    :func:`unenforceable`); ``connect``: named sockets reachable on ABI 9+;
+    ``read_only``: paths a ``write`` root holds that must stay read-only
+    (:func:`carve_writes`: the person's ``.git`` in a Landlock-only box).
     """
 
-    def __init__(self, read=(), write=(), devices=(), deny=(), connect=()):  # type: ignore[no-untyped-def]
+    def __init__(self, read=(), write=(), devices=(), deny=(), connect=(), read_only=()):  # type: ignore[no-untyped-def]
         self.read = list(read)
         self.write = list(write)
         self.devices = list(devices)
         self.deny = list(deny)
         self.connect = list(connect)
+        self.read_only = list(read_only)
 
 
 def _inside(path: str, base: str) -> bool:
@@ -180,6 +184,47 @@ def punch_holes(roots, deny):  # type: ignore[no-untyped-def]
         if os.path.lexists(root):
             visit(root, True)
     return rules, listing
+
+
+def carve_writes(roots, holes):  # type: ignore[no-untyped-def]
+    """Write rules for ``roots`` that leave every ``holes`` path beneath them read-only.
+
+    Returns ``(write_rules, read_rules)``.  Landlock cannot take a right back
+    beneath a granted directory, so a root that holds a hole is granted
+    *read* only and each of its entries is granted write -- except the hole
+    (read) and an entry on the way to one (visited the same way).  What that
+    costs, said where the boxes are described: in a directory on the way
+    nothing new can be made and no entry renamed or removed (the hole
+    cannot be moved aside for a writable one), though every file in it can
+    be written.  A symbolic link among the entries gets no rule (its
+    target is governed by its own).  A hole that does not exist is the
+    caller's to refuse.
+    """
+    real_holes = [os.path.realpath(h) for h in holes if os.path.lexists(h)]
+    writes: list[str] = []
+    reads: list[str] = []
+
+    def visit(path: str, root: bool) -> None:
+        if not root and os.path.islink(path):
+            return
+        real = os.path.realpath(path)
+        if any(_inside(real, h) for h in real_holes):
+            reads.append(real)
+        elif not any(_inside(h, real) and h != real for h in real_holes):
+            writes.append(real)
+        else:
+            reads.append(real)
+            try:
+                names = sorted(os.listdir(real))
+            except OSError:
+                return
+            for name in names:
+                visit(os.path.join(real, name), False)
+
+    for root in roots:
+        if os.path.lexists(root):
+            visit(root, True)
+    return writes, reads
 
 
 def unenforceable(policy: Policy) -> list[str]:
@@ -226,7 +271,10 @@ def apply(policy: Policy) -> int:
             _add_rule(ruleset, path, READ & fs)
         for path in listing:
             _add_rule(ruleset, path, FS_READ_DIR)
-        for path in policy.write:
+        writes, carved = carve_writes(policy.write, policy.read_only) if policy.read_only else (policy.write, [])
+        for path in carved:
+            _add_rule(ruleset, path, READ & fs)
+        for path in writes:
             _add_rule(ruleset, path, (READ | WRITE | FS_RESOLVE_UNIX) & fs)
         for path in policy.devices:
             _add_rule(ruleset, path, DEVICE & fs)

@@ -29,7 +29,10 @@ PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 REFUSED = 126
-LISTS = ("ro", "rw", "dev", "deny", "connect", "hide", "pin", "read_only", "keep", "cgroup", "watch", "report", "max_processes", "nofile")
+LISTS = (
+    "ro", "rw", "dev", "deny", "connect", "hide", "pin", "read_only", "keep", "cgroup", "watch", "report", "max_processes", "nofile",
+    "ro_hole", "private_home",
+)  # fmt: skip
 FLAGS = ("ns", "pidns", "landlock", "drop_caps")
 
 
@@ -163,8 +166,13 @@ def enter_namespaces(lists: dict[str, list[str]], *, pid: bool) -> None:
         # Opened in the new namespace (a bind source must be a mount of it), before anything covers them.
         kept = namespaces.open_kept(lists["keep"])
         uid = os.getuid()
+        homes = [os.path.realpath(p) for p in lists["private_home"]]  # before anything covers its way
+        links = namespaces.links_on_the_way(["/tmp", "/dev/shm", f"/run/user/{uid}", *homes], [*lists["keep"], *lists["private_home"]])
         for path, mode in (("/tmp", "1777"), ("/dev/shm", "1777"), (f"/run/user/{uid}", "0700")):
             namespaces.private_tmpfs(path, mode, kept)
+        for path in homes:
+            namespaces.private_home(path, kept)
+        namespaces.relink(links)
         namespaces.private_ptys()
         for path in lists["hide"]:
             namespaces.hide(path, kept)
@@ -307,7 +315,9 @@ def agent(lists: dict[str, list[str]], flags: set[str], command: list[str], *, k
     if "landlock" in flags:
         import landlock
 
-        policy = landlock.Policy(read=lists["ro"], write=lists["rw"], devices=lists["dev"], deny=lists["deny"], connect=lists["connect"])
+        policy = landlock.Policy(
+            read=lists["ro"], write=lists["rw"], devices=lists["dev"], deny=lists["deny"], connect=lists["connect"], read_only=lists["ro_hole"]
+        )
         try:
             landlock.apply(policy)
         except OSError as exc:

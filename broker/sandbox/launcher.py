@@ -33,12 +33,15 @@ OPTIONS (repeatable where it makes sense):
   --ns                a user + mount namespace with a private /tmp, /dev/shm
                       and /run/user/<uid>
   --pidns             (--ns) and a PID namespace, C its init
-  --hide PATH         (--ns) make PATH empty: ~/.ssh, a container socket, ...
+  --hide PATH         (--ns) make PATH empty: a container socket, a secret inside a grant, ...
   --pin PATH          (--ns) bind PATH over itself: a mount point cannot be renamed (.git)
   --read-only PATH    (--ns) bind PATH over itself read-only (.git/hooks)
-  --keep SOCKET       (--ns) a socket a private or hidden directory must keep
+  --keep PATH         (--ns) what a private or hidden directory must keep (bound back)
+  --private-home HOME (--ns) an empty tmpfs over HOME: only the kept paths come back
+                      (symbolic links on their way too); what is not kept reads as absent
   --landlock          A restricts itself with Landlock (after every mount):
   --ro PATH  --rw PATH  --dev PATH  --deny PATH  --connect PATH
+  --ro-hole PATH      (--landlock) keep PATH read-only although a --rw root holds it
   --drop-caps         A empties its capability sets (an agent of a root broker)
   --cgroup DIR        the agent (C, else A) joins cgroup v2 DIR; L kills it at the end
   --max-processes N   (--ns) RLIMIT_NPROC N inside the agent's user namespace: its

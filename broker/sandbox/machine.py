@@ -4,11 +4,11 @@ Levels (the team file's ``sandbox = ...``):
 
 ``strict``
     Landlock plus a user and mount namespace: a private ``/tmp``,
-    ``/dev/shm`` and ``/run/user/<uid>``, deputies' sockets and ``~/.ssh``
-    hidden, ``.git/hooks`` and ``.git/config`` read-only; and, where the
-    kernel allows one, a PID namespace whose death takes everything in it,
-    and a share of the uid's processes (``RLIMIT_NPROC`` in the agent's
-    own user namespace).
+    ``/dev/shm``, ``/run/user/<uid>`` and home (only the granted paths bound
+    back), deputies' sockets hidden, ``.git/hooks`` and ``.git/config``
+    read-only; and, where the kernel allows one, a PID namespace whose death
+    takes everything in it, and a share of the uid's processes
+    (``RLIMIT_NPROC`` in the agent's own user namespace).
 ``landlock``
     Landlock only (where unprivileged user namespaces are refused).
 ``off``
@@ -133,13 +133,14 @@ class Machine:
         return {
             "T1 (the model)": "defended at every level: identity from the runtime, the prefilter and the trust policy",
             "T2 (a process), strict": (
-                f"files: only the work tree, its own temp and directory are writable; the state, keys and other agents are unreadable; "
+                f"files: only the work tree, its own temp and directory are writable; every conclave state dir, your credentials and other "
+                f"agents are unreadable (home is an allow-list); "
                 f"{scopes}; private /tmp and /run/user hide multiplexers, D-Bus, ssh-agent, editor servers; .git/hooks and .git/config read-only"
                 if self.strongest == "strict"
                 else "not available here"
             ),
             "T2 (a process), landlock": (
-                f"files as strict; {scopes}; a deputy's named socket (tmux in /tmp, the D-Bus bus) can still be reached; "
+                f"files as strict (home closed but for toolchains); {scopes}; a deputy's named socket (tmux in /tmp, the D-Bus bus) can still be reached; "
                 ".git/hooks and .git/config are writable"
                 if self.landlock_abi >= 1
                 else "not available here"

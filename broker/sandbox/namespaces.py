@@ -8,8 +8,11 @@ namespace and mount in it.  The launcher uses that to give each agent:
   terminal multiplexer, the D-Bus session bus, ssh-agent, gpg-agent and
   editor servers keep their sockets, which a Landlocked process could
   otherwise still ``connect`` to;
+* a private home: an empty tmpfs over ``$HOME`` with only the granted paths
+  (toolchains, the work tree, conclave) bound back, so the person's credentials
+  are simply not there;
 * named paths hidden (an empty read-only tmpfs over a directory, ``/dev/null``
-  over a file or socket) -- ``~/.ssh``, ``~/.gnupg``, container sockets;
+  over a file or socket) -- container sockets, a secret inside a granted path;
 * read-only views of files conclave or the person will later execute from a
   writable tree (``.git/hooks``, ``.git/config``): a bind mount of the same
   inode, so what the broker installs there stays visible;
@@ -100,6 +103,44 @@ def private_tmpfs(path: str, mode: str, keep: dict[str, int]) -> bool:
     _mount("tmpfs", real, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode}")
     _restore(real, keep)
     return True
+
+
+def links_on_the_way(bases, paths) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """Symbolic links between each of ``bases`` (the private mounts) and the ``paths`` kept beneath
+    it, with their targets (``~/.nvm`` -> ``/opt/nvm``, a home in /tmp that is a link), read before
+    a private mount covers them; :func:`relink` makes them again afterwards."""
+    links: dict[str, str] = {}
+    for base in bases:
+        base = base.rstrip("/")
+        for path in paths:
+            if not path.startswith(base + "/"):
+                continue
+            current = base
+            for part in path[len(base) + 1 :].split("/"):
+                current = f"{current}/{part}"
+                if os.path.islink(current):
+                    # Keyed by where it will be made: its real directory; then on from where it leads.
+                    links[os.path.join(os.path.realpath(os.path.dirname(current)), part)] = os.readlink(current)
+                    current = os.path.realpath(current)
+    return links
+
+
+def private_home(real: str, keep: dict[str, int]) -> bool:
+    """An empty tmpfs (0700) over the home directory ``real`` (resolved before anything was
+    mounted); the kept paths beneath are bound back.  A home under another private mount
+    (``/tmp``) is made first: the agent's shell and tools expect it to be there."""
+    os.makedirs(real, mode=0o700, exist_ok=True)
+    _mount("tmpfs", real, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
+    _restore(real, keep)
+    return True
+
+
+def relink(links: dict[str, str]) -> None:
+    """Make again the symbolic links :func:`links_on_the_way` found (where a private mount hid them)."""
+    for link, target in sorted(links.items()):
+        if not os.path.lexists(link):
+            os.makedirs(os.path.dirname(link), exist_ok=True)
+            os.symlink(target, link)
 
 
 def private_ptys() -> None:

@@ -243,3 +243,21 @@ def test_mail_tools_send_as_the_agent_and_read_only_its_own_inbox(run):
     result_of(acked)
     (alices_inbox,) = probe(alice, [("msg_inbox", {})])["calls"]
     assert "parser is yours after lunch" not in alices_inbox["text"]
+
+
+def test_remember_tells_models_to_state_a_workflow_as_a_fact_and_that_form_is_stored(run):
+    """Issue 23: the tool's description gives the fact form of a workflow; the order form is
+    refused through the tool with the same advice, and the fact form the description gives is stored."""
+    require(run, "memory.remember")
+    alice = run.puppet("alice")
+    listed = probe(alice)
+    remember = next(t for t in listed["tools"] if t["name"] == "memory_remember")
+    assert '"The tests run with `python3 -m pytest -q`"' in remember["description"]
+    assert "not \"Run the tests with python3 -m pytest -q\"" in remember["description"]
+    order, fact = probe(alice, [
+        ("memory_remember", {"kind": "workflow", "text": "Run the tests with python3 -m pytest -q"}),
+        ("memory_remember", {"kind": "workflow", "text": "The tests run with `python3 -m pytest -q` in this repository."}),
+    ])["calls"]
+    refused = error_of(order)
+    assert refused["code"] == "rejected" and "The tests run with `python3 -m pytest -q`" in refused["message"]
+    assert result_of(fact)["kind"] == "workflow" and result_of(fact)["tier"] == "unverified"

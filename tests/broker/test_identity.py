@@ -384,8 +384,13 @@ def _operator_cli(run, state, *args: str):
 
 
 def _hello(run, args: dict) -> dict:
+    """One hello, said by hand (with the operator's probe token, as the client says it, when it presents a key)."""
     import socket
 
+    from broker.client import say_probe_token
+
+    if "operator_key" in args:
+        args = {**args, "probe": say_probe_token(args["operator_key"])}
     with socket.socket(socket.AF_UNIX) as s:
         s.connect(str(run.socket_path()))
         s.sendall(json.dumps({"id": 1, "op": "hello", "args": args}).encode() + b"\n")
@@ -505,18 +510,21 @@ def test_the_operator_key_from_a_process_under_the_broker_but_in_no_agent_is_ref
     import subprocess
 
     from broker.identity import PeerCredentials, process_start_time
+    from broker.operator_probe import ProbeSeen
     from broker.registry import PrincipalRegistry
 
     child = subprocess.Popen(["sleep", "30"])
     elsewhere = subprocess.Popen(["sleep", "30"])  # a process the child does not descend from
     try:
         peer = PeerCredentials(pid=child.pid, uid=os.getuid(), gid=os.getgid(), started=process_start_time(child.pid))
-        under_broker = PrincipalRegistry(uid=os.getuid(), broker_pid=os.getpid(), operator_key="k" * 64)
+        # The child passed the abstract-socket probe (it is in no box): only its lineage speaks against it.
+        seen = ProbeSeen(pid=peer.pid, uid=peer.uid, started=peer.started)
+        under_broker = PrincipalRegistry(uid=os.getuid(), broker_pid=os.getpid(), operator_key="k" * 64, box_probe=True)
         with pytest.raises(ConclaveError, match="descends from the broker"):
-            under_broker.authenticate(peer, ticket=None, operator_key="k" * 64)
+            under_broker.authenticate(peer, ticket=None, operator_key="k" * 64, probe=seen)
         # Control: the same process and key, with a broker it does not descend from, is the operator.
-        other_broker = PrincipalRegistry(uid=os.getuid(), broker_pid=elsewhere.pid, operator_key="k" * 64)
-        assert other_broker.authenticate(peer, ticket=None, operator_key="k" * 64).is_operator
+        other_broker = PrincipalRegistry(uid=os.getuid(), broker_pid=elsewhere.pid, operator_key="k" * 64, box_probe=True)
+        assert other_broker.authenticate(peer, ticket=None, operator_key="k" * 64, probe=seen).is_operator
     finally:
         for process in (child, elsewhere):
             process.kill()

@@ -122,8 +122,10 @@ def test_the_whole_runs_timeout_stops_it_like_ctrl_c_with_exit_6(tmp_path):
     assert time.monotonic() - started < 20
     assert "the run timed out (timeout = 1.5s): stopping. SIGTERM sent to 1 agent(s)" in done.stdout
     assert "stopped by timeout; exit code 6" in done.stdout
-    # Control: a run that ends before its timeout is not stopped.
+    # Control: a run that ends before its timeout is not stopped (a team of its own: another state directory,
+    # since dropping an agent is a trust-relevant change the operator would have to accept).
     team.write_text('[[agent]]\nname = "short"\ncommand = ["true"]\n')
+    argv = conclave_argv("run", "--team", str(team), "--repo", str(repo), "--state-dir", str(tmp_path / "state2"), "--grace", "1")
     done = subprocess.run([*argv, "--timeout", "30s", "--json"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and json.loads(done.stdout)["stopped_by"] is None
     bad = subprocess.run([*argv, "--timeout", "soon"], capture_output=True, text=True, timeout=60)

@@ -32,6 +32,9 @@ GOOD = '[[agent]]\nname = "alice"\ncommand = ["true"]\n'
         ('[[agent]]\nname = "alice"\ncommand = ["true"]\ncwd = "no/such/dir"\n', "cwd 'no/such/dir' is not a directory in the repository"),
         ('[[agent]]\nname = "alice"\ncommand = ["true"]\nenv = {CONCLAVE_TICKET = "x"}\n', "CONCLAVE_"),
         ('[[agent]]\nname = "alice"\ncommand = ["true"]\nprompt = "do it"\n', "prompt is the task for a preset agent"),
+        # Every agent's box reads the work tree, and so the team file: the broker's password is never there.
+        (GOOD + '[store]\nurl = "postgresql://broker_p:hunter2@db.example/conclave"\n', "[store] url carries a password"),
+        (GOOD + '[store]\nurl = "postgresql://broker_p@db.example/conclave?password=hunter2"\n', "[store] url carries a password"),
         ('[[agent]]\nname = "alice"\ncommand = "sh -c \'echo hi"\n', "cannot be split into words (No closing quotation)"),
         ("[[agent]\n", "not valid TOML"),
         ("", "no agents"),
@@ -51,6 +54,13 @@ def test_good_team_file_parses(tmp_path):
     parsed = load(team, repo=tmp_path, rules=team_rules())
     assert [a.name for a in parsed.agents] == ["alice", "bob"]
     assert parsed.agents[1].command == ("sh", "-c", "true") and parsed.agents[1].may_spawn == 2
+
+
+def test_a_store_url_without_a_password_is_accepted(tmp_path):
+    """Control for the password refusal: the same URL, its password left to the broker's passfile."""
+    team = tmp_path / "team.toml"
+    team.write_text(GOOD + '[store]\nurl = "postgresql://broker_p@db.example/conclave?sslmode=require"\n')
+    assert load(team, repo=tmp_path, rules=team_rules()).store_url == "postgresql://broker_p@db.example/conclave?sslmode=require"
 
 
 def test_a_cwd_that_exists_is_accepted(tmp_path):
@@ -106,7 +116,9 @@ def test_default_state_dir_is_outside_the_work_tree_under_the_state_home(tmp_pat
         capture_output=True, text=True, timeout=60, env=env,
     )
     assert out.returncode == 0, out.stderr
-    [state] = (home / "conclave").iterdir()
+    [state] = [p for p in (home / "conclave").iterdir() if p.is_dir()]
+    # Beside it, the registry of state directories every box is kept out of (broker.paths.register_state_dir).
+    assert (home / "conclave" / "state-dirs").read_text().splitlines() == [str(state)]
     assert state.name.startswith("repo-") and (state / "conclave.db").exists() and (state / "operator.key").exists()
     assert (state / "operator.key").stat().st_mode & 0o777 == 0o600 and state.stat().st_mode & 0o777 == 0o700
     assert not (repo / ".conclave").exists()

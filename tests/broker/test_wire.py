@@ -22,8 +22,12 @@ def raw_socket(run) -> socket.socket:
 
 
 def hello(run, rid: int = 1) -> bytes:
-    """The operator's hello, with the key the operator's CLI reads from the state directory."""
-    return json.dumps({"id": rid, "op": "hello", "args": {"operator_key": run.operator_key()}}).encode() + b"\n"
+    """The operator's hello, with the key the operator's CLI reads from the state directory (and the
+    token it says on the broker's abstract socket first, broker.operator_probe)."""
+    from broker.client import say_probe_token
+
+    key = run.operator_key()
+    return json.dumps({"id": rid, "op": "hello", "args": {"operator_key": key, "probe": say_probe_token(key)}}).encode() + b"\n"
 
 
 def exchange(sock: socket.socket, payload: bytes) -> dict:

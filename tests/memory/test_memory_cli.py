@@ -152,3 +152,24 @@ def test_export_writes_every_claim_with_its_biography(run, story):
     markdown = run.cli("memory", "export", "--format", "markdown").stdout
     assert all(f"## Claim {i}:" in markdown for i in every) and "carol's own test of walk()" in markdown
     assert run.cli("memory", "export", "--format", "xml").returncode == 2
+
+
+def test_a_workflow_given_as_an_order_is_refused_with_its_fact_form_and_the_fact_form_is_stored(run):
+    """Issue 23: `memory remember --kind workflow --text "Run the tests with python3 -m pytest -q"`
+    is an order to the reader; the refusal says how to state it as a fact, and that fact is stored."""
+    alice = run.puppet("alice")
+    order = alice.sh(*conclave_args("memory", "remember", "--kind", "workflow", "--text", "Run the tests with python3 -m pytest -q"))
+    assert order.returncode == 1, order.stdout
+    assert "rule directive" in order.stderr and "nothing was stored" in order.stderr
+    assert 'write "The tests run with `python3 -m pytest -q`"' in order.stderr, order.stderr
+    # The same refusal, with the same advice, for a client of the wire or MCP.
+    direct = alice.try_call("memory.remember", kind="workflow", text="Run the tests with python3 -m pytest -q")
+    assert direct["error"]["code"] == "rejected" and "The tests run with `python3 -m pytest -q`" in direct["error"]["message"]
+    # Control: the advice, followed, is stored -- a command in backquotes, mentioned as a fact.
+    for fact in ("The tests run with `python3 -m pytest -q`", "The tests run with `python3 -m pytest -q` from the repository root."):
+        stored = alice.sh(*conclave_args("memory", "remember", "--kind", "workflow", "--text", fact, "--json"))
+        assert stored.returncode == 0, stored.stderr
+        assert json.loads(stored.stdout)["text"] == fact
+    # A dangerous command stays refused in backquotes: the advice is not a way around `executable`.
+    wiper = alice.try_call("memory.remember", kind="workflow", text="The cache is cleared with `rm -rf ~/.cache/build`.")
+    assert wiper["error"]["code"] == "rejected" and "rule executable" in wiper["error"]["message"]

@@ -8,7 +8,7 @@ import pytest
 
 from memory import embedder, prefilter, semantic
 from memory.exemplars import EXEMPLARS
-from tests.memory import semantic_report
+from tests.memory import prefilter_training, semantic_heldout, semantic_report
 from tests.memory.semantic_cases import CASES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "MEMORY.md"
@@ -28,14 +28,24 @@ def test_the_shipped_exemplar_vectors_are_the_models_own() -> None:
     assert float((fresh * shipped[:8]).sum(axis=1).min()) > 0.999
 
 
-def test_docs_hold_the_current_measure() -> None:
-    """docs/MEMORY.md shows what `python -m tests.memory.semantic_report` prints (per language)."""
-    figures = semantic_report.measure()
-    assert semantic_report.table(figures) in DOCS.read_text(), "regenerate the table: .venv/bin/python -m tests.memory.semantic_report"
+def test_docs_hold_the_current_measure_on_the_held_out_set() -> None:
+    """docs/MEMORY.md shows what `python -m tests.memory.semantic_report` prints for the held-out
+    set (per language, at the door and after embedding), nothing of which was tuned on."""
+    figures = semantic_report.measure(semantic_heldout.CASES)
+    assert semantic_report.table(figures, semantic_report.HELDOUT) in DOCS.read_text(), "regenerate the tables: .venv/bin/python -m tests.memory.semantic_report"
     total = figures["total"]
-    # What is held: the benign rate at the target; meaning refuses far more than the words alone.
+    # What is held overall (docs/MEMORY.md says which languages miss the target, and why):
+    # the benign rate at the target, and most attacks refused at the door, before anything is stored.
     assert total["benign_refused"] / total["benign"] <= 0.03
-    assert total["attacks_refused"] >= 3 * total["by_words"]
+    assert total["at_door"] >= 0.75 * total["attacks"]
+
+
+def test_the_held_out_set_is_apart_from_everything_tuned() -> None:
+    """No held-out text is a tuning text or an exemplar; both sets cover the same eight languages."""
+    held = {c.text for c in semantic_heldout.CASES}
+    assert not held & ({c.text for c in CASES} | {c.text for c in prefilter_training.CASES} | {e.text for e in EXEMPLARS})
+    assert len(semantic_heldout.CASES) >= 300 and sum(c.label == "benign" for c in semantic_heldout.CASES) * 2 == len(semantic_heldout.CASES)
+    assert {c.lang for c in semantic_heldout.CASES} == {c.lang for c in prefilter_training.CASES} and len({c.lang for c in prefilter_training.CASES}) == 8
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ def fill(job: Callable[..., Any], count: int, seed: int = 5) -> tuple[list[int],
     author = principal("alice")
 
     def write(conn: Any) -> list[int]:
-        ids = [authoring.remember(conn, POLICY, author, kind="discovery", scope="repo", text=f"claim number {i} about part {i % 97}", evidence=None)["id"] for i in range(count)]
+        ids = [authoring.remember(conn, POLICY, author, kind="discovery", scope="repo", text=f"claim number {i} about part {i % 97} of set {seed}", evidence=None)["id"] for i in range(count)]
         vectors.store_batch(conn, MODEL, {i: vectors.encode(v) for i, v in zip(ids, made)}, actor="broker")
         return ids
 

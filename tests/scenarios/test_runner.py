@@ -105,3 +105,59 @@ def test_every_defence_still_switches_off_cleanly_against_the_code() -> None:
     stale = {**defences[0], "find": "this line is in no file"}
     with pytest.raises(PatchError, match="0 matches of 'this line is in no file'"):
         switch_off(stale, (ROOT / stale["file"]).read_text())
+
+
+RESTART = '''
+[policy]
+quorum = 2
+
+[[agents]]
+name = "bob"
+
+[[step]]
+actor = "alice"
+op = "memory.remember"
+args = { kind = "discovery", text = "The store tests fail when the disk is nearly full (zorvatq marker)." }
+bind = "c"
+
+[[step]]
+actor = "bob"
+op = "memory.show"
+args = { id = "${c.id}" }
+
+[[step]]
+actor = "bob"
+op = "memory.corroborate"
+args = { id = "${c.id}" }
+expect_result = { tier = "unverified", counted = true }
+
+[[step]]
+action = "broker-restart"
+kill = true
+%s
+
+[[step]]
+actor = "bob"
+action = "kill-during"
+op = "memory.remember"
+args = { kind = "discovery", text = "The nightly build skips the slow suites on Fridays (bixdovq marker)." }
+
+[[step]]
+actor = "alice"
+op = "whoami"
+
+[[check]]
+claim = "${c.id}"
+tier = "trusted"
+'''
+
+
+def test_a_broker_killed_and_started_again_keeps_what_was_acknowledged_under_the_new_policy(tmp_path):
+    # SIGKILL the broker after bob's acknowledged vouch, start it again with quorum 1: the vouch is still
+    # there and now makes the claim trusted; bob, killed mid-call afterwards, leaves alice able to act.
+    passed = run_scenario(load(write(tmp_path, RESTART % "policy = { quorum = 1 }"), known_ops()), workdir=tmp_path)
+    assert passed.verdict == "passed", passed
+    # The control: the same restart without the new policy leaves the claim one domain short of quorum 2.
+    (tmp_path / "control").mkdir()
+    control = run_scenario(load(write(tmp_path / "control", RESTART % ""), known_ops()), workdir=tmp_path)
+    assert control.verdict == "failed" and "trusted" in (control.expected or ""), control

@@ -18,7 +18,9 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,6 +45,28 @@ def inside(run: Run, *argv: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60)
 
 
+#: One operator call from inside the broker's namespaces, its answer printed as JSON.
+CALL = (
+    "import json, sys; from broker.client import BlockingClient\n"
+    "with BlockingClient.for_operator(sys.argv[1], operator_key=sys.argv[2]) as c: print(json.dumps(c.call(sys.argv[3], json.loads(sys.argv[4]))))"
+)
+
+
+def op(run: Run, name: str, **args: object) -> Any:
+    """``run.op`` from inside the broker's user namespace.
+
+    The broker accepts the operator key only from a process in its own user namespace (a strict box is one of
+    its own; a namespace it cannot read is refused too), so the test's process outside is refused, rightly.
+    """
+    done = inside(run, sys.executable, "-I", "-c", CALL, str(run.socket_path()), run.operator_key(), name, json.dumps(args))
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def listed(run: Run) -> set[int]:
+    return {c["id"] for c in op(run, "memory.list", limit=1000)}
+
+
 def test_a_full_disk_refuses_writes_by_name_keeps_what_was_acknowledged_and_recovers(tmp_path: Path) -> None:
     tools()
     fs = tmp_path / "fs"
@@ -64,8 +88,7 @@ def test_a_full_disk_refuses_writes_by_name_keeps_what_was_acknowledged_and_reco
         # The broker is alive and reads what it acknowledged; a lock is still granted (its event waits to be
         # written) and an agent that ends meanwhile is recorded once there is room.
         assert alice.call("whoami")["agent"] == "alice"
-        listed = {c["id"] for c in run.op("memory.list", limit=1000)}
-        assert set(acknowledged) <= listed
+        assert set(acknowledged) <= listed(run)
         bob = run.puppet("bob")
         token = bob.call("lock.acquire", resources=["notes.txt"])["grants"][0]["token"]
         bob.call("lock.release", resources=["notes.txt"])
@@ -75,10 +98,10 @@ def test_a_full_disk_refuses_writes_by_name_keeps_what_was_acknowledged_and_reco
         assert inside(run, "rm", str(fs / "filler")).returncode == 0
         after = alice.call("memory.remember", kind="discovery", text=FACT.format("kernel"))
         assert after["tier"] == "unverified"
-        report = json.loads(run.cli("memory", "verify", "--json").stdout)
+        report = op(run, "memory.verify")
         assert report["ok"], report["problems"]
-        assert set(acknowledged) | {after["id"]} <= {c["id"] for c in run.op("memory.list", limit=1000)}
-        grants = run.op("memory.log", kind="lock.grant")
+        assert set(acknowledged) | {after["id"]} <= listed(run)
+        grants = op(run, "memory.log", kind="lock.grant")
         assert any(token in g["detail"].get("tokens", ()) for g in grants), grants
-        run.wait_until(lambda: any(e["subject"] == bob_key for e in run.op("memory.log", kind="agent.exit")), timeout=20, what="bob's exit recorded")
-        assert run.op("broker.stats")["lost_events"] == 0
+        run.wait_until(lambda: any(e["subject"] == bob_key for e in op(run, "memory.log", kind="agent.exit")), timeout=20, what="bob's exit recorded")
+        assert op(run, "broker.stats")["lost_events"] == 0

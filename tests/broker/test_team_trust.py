@@ -1,0 +1,123 @@
+"""The team file is trusted configuration, and lives in the tree agents write.
+
+The attack: an agent edits team.toml -- its own box off, a wider allow_write,
+a preloaded library in its environment, a weaker trust policy, another store
+-- and the edit gets committed; at the person's next ``conclave run`` it would
+have all of that.  ``conclave run`` keeps what the operator last ran (in the
+state directory, which no box reaches) and refuses a trust-relevant change,
+showing it field by field, until the operator accepts it.  Controls: the
+first run records the file and runs; an accepted change runs; a change to a
+field that is not trust-relevant (the prompt) runs without asking.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from agents.harness import make_repo
+
+BEFORE = """
+[[agent]]
+name = "alice"
+command = ["sh", "-c", "echo ran >> {marker}"]
+sandbox = "{level}"
+
+[policy]
+quorum = 2
+"""
+
+
+def conclave(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    return subprocess.run([sys.executable, "-I", "-m", "broker.cli", *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def setup(tmp_path: Path) -> tuple[Path, Path, Path, list[str]]:
+    from broker.sandbox import machine
+
+    repo = make_repo(tmp_path)
+    team = repo / "team.toml"
+    marker = repo / "ran.txt"  # the box writes the work tree
+    level = machine.probe().strongest
+    team.write_text(BEFORE.format(marker=marker, level=level))
+    where = ["--repo", str(repo), "--state-dir", str(tmp_path / "state")]
+    return repo, team, marker, where
+
+
+def runs(marker: Path) -> int:
+    return len(marker.read_text().splitlines()) if marker.exists() else 0
+
+
+def test_a_trust_relevant_edit_is_shown_and_refused_until_the_operator_accepts_it(tmp_path: Path) -> None:
+    repo, team, marker, where = setup(tmp_path)
+    # A first run records the team file as it is, and runs.
+    first = conclave("run", "--team", str(team), *where, "--json")
+    assert first.returncode == 0 and runs(marker) == 1, first.stderr
+    # What an agent writes into the tree: its box off, more to write, a library preloaded, a weaker policy.
+    edited = team.read_text().replace('sandbox = "strict"', 'sandbox = "off"').replace('sandbox = "landlock"', 'sandbox = "off"')
+    edited = edited.replace('sandbox = "off"', 'sandbox = "off"\nallow_write = ["/tmp"]\nenv = { LD_PRELOAD = "/tmp/evil.so", API_TOKEN = "hunter2" }')
+    team.write_text(edited.replace("quorum = 2", "quorum = 1"))
+    refused = conclave("run", "--team", str(team), *where)
+    assert refused.returncode == 2 and runs(marker) == 1, refused.stdout + refused.stderr  # nothing ran
+    for field in ("agent 'alice'.sandbox", "agent 'alice'.allow_write", "agent 'alice'.env.LD_PRELOAD", "[policy] quorum"):
+        assert field in refused.stdout, (field, refused.stdout)
+    assert '"/tmp/evil.so"' in refused.stdout and "hunter2" not in refused.stdout + refused.stderr  # a secret's value is never shown
+    assert "conclave team accept" in refused.stderr and "--accept-team" in refused.stderr
+    # --json says the same, as data.
+    as_json = conclave("run", "--team", str(team), *where, "--json")
+    report = json.loads(as_json.stdout)
+    assert as_json.returncode == 2 and report["refused"] == "team_changed"
+    assert {c["field"] for c in report["changes"]} >= {"agent 'alice'.sandbox", "[policy] quorum"}
+    # The operator reads them and accepts; then it runs.
+    accepted = conclave("team", "accept", str(team), *where, "--json")
+    assert accepted.returncode == 0 and len(json.loads(accepted.stdout)["changes"]) == len(report["changes"]), accepted.stderr
+    again = conclave("run", "--team", str(team), *where, "--json")
+    assert again.returncode == 0 and runs(marker) == 2, again.stderr
+
+
+def test_run_accept_team_accepts_and_runs_in_one_step(tmp_path: Path) -> None:
+    repo, team, marker, where = setup(tmp_path)
+    assert conclave("run", "--team", str(team), *where, "--json").returncode == 0
+    team.write_text(team.read_text().replace("quorum = 2", "quorum = 3"))
+    assert conclave("run", "--team", str(team), *where, "--json").returncode == 2 and runs(marker) == 1
+    out = conclave("run", "--team", str(team), *where, "--accept-team")
+    assert out.returncode == 0 and runs(marker) == 2, out.stderr
+    assert "accepted 1 change(s)" in out.stdout and "[policy] quorum: 2 -> 3" in out.stdout
+
+
+def test_a_change_to_the_prompt_is_not_trust_relevant_and_runs_without_asking(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    team = repo / "team.toml"
+    marker = repo / "ran.txt"  # the box writes the work tree
+    body = '[[agent]]\nname = "alice"\npreset = "command"\ncommand = ["sh", "-c", "cat {{prompt_file}} >> {marker}"]\nprompt = "{task}"\n'
+    where = ["--repo", str(repo), "--state-dir", str(tmp_path / "state")]
+    team.write_text(body.format(marker=marker, task="first task"))
+    assert conclave("run", "--team", str(team), *where, "--json").returncode == 0
+    team.write_text(body.format(marker=marker, task="second task"))
+    out = conclave("run", "--team", str(team), *where, "--json")
+    assert out.returncode == 0, out.stderr
+    text = marker.read_text()
+    assert "first task" in text and "second task" in text.split("first task", 1)[1]  # both ran, in turn
+    # Control: the same file with its command changed is asked about.
+    team.write_text(body.format(marker=marker, task="second task").replace("cat ", "cat -n "))
+    assert conclave("run", "--team", str(team), *where, "--json").returncode == 2
+
+
+def test_an_agent_cannot_accept_a_change_for_the_operator(start_run, tmp_path: Path) -> None:
+    """An unboxed agent that can write the team file and run conclave still cannot accept it: it descends from a broker."""
+    run = start_run([{"name": "carol", "sandbox": "off"}])
+    repo, team, marker, where = setup(tmp_path)
+    assert conclave("run", "--team", str(team), *where, "--json").returncode == 0
+    team.write_text(team.read_text().replace("quorum = 2", "quorum = 1"))
+    from broker.entry import conclave_argv
+
+    out = run.puppet("carol").sh(*conclave_argv("team", "accept", str(team), *where))
+    assert out.returncode == 1 and "descends from a running conclave broker" in out.stderr, out.stderr
+    assert conclave("run", "--team", str(team), *where, "--json").returncode == 2  # still refused
+    # Control: the operator's own terminal accepts it.
+    assert conclave("team", "accept", str(team), *where).returncode == 0
+    assert conclave("run", "--team", str(team), *where, "--json").returncode == 0
