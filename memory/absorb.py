@@ -123,6 +123,8 @@ def link(conn: apsw.Connection, policy: TrustPolicy, index: vectors.VectorIndex,
         other = earlier.get(other_id)
         if other is None or not other.live or other.author_domain == claim.author_domain:
             continue
+        if claim.private_to is not None or other.private_to is not None:
+            continue  # a private claim never vouches, is never vouched for, and is never named to another agent
         similarity = _checked_similarity(conn, index.model, other.id, vector)
         if similarity is None or similarity < semantic.RESTATES_AT:
             continue

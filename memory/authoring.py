@@ -38,19 +38,22 @@ if TYPE_CHECKING:
 
 def remember(
     conn: apsw.Connection, policy: TrustPolicy, author: Principal, *, kind: str, scope: str, text: str, evidence: str | None,
-    again: ClaimRow | None = None,
+    again: ClaimRow | None = None, private: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """A new claim, unverified -- unless the same agent (any session, any run) already holds a
-    live claim of the same kind and scope with the same text (:func:`own_live_claim`): then that
-    claim comes back (``"repeated": true``), a ``memory.repeat`` event records the repetition,
+    live claim of the same kind and scope with the same text in the same pool (:func:`own_live_claim`):
+    then that claim comes back (``"repeated": true``), a ``memory.repeat`` event records the repetition,
     and nothing is stored twice.  Another agent's twin is never merged: the reply names live
     twins so the agent can corroborate one by id instead.
+
+    ``private``: kept for the author's agent name alone (its private pool,
+    across sessions and restarts) until it is shared (``memory.privacy.share``).
 
     On SQLite the job looks for the agent's own claim itself (a read on the writer, in
     microseconds).  On a server that read would cost every ``remember`` a round trip on the
     writer connection, which holds the write lock for every broker: the op looks first, on a
     reader, and passes what it found as ``again``."""
-    own = again if dialect.is_postgresql(conn) else own_live_claim(conn, author, kind=kind, scope=scope, text=text)
+    own = again if dialect.is_postgresql(conn) else own_live_claim(conn, author, kind=kind, scope=scope, text=text, private=private)
     if own is not None:
         payload: dict[str, Any] = {"kind": kind, "scope": scope, "text_sha256": claims.digest(text)}
         if evidence is not None:
@@ -60,7 +63,7 @@ def remember(
         out["repeated"] = True
         out["twins"] = [{"id": t.id, "tier": t.tier.value} for t in claims.twins(conn, own.text_key, besides=own.id)]
         return out
-    claim = claims.insert(conn, author, kind=kind, scope=scope, text=text, evidence=evidence)
+    claim = claims.insert(conn, author, kind=kind, scope=scope, text=text, evidence=evidence, private_to=author.agent if private else None)
     out = standing.describe_new(policy, claim)
     twins: list[dict[str, Any]] = []
     out["twins"] = twins  # filled once the query is back (on a server, with the batch's next statement)
@@ -74,11 +77,15 @@ def same_text(text: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split()).rstrip(" .!;:,")
 
 
-def own_live_claim(conn: apsw.Connection, author: Principal, *, kind: str, scope: str, text: str) -> ClaimRow | None:
-    """The author's agent's own live claim with this text, kind and scope, if it has one (the oldest)."""
+def own_live_claim(conn: apsw.Connection, author: Principal, *, kind: str, scope: str, text: str, private: bool = False) -> ClaimRow | None:
+    """The author's agent's own live claim with this text, kind and scope, if it has one (the oldest),
+    in the same pool: a private note repeats a private note, a shared claim a shared one."""
     agent = author.key.rpartition(":")[0]
     wanted = same_text(text)
-    for twin in claims.twins(conn, claims.text_key(text), besides=None):
+    pool = author.agent if private else None
+    for twin in claims.twins(conn, claims.text_key(text), besides=None, viewer=pool):
+        if twin.private_to != pool:
+            continue
         if twin.author.rpartition(":")[0] == agent and (twin.kind, twin.scope) == (kind, scope) and same_text(twin.text) == wanted:
             return twin
     return None
@@ -96,6 +103,7 @@ def revise(conn: apsw.Connection, policy: TrustPolicy, author: Principal, claim_
         ConclaveError: ``not_found``, ``conflict`` (superseded or retired),
             ``forbidden`` (another trust domain's claim).
     """
+    claims.require_visible(conn, claim_id, author)
     old, _, _ = facts.require_live(conn, claim_id, "revise")  # its author's domain as the events say it
     if old.author_domain != author.domain:
         raise ConclaveError(
@@ -103,7 +111,7 @@ def revise(conn: apsw.Connection, policy: TrustPolicy, author: Principal, claim_
             f"claim {claim_id} belongs to trust domain {old.author_domain}; only its author's domain may revise it. "
             "Dispute it (conclave memory dispute) and remember a corrected claim instead",
         )
-    new = claims.insert(conn, author, kind=old.kind, scope=old.scope, text=text, evidence=evidence, revises=old)
+    new = claims.insert(conn, author, kind=old.kind, scope=old.scope, text=text, evidence=evidence, revises=old, private_to=old.private_to)
     out = standing.describe_new(policy, new)
     out["revised"] = {"id": old.id, "tier": old.tier.value}
     return out
@@ -143,7 +151,9 @@ def corroborate(
       not match): it vouches by id for text it never saw.  Recorded, never
       counted.
     """
+    claims.require_visible(conn, claim_id, witness)
     claim, told, revoked = facts.require_live(conn, claim_id, "corroborate")
+    _refuse_private(claim, "corroborate")
     if match.text_sha256 is not None and match.text_sha256 != told.text_sha256:
         raise facts.RowTampered(
             f"claim {claim.id}'s text is not the text its keyed event {told.seq} recorded (sha256 {told.text_sha256[:16]}...): "
@@ -170,7 +180,9 @@ def corroborate(
 
 def dispute(conn: apsw.Connection, policy: TrustPolicy, witness: Principal, claim_id: int, *, reason: str) -> dict[str, Any]:
     """Refute a claim, by id.  An independent dispute makes it ``disputed``."""
+    claims.require_visible(conn, claim_id, witness)
     claim, told, revoked = facts.require_live(conn, claim_id, "dispute")
+    _refuse_private(claim, "dispute")
     at = events.now()
     conn.execute(
         "INSERT INTO disputes(claim, principal, domain, at, reason, counted) VALUES (?,?,?,?,?,0)",
@@ -183,6 +195,20 @@ def dispute(conn: apsw.Connection, policy: TrustPolicy, witness: Principal, clai
     out = _after(conn, policy, claim.id, verdict)
     exposures.record(conn, witness, [claim], "show", at)  # the reply carries the text
     return out
+
+
+def _refuse_private(claim: ClaimRow, verb: str) -> None:
+    """A private claim takes no witnesses (its row's ``private_to`` was just held against its events).
+
+    Raises:
+        ConclaveError: ``conflict``: share it first.
+    """
+    if claim.private_to is not None:
+        raise ConclaveError(
+            ErrorCode.CONFLICT,
+            f"cannot {verb} claim {claim.id}: it is private to {claim.private_to} and takes no witnesses; "
+            f"share it first (conclave memory share {claim.id}), then it starts as an unverified shared claim",
+        )
 
 
 def record_witness(

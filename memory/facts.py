@@ -116,6 +116,7 @@ def agree(row: ClaimRow, facts: ClaimFacts) -> None:
         ("author_domain", row.author_domain, facts.author_domain),
         ("superseded_by", row.superseded_by, facts.superseded_by),
         ("retired_at", row.retired_at, facts.retired_at),
+        ("private_to", row.private_to, facts.private_to),
     )
     for column, stored, told in pairs:
         if told is UNKNOWN or stored == told:

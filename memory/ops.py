@@ -20,7 +20,7 @@ import trio
 from broker.errors import ConclaveError, ErrorCode
 from broker.core import Call, Feature
 from broker.optable import Access, OpTable
-from memory import authoring, claims, curation, doctor, exposures, inspection, prefilter, retrieval, revocation, schema, settings, standing, trails, vectors
+from memory import authoring, claims, curation, doctor, exposures, inspection, links, prefilter, privacy, retrieval, revocation, schema, settings, standing, trails, vectors
 from store import dialect, events
 from store.events import BROKER_ACTOR
 from store.integrity import ExpectedHead
@@ -44,19 +44,38 @@ class RememberArgs:
     text: str
     scope: str = "repo"
     evidence: str | None = None
+    #: Keep it in the caller's private pool: visible to its agent name only, until shared.
+    private: bool = False
 
 
 @attrs.frozen
 class RecallArgs:
     query: str
     limit: int = 10
+    #: Follow one link from each hit and append what it leads to (tagged ``linked``).
+    expand: bool = False
+    #: A look, not a use: logged as shown (the reader saw the claims) but not counted as recall hits.
+    preview: bool = False
 
 
 @attrs.frozen
 class ContextArgs:
     query: str
-    budget: int = 500
+    #: Tokens; None takes the team file's ``[memory] context_budget_tokens``.
+    budget: int | None = None
     include_unverified: bool = False
+    #: Follow one link from each claim pushed, into what the budget has left.
+    expand: bool = True
+    #: A look at what would be pushed: logged as shown, not counted as a push.
+    preview: bool = False
+
+
+@attrs.frozen
+class LinkArgs:
+    source: int
+    target: int
+    kind: str = "relates-to"
+    why: str | None = None
 
 
 @attrs.frozen
@@ -201,11 +220,12 @@ async def remember(call: Call, args: RememberArgs) -> dict[str, Any]:
     again = None
     if dialect.of(call.core.store.backend) == dialect.POSTGRESQL:  # off the writer (authoring.remember says why)
         again = await call.core.store.read(
-            lambda conn: authoring.own_live_claim(conn, call.principal, kind=args.kind, scope=args.scope, text=args.text)
+            lambda conn: authoring.own_live_claim(conn, call.principal, kind=args.kind, scope=args.scope, text=args.text, private=args.private)
         )
     result = await call.core.store.call(
         lambda conn: authoring.remember(
-            conn, svc.policy, call.principal, kind=args.kind, scope=args.scope, text=args.text, evidence=args.evidence, again=again
+            conn, svc.policy, call.principal, kind=args.kind, scope=args.scope, text=args.text, evidence=args.evidence, again=again,
+            private=args.private,
         ),
         replayable=True,
     )
@@ -262,8 +282,10 @@ async def recall(call: Call, args: RecallArgs) -> list[dict[str, Any]]:
     _range("memory.recall", "limit", args.limit, 1, retrieval.MAX_LIMIT)
     svc = service(call)
     probe = await svc.probe(args.query)
+    via = "show" if args.preview else "recall"
     return await call.core.store.call(
-        lambda conn: retrieval.recall(conn, svc.policy, call.principal, args.query, limit=args.limit, probe=probe), replayable=True
+        lambda conn: retrieval.recall(conn, svc.policy, call.principal, args.query, limit=args.limit, probe=probe, expand=args.expand, shown_as=via),
+        replayable=True,
     )
 
 
@@ -271,11 +293,34 @@ async def recall(call: Call, args: RecallArgs) -> list[dict[str, Any]]:
 async def context(call: Call, args: ContextArgs) -> dict[str, Any]:
     """The fenced reference block for a query: trusted claims by default, within a token budget."""
     _text("memory.context", "query", args.query, claims.MAX_TEXT)
-    _range("memory.context", "budget", args.budget, 1, retrieval.MAX_BUDGET)
-    probe = await service(call).probe(args.query)
+    svc = service(call)
+    budget = svc.settings.context_budget_tokens if args.budget is None else args.budget
+    _range("memory.context", "budget", budget, 1, retrieval.MAX_BUDGET)
+    probe = await svc.probe(args.query)
+    via = "show" if args.preview else "context"
     return await call.core.store.call(
-        lambda conn: retrieval.context(conn, call.principal, args.query, budget=args.budget, include_unverified=args.include_unverified, probe=probe),
+        lambda conn: retrieval.context(
+            conn, call.principal, args.query, budget=budget, include_unverified=args.include_unverified, probe=probe, expand=args.expand, shown_as=via
+        ),
         replayable=True,
+    )
+
+
+@OPS.op("memory.share", ClaimArgs)
+async def share(call: Call, args: ClaimArgs) -> dict[str, Any]:
+    """Share a private claim (its agent or the operator): it starts as an unverified shared claim, its author kept."""
+    svc = service(call)
+    return await call.core.store.call(lambda conn: privacy.share(conn, svc.policy, call.principal, args.id), replayable=True)
+
+
+@OPS.op("memory.link", LinkArgs)
+async def link(call: Call, args: LinkArgs) -> dict[str, Any]:
+    """Link two claims (relates-to, depends-on, supersedes) as the caller; neither claim's trust changes."""
+    if args.why is not None:
+        _text("memory.link", "why", args.why, links.MAX_WHY)
+        await _screen(call, "memory.link", [("why", prefilter.check_note(args.why))])
+    return await call.core.store.call(
+        lambda conn: links.link(conn, call.principal, args.source, args.target, kind=args.kind, why=args.why), replayable=True
     )
 
 
@@ -285,7 +330,12 @@ async def show(call: Call, args: ClaimArgs) -> dict[str, Any]:
     svc = service(call)
 
     def job(conn):  # type: ignore[no-untyped-def]
+        claims.require_visible(conn, args.id, call.principal)
         out = inspection.show(conn, svc.policy, args.id)
+        if not call.principal.is_operator:
+            # A link to another agent's private claim would name it (and carry its linker's words): left out.
+            ends = claims.load_many(conn, (i for r in out["relations"] for i in (r["source"], r["target"])))
+            out["relations"] = [r for r in out["relations"] if all(ends[i].visible_to(call.principal) for i in (r["source"], r["target"]) if i in ends)]
         if not call.principal.is_operator:
             exposures.record(conn, call.principal, [claims.require(conn, args.id)], "show", events.now())
         return out

@@ -48,13 +48,15 @@ TIER_KINDS: Final = frozenset({"memory.remember", "memory.revise", "memory.tier"
 #: Every event about one claim (its subject is the claim's id).
 CLAIM_KINDS: Final = frozenset({
     "memory.remember", "memory.revise", "memory.corroborate", "memory.dispute", "memory.promote",
-    "memory.retire", "memory.unretire", "memory.tier",
+    "memory.retire", "memory.unretire", "memory.tier", "memory.share",
 })
-KINDS: Final = CLAIM_KINDS | {"memory.revoke", SHOWN, EXPOSURES_LOGGED, "memory.policy", "memory.groom", "agent.spawn", "memory.embed"}
+#: A link people and agents draw between two claims (``memory.links``): its subject is the source claim.
+LINK: Final = "memory.link"
+KINDS: Final = CLAIM_KINDS | {"memory.revoke", SHOWN, EXPOSURES_LOGGED, "memory.policy", "memory.groom", "agent.spawn", "memory.embed", LINK}
 
 CLAIMS_TABLE: Final = Table("claims", ("id",), (
     "lineage", "edition", "supersedes", "superseded_by", "kind", "scope", "text", "text_key", "evidence", "author",
-    "author_domain", "tier", "created_at", "last_used_at", "retired_at", "retired_by", "retired_reason",
+    "author_domain", "tier", "created_at", "last_used_at", "retired_at", "retired_by", "retired_reason", "private_to",
 ), noun="claim", digests=("text", "evidence"))
 CORROBORATIONS_TABLE: Final = Table("corroborations", ("id",), (
     "claim", "principal", "domain", "at", "evidence", "blind", "counted", "reason_not_counted", "witness", "similarity", "restatement",
@@ -68,6 +70,9 @@ SETTINGS_TABLE: Final = Table("memory_settings", ("key",), ("value",), noun="set
 GROOM_TABLE: Final = Table("groom_runs", ("id",), ("at", "actor", "high_water", "summary"), noun="groom run")
 LINKS_TABLE: Final = Table("claim_links", ("id",), ("claim", "restates", "kind", "similarity", "at"), noun="link")
 VECTORS_TABLE: Final = Table("claim_vectors", ("claim", "model"), ("vector", "at"), noun="vector")
+RELATIONS_TABLE: Final = Table("claim_relations", ("id",), (
+    "source", "target", "source_lineage", "target_lineage", "kind", "why", "author", "author_domain", "at",
+), noun="link", digests=("why",))
 
 
 @final
@@ -132,6 +137,8 @@ class ClaimFacts:
     retired_at: str | None = None
     retired_by: str | None = None
     retired_reason: str | None = None
+    #: The agent whose private pool holds it (``memory.remember``'s ``private_to``; a ``memory.share`` clears it).
+    private_to: str | None = None
     #: The last event that set the tier, and the tier it set.
     tier_seq: int = 0
     tier: Tier = Tier.UNVERIFIED
@@ -210,6 +217,7 @@ class MemoryLog:
         self._links: dict[tuple[Any, ...], Row] = {}
         self._links_found: list[Difference] = []
         self._vectors: dict[tuple[Any, ...], Row] = {}
+        self._relations: dict[tuple[Any, ...], Row] = {}
 
     # -- feeding ----------------------------------------------------------------
 
@@ -238,6 +246,7 @@ class MemoryLog:
             id=claim_id, seq=e.seq, lineage=int(p["lineage"]), edition=int(p["edition"]), supersedes=p.get("supersedes"),
             kind=p["kind"], scope=p["scope"], text_sha256=p["text_sha256"], evidence_sha256=p.get("evidence_sha256"),
             author=e.actor, author_domain=domain, created_at=e.at, text_key=p.get("text_key"), tier_seq=e.seq, tier=Tier.UNVERIFIED,
+            private_to=p.get("private_to"),
         )
         self.claims[claim_id] = facts
         old = self.claims.get(p["supersedes"]) if p.get("supersedes") is not None else None
@@ -245,6 +254,23 @@ class MemoryLog:
             old.superseded_by = claim_id
             if old.tier_seq < e.seq:
                 old.tier_seq, old.tier = e.seq, Tier.SUPERSEDED
+
+    def _share(self, e: Event) -> None:
+        """A private claim shared: every edition of its lineage the log holds is shared from here on."""
+        lineage = e.payload.get("lineage")
+        for facts in self.claims.values():
+            if facts.lineage == lineage or facts.id == int(e.subject or 0):
+                facts.private_to = None
+
+    def _relation(self, e: Event) -> None:
+        p = e.payload
+        if p.get("row") is None:
+            return
+        self._relations[(int(p["row"]),)] = Row(e.seq, {
+            "source": int(e.subject or 0), "target": p.get("target"), "source_lineage": p.get("source_lineage"),
+            "target_lineage": p.get("target_lineage"), "kind": p.get("kind"), "why": p.get("why_sha256"),
+            "author": e.actor, "author_domain": p.get("domain"), "at": e.at,
+        })
 
     def _witness(self, e: Event) -> None:
         facts = self.claims.get(int(e.subject or 0))
@@ -412,6 +438,7 @@ class MemoryLog:
                 facts.lineage, facts.edition, facts.supersedes, facts.superseded_by, facts.kind, facts.scope, facts.text_sha256,
                 facts.text_key if facts.text_key is not None else _TEXT_KEY, facts.evidence_sha256, facts.author, facts.author_domain,
                 standing.tier.value, facts.created_at, facts.last_used_at, facts.retired_at, facts.retired_by, facts.retired_reason,
+                facts.private_to,
             ))
             _witness_rows(corroborations, facts.id, facts.corroborations, standing.corroborations, "evidence")
             _witness_rows(disputes, facts.id, facts.disputes, standing.disputes, "reason")
@@ -443,6 +470,7 @@ class MemoryLog:
         yield Projection(GROOM_TABLE, self._groom, legacy=(lambda key: "written before groom events named their row") if legacy_groom else None)
         if self._rebuild:  # decisions read one claim's events; only verify rebuilds these
             yield Projection(LINKS_TABLE, self._links, findings=tuple(self._links_found))
+            yield Projection(RELATIONS_TABLE, self._relations)
             yield Projection(VECTORS_TABLE, self._vectors)
 
     def unrebuilt(self) -> list[Unrebuilt]:
@@ -497,6 +525,8 @@ _HANDLERS: Final = {
     "memory.groom": MemoryLog._groom_run,
     "agent.spawn": MemoryLog._spawn,
     "memory.embed": MemoryLog._embed,
+    "memory.share": MemoryLog._share,
+    LINK: MemoryLog._relation,
 }
 
 __all__ = ["MemoryLog", "ClaimFacts", "WitnessFacts", "KINDS", "CLAIM_KINDS", "TIER_KINDS", "shown"]

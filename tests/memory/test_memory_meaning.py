@@ -150,3 +150,25 @@ def test_verify_names_a_vector_or_a_witness_kind_changed_behind_the_brokers_back
     assert any(f"claim_vectors: vector (claim {claim}, model " in p and "column vector" in p for p in problems), problems
     assert any("corroborations: corroboration" in p and "column witness: the events" in p and "say 'unread', the row holds 'blind'" in p
                for p in problems), problems
+
+
+def test_a_private_claim_never_vouches_as_a_rediscovery(start_run) -> None:  # type: ignore[no-untyped-def]
+    """Attack: bob, never shown alice's claim, restates it in a *private* note -- if the broker took that as
+    an independent rediscovery it would be a blind witness no other agent could ever read or check."""
+    run = start_run(AGENTS)
+    claim = run.puppet("alice").call("memory.remember", kind="discovery", text="The integration tests time out because the mock server starts after the first request.")["id"]
+    embedded(run, 1)
+    note = run.puppet("bob").call(
+        "memory.remember", kind="discovery", private=True, text="Integration tests hit a timeout since the mock server only starts once the first request has been sent."
+    )["id"]
+    embedded(run, 2)
+    assert run.op("memory.show", id=claim)["corroborations"] == []
+    kept = run.op("memory.show", id=note)
+    assert kept["tier"] == "unverified" and kept["private_to"] == "bob" and kept["links"] == []
+    # Control: carol, never shown it either, restates it in a shared claim: an independent rediscovery, counted.
+    again = run.puppet("carol").call(
+        "memory.remember", kind="discovery", text="Integration tests hit a timeout since the mock server only starts once the first request has been sent."
+    )["id"]
+    embedded(run, 3)
+    witnesses = run.op("memory.show", id=claim)["corroborations"]
+    assert [(w["domain"], w["witness"], w["restatement"]) for w in witnesses] == [("carol", "blind", again)]

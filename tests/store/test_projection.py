@@ -38,12 +38,17 @@ FLAGS = {"blind", "counted"}
 CLAIM_REFS = {
     ("claims", "supersedes"), ("claims", "superseded_by"), ("corroborations", "claim"), ("disputes", "claim"), ("promotions", "claim"),
     ("corroborations", "restatement"), ("claim_links", "claim"), ("claim_links", "restates"),
+    ("claim_relations", "source"), ("claim_relations", "target"),
 }
-NUMBERS = {"pid", "exit_code", "high_water", "reserved", "lineage", "edition", "claim", "supersedes", "superseded_by", "message", "restatement"}
+NUMBERS = {
+    "pid", "exit_code", "high_water", "reserved", "lineage", "edition", "claim", "supersedes", "superseded_by", "message", "restatement",
+    "source_lineage", "target_lineage",
+}
 #: Values a CHECK constraint allows (by table and column, then by column).
 CHOICES: dict[str | tuple[str, str], tuple[str, ...]] = {
     "tier": TIERS, "kind": KINDS, "scope": ("repo", "general"), "via": VIAS, "role": ("agent", "operator"),
     "witness": ("blind", "informed", "unread"), ("claim_links", "kind"): ("rediscovery", "restatement"),
+    ("claim_relations", "kind"): ("relates-to", "depends-on", "supersedes"),
 }
 
 #: How to forge a row of each projected table (a copy of an existing row under a new key), by dialect.
@@ -80,6 +85,9 @@ FORGE: dict[str, dict[str, str] | None] = {
     "lock_fencing": None,
     "claim_links": {"any": "INSERT INTO claim_links(id, claim, restates, kind, similarity, at) "
                            "SELECT id + 1000, claim, restates, kind, similarity, at FROM claim_links WHERE id = (SELECT min(id) FROM claim_links)"},
+    "claim_relations": {"any": "INSERT INTO claim_relations(id, source, target, source_lineage, target_lineage, kind, why, author, author_domain, at) "
+                               "SELECT id + 1000, source, target, source_lineage, target_lineage, kind, why, author, author_domain, at "
+                               "FROM claim_relations WHERE id = (SELECT min(id) FROM claim_relations)"},
     "claim_vectors": {"any": "INSERT INTO claim_vectors(claim, model, vector, at) "
                              "SELECT claim, model || '-forged', vector, at FROM claim_vectors WHERE seq = (SELECT min(seq) FROM claim_vectors)"},
 }
@@ -152,6 +160,8 @@ def make_history(run: Run) -> None:
     bob.call("status.set", text="reviewing the ledger fix")
     bob.call("lock.acquire", resources=["notes.txt"])
     bob.call("lock.release", resources=["notes.txt"])
+    bob.call("memory.link", source=trusted, target=found, kind="relates-to", why="both are about CI timing")  # issue 26: a link
+    carol.call("memory.remember", kind="discovery", text="The ledger export runs just after midnight.", private=True)  # and a private note
     run.op("memory.revoke", target=dave.key, reason="its model was injected")
     run.stop()
 
@@ -271,6 +281,7 @@ def test_a_row_deleted_from_every_table_is_named(store: Store) -> None:
         if name == "claims":
             cascade = [(f"DELETE FROM {t} WHERE claim = ?", first) for t in ("corroborations", "disputes", "promotions", "claim_vectors")]
             cascade.append(("DELETE FROM claim_links WHERE claim = ? OR restates = ?", first * 2))
+            cascade.append(("DELETE FROM claim_relations WHERE source = ? OR target = ?", first * 2))
             cascade.append(("UPDATE corroborations SET restatement = NULL WHERE restatement = ?", first))
             cascade.append(("UPDATE claims SET supersedes = NULL WHERE supersedes = ?", first))
             cascade.append(("UPDATE claims SET superseded_by = NULL WHERE superseded_by = ?", first))
