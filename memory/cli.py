@@ -10,6 +10,7 @@ and ``--repo`` / ``--state-dir``.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -523,10 +524,61 @@ def _claim_markdown(c: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# -- the trust graph ------------------------------------------------------------------------
-# (Its imports sit here so the block stays in one piece; typer reads the annotations from module globals.)
+# -- the eval ----------------------------------------------------------------------------------
 
-from pathlib import Path  # noqa: E402
+
+@app.command("eval")
+def eval_(
+    fixture: Annotated[str, typer.Argument(metavar="FIXTURE.json", help="The exam: {\"version\": 1, \"queries\": [{\"q\", \"expect\": [ids], \"cat\"}]}.")],
+    budget: Annotated[int, typer.Option("--budget", help="The token budget the context path is scored with.", min=1)] = 500,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Score recall and context against FIXTURE.json: recall@5 and @15 per category, every miss classified (read-only)."""
+    import hashlib
+    import json as json_
+
+    from memory import evaluation
+
+    try:
+        raw = Path(fixture).read_bytes()
+    except OSError as exc:
+        die(f"cannot read the fixture {fixture}: {exc.strerror}; give the path of a JSON exam file", EXIT_USAGE)
+    try:
+        doc = json_.loads(raw)
+        queries = evaluation.check_fixture(doc)
+    except (ValueError, UnicodeDecodeError) as exc:
+        die(f"the fixture {fixture} is not a usable exam: {exc}", EXIT_USAGE)
+    target = Target(json_out, repo, state_dir)
+    args = {"queries": [{"q": q.q, "expect": q.expect, "cat": q.cat} for q in queries], "budget": budget}
+    result = call(target, "memory.eval", args, timeout=None)
+    result = {"fixture": {"path": fixture, "sha256": hashlib.sha256(raw).hexdigest(), "queries": len(queries)}, **result}
+    pinned = doc.get("corpus")
+    if isinstance(pinned, str) and pinned != result["corpus"]["sha256"]:
+        result["warning"] = f"the fixture was written for corpus {pinned[:16]}; this store is {result['corpus']['sha256'][:16]}: figures are not comparable"
+
+    def human(r: dict[str, Any]) -> None:
+        say(f"fixture {r['fixture']['path']} sha256 {r['fixture']['sha256']} ({r['fixture']['queries']} queries)")
+        say(f"corpus {r['corpus']['sha256']} ({r['corpus']['live']} live of {r['corpus']['claims']} claims); context budget {r['budget']} tokens")
+        if r.get("warning"):
+            say(f"warning: {r['warning']}")
+        for path in evaluation.PATHS:
+            summary = r["summary"][path]
+            table(f"{path}: recall@K by category", ["category", "queries", "recall@5", "recall@15"], [
+                (cat, row["queries"], f"{row['recall@5']:.2f}", f"{row['recall@15']:.2f}") for cat, row in summary["by_category"].items()
+            ])
+            say(f"{path} misses: " + ", ".join(f"{name} {n}" for name, n in summary["misses"].items()))
+            for q in r["queries"]:
+                for m in q[path]["misses"]:
+                    rank = f" (rank {m['rank']})" if m.get("rank") else ""
+                    say(f"  {m['class']}{rank}: claim {m['claim']} for {shorten(q['q'], 60)!r} missed at @{'/@'.join(map(str, m['missed_at']))}"
+                        + (f" -- {m['why']}" if m.get("why") else ""))
+
+    emit(target, result, human)
+
+
+# -- the trust graph ------------------------------------------------------------------------
 
 GRAPH_FORMATS = ("text", "dot", "mermaid", "svg")
 

@@ -420,6 +420,41 @@ async def groom(call: Call, args: GroomArgs) -> dict[str, Any]:
     return await service(call).groom(actor=call.principal.key, dry_run=args.dry_run)
 
 
+# -- the eval (memory eval) --------------------------------------------------------------
+
+
+@attrs.frozen
+class ExamQueryArgs:
+    q: str
+    expect: list[int]
+    cat: str
+
+
+@attrs.frozen
+class EvalArgs:
+    queries: list[ExamQueryArgs]
+    budget: int = 500
+
+
+@OPS.op("memory.eval", EvalArgs, access=Access.OPERATOR)
+async def evaluate(call: Call, args: EvalArgs) -> dict[str, Any]:
+    """Score recall and context against an exam (read-only: no exposure, no event); recall@5/@15 per category, misses classified."""
+    from memory import evaluation
+
+    _range("memory.eval", "budget", args.budget, 1, retrieval.MAX_BUDGET)
+    try:
+        queries = evaluation.check_fixture({"queries": [attrs.asdict(q) for q in args.queries]})
+    except ValueError as exc:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"memory.eval: {exc}") from None
+    svc = service(call)
+    probes = [await svc.probe(q.q) for q in queries]
+
+    def job(conn):  # type: ignore[no-untyped-def]
+        return {"corpus": evaluation.fingerprint(conn), "budget": args.budget, **evaluation.run(conn, queries, probes, budget=args.budget)}
+
+    return await svc.read(job)
+
+
 # -- the trust graph (memory graph, the dashboard) ---------------------------------------
 
 
