@@ -578,6 +578,72 @@ def eval_(
     emit(target, result, human)
 
 
+# -- the vault -----------------------------------------------------------------------------------
+
+vault_app = typer.Typer(no_args_is_help=True, add_completion=False, help="The memory as an Obsidian vault: export it, edit it by hand, import the edits.")
+app.add_typer(vault_app, name="vault")
+
+
+def _folder(value: Path) -> str:
+    return str(value.expanduser().absolute())
+
+
+@vault_app.command("export")
+def vault_export(
+    out: Annotated[Path, typer.Option("--out", help="The vault folder: new, empty, or a vault this command wrote.")],
+    force: Annotated[bool, typer.Option("--force", help="Replace a folder that is not an unedited vault of ours (it is moved aside and kept).")] = False,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Write one Markdown note per live claim, an index note per author and a manifest; the same store gives the same bytes."""
+    target = Target(json_out, repo, state_dir)
+    result = call(target, "memory.vault_export", {"out": _folder(out), "force": force}, timeout=None)
+
+    def human(r: dict[str, Any]) -> None:
+        say(f"exported {r['claims']} live claims to {r['out']} ({r['files']} files, snapshot {r['snapshot'][:16]})")
+        if r["kept_aside"]:
+            say(f"what was there ({r['was']}) is kept at {r['kept_aside']}")
+
+    emit(target, result, human)
+
+
+@vault_app.command("import")
+def vault_import(
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="A vault `vault export` wrote, edited since.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Apply the changes (one transaction); without it, only show them.")] = False,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Show what a vault's edits would do (a dry run); with --yes apply them: an edit is your new edition, a deleted note a retirement, a new note an unverified claim."""
+    target = Target(json_out, repo, state_dir)
+    result = call(target, "memory.vault_import", {"dir": _folder(folder), "apply": yes}, timeout=None)
+
+    def human(r: dict[str, Any]) -> None:
+        for e in r["edits"]:
+            say(f"edit    claim {e['claim']} ({e['tier']}) -> a new unverified edition by you ({e['path']})")
+            say(f"        - {shorten(e['from'], 100)}")
+            say(f"        + {shorten(e['to'], 100)}")
+        for d in r["retire"]:
+            say(f"retire  claim {d['claim']} ({d['tier']}): its note {d['path']} was deleted")
+        for n in r["new"]:
+            say(f"new     {n['kind']}/{n['scope']} unverified claim from {n['path']}: {shorten(n['text'], 90)}")
+        for line in r["ignored"]:
+            say(f"ignored {line}")
+        counts = f"{len(r['edits'])} edit(s), {len(r['retire'])} retirement(s), {len(r['new'])} new claim(s), {r['unchanged']} unchanged"
+        if "applied" in r:
+            a = r["applied"]
+            say(f"applied: {counts}; new editions " + (", ".join(f"{e['from']}->{e['to']}" for e in a["editions"]) or "none")
+                + f"; the vault is now stale: export it again before further edits")
+        elif r["dry_run"] and not (r["edits"] or r["retire"] or r["new"]):
+            say(f"nothing to import ({r['unchanged']} notes unchanged)")
+        else:
+            say(f"dry run: {counts}; nothing changed. Run again with --yes to apply")
+
+    emit(target, result, human)
+
+
 # -- the trust graph ------------------------------------------------------------------------
 
 GRAPH_FORMATS = ("text", "dot", "mermaid", "svg")

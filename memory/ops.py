@@ -12,6 +12,7 @@ to anything inside an agent's process tree.  ``recall``, ``context`` and
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -453,6 +454,106 @@ async def evaluate(call: Call, args: EvalArgs) -> dict[str, Any]:
         return {"corpus": evaluation.fingerprint(conn), "budget": args.budget, **evaluation.run(conn, queries, probes, budget=args.budget)}
 
     return await svc.read(job)
+
+
+# -- the vault (memory vault export / import) -----------------------------------------------
+
+
+@attrs.frozen
+class VaultExportArgs:
+    out: str
+    force: bool = False
+
+
+@attrs.frozen
+class VaultImportArgs:
+    dir: str
+    apply: bool = False
+
+
+def _vault_dir(call: Call, op: str, given: str) -> Path:
+    """An absolute folder outside the work tree and the state directory.
+
+    Agents write the work tree: a vault there could be edited by one of them
+    and then imported as the operator's own edits.
+    """
+    path = Path(given)
+    if not path.is_absolute():
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"{op}: the vault folder must be an absolute path, not {given!r}")
+    real = path.resolve()
+    for inside, what in ((call.core.paths.repo, "the repository's work tree, which agents write"), (call.core.paths.state, "the state directory")):
+        if real == inside.resolve() or real.is_relative_to(inside.resolve()):
+            raise ConclaveError(ErrorCode.INVALID_ARGS, f"{op}: {given} is inside {what}; keep the vault in a folder of your own outside it")
+    return real
+
+
+@OPS.op("memory.vault_export", VaultExportArgs, access=Access.OPERATOR)
+async def vault_export(call: Call, args: VaultExportArgs) -> dict[str, Any]:
+    """Write every live claim as an Obsidian vault (deterministic, atomic; a foreign folder only with force)."""
+    from memory import vault, vault_files
+
+    root = _vault_dir(call, "memory.vault_export", args.out)
+    rendered = await service(call).read(vault.render)
+    try:
+        done = await trio.to_thread.run_sync(lambda: vault_files.write(root, rendered, force=args.force))
+    except vault.VaultError as exc:
+        raise ConclaveError(ErrorCode.CONFLICT, f"memory.vault_export: {exc}") from None
+    except OSError as exc:
+        raise ConclaveError(ErrorCode.CONFLICT, f"memory.vault_export: cannot write {root}: {exc.strerror}; choose a folder you can write") from None
+    return {"out": str(root), "snapshot": rendered.snapshot, "claims": rendered.claims, "files": len(rendered.files), **done}
+
+
+@OPS.op("memory.vault_import", VaultImportArgs, access=Access.OPERATOR)
+async def vault_import(call: Call, args: VaultImportArgs) -> dict[str, Any]:
+    """Diff a vault against a fresh export (a dry run); with apply, make it so in one transaction, as the operator."""
+    from memory import vault, vault_files
+
+    op = "memory.vault_import"
+    root = _vault_dir(call, op, args.dir)
+    svc = service(call)
+    try:
+        manifest, notes = await trio.to_thread.run_sync(lambda: vault_files.read(root))
+        fresh = await svc.read(vault.render)
+        plan = vault.diff(fresh, manifest, notes, claims.KINDS, claims.SCOPES)
+    except vault.VaultError as exc:
+        raise ConclaveError(ErrorCode.CONFLICT, f"{op}: {exc}") from None
+    for item in plan.new:
+        _text(op, f"the text of {item['path']}", item["text"], claims.MAX_TEXT)
+    for item in plan.edits:
+        _text(op, f"the text of {item['path']}", item["to"], claims.MAX_TEXT)
+    checks = [(f"text of {i['path']}", prefilter.check_claim(i["text"], i["scope"])) for i in plan.new]
+    scopes = {n.fields["id"]: n.fields["scope"] for n in notes if "id" in n.fields}
+    checks += [(f"text of {e['path']}", prefilter.check_claim(e["to"], scopes[e["claim"]])) for e in plan.edits]
+    await _screen(call, op, checks)
+    out = {"dir": str(root), "dry_run": not args.apply, **plan.as_dict()}
+    if not args.apply or plan.empty:
+        return out
+    reason = f"deleted from the vault {root}"
+
+    def apply(conn):  # type: ignore[no-untyped-def]
+        # One job, one transaction: every change or none.  Each claim is re-read under the writer;
+        # if one moved since the diff, the whole import is refused.
+        for item in [*plan.edits, *plan.retire]:
+            row = claims.require(conn, item["claim"])
+            if not row.live or row.tier.value != item["tier"] or (item in plan.edits and row.text != item["from"]):
+                raise ConclaveError(ErrorCode.CONFLICT, f"{op}: claim {row.id} changed while importing; run the import again (it will say the vault is stale)")
+        editions = []
+        for item in plan.edits:
+            old = claims.require(conn, item["claim"])
+            new = claims.insert(conn, call.principal, kind=old.kind, scope=old.scope, text=item["to"], evidence=old.evidence, revises=old)
+            editions.append({"from": old.id, "to": new.id})
+        retired = [curation.retire_by_operator(conn, svc.policy, call.principal, item["claim"], reason=reason)["id"] for item in plan.retire]
+        created = [
+            authoring.remember(conn, svc.policy, call.principal, kind=i["kind"], scope=i["scope"], text=i["text"], evidence=None)["id"] for i in plan.new
+        ]
+        events.append(conn, "memory.vault_import", actor=call.principal.key, subject=str(root),
+                      payload={"snapshot": plan.snapshot, "editions": editions, "retired": retired, "created": created})  # fmt: skip
+        return {"editions": editions, "retired": retired, "created": created}
+
+    out["applied"] = await call.core.store.call(apply)
+    for _ in out["applied"]["editions"] + out["applied"]["created"]:
+        svc.note_new_claim()
+    return out
 
 
 # -- the trust graph (memory graph, the dashboard) ---------------------------------------
