@@ -644,6 +644,53 @@ def vault_import(
     emit(target, result, human)
 
 
+# -- ingest ---------------------------------------------------------------------------------------
+
+#: What one ingest may send (the wire's line is 1 MiB; JSON escaping takes some of it).
+INGEST_BYTES = 600_000
+
+
+@app.command()
+def ingest(
+    files: Annotated[list[Path], typer.Argument(metavar="FILE.md...", help="Markdown notes, runbooks, incident write-ups.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Store what would be stored; without it, only show it.")] = False,
+    kind: Annotated[str, typer.Option("--kind", help="The kind of a fact under no heading that names one (discovery, solution, pattern, workflow, failure).")] = "discovery",
+    scope: Annotated[str, typer.Option("--scope", help="repo or general.")] = "repo",
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Stage the facts in Markdown files as unverified claims (provenance ingest:FILE), each through the prefilter and the
+    duplicate check; a dry run that shows what it would store and what it refused, unless --yes."""
+    sent, size = [], 0
+    for path in files:
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except OSError as exc:
+            die(f"cannot read {path}: {exc.strerror}; give Markdown files that exist", EXIT_USAGE)
+        except UnicodeDecodeError:
+            die(f"{path} is not UTF-8 text; convert it (iconv -t utf-8) and ingest it again", EXIT_USAGE)
+        size += len(text.encode())
+        sent.append({"name": str(path), "text": text})
+    if size > INGEST_BYTES:
+        die(f"these files hold {size} bytes; one ingest takes at most {INGEST_BYTES}: ingest them a few at a time", EXIT_USAGE)
+    target = Target(json_out, repo, state_dir)
+    result = call(target, "memory.ingest", {"files": sent, "kind": kind, "scope": scope, "apply": yes}, timeout=None)
+
+    def human(r: dict[str, Any]) -> None:
+        verb = "stored" if not r["dry_run"] else "would be stored"
+        for e in r["store"]:
+            ident = f"claim {e['id']} " if "id" in e else ""
+            say(f"{'stored' if ident else 'store'} {ident}{e['kind']}/{e['scope']} from {e['file']}:{e['line']}: {shorten(e['text'], 90)}")
+        for e in r["refused"]:
+            what = f": {shorten(e['text'], 60)}" if e.get("text") else ""
+            say(f"refused {e['file']}:{e['line']} -- {e['reason']}{what}")
+        tail = "" if not r["dry_run"] else " (dry run: nothing stored; run again with --yes to store)"
+        say(f"{len(r['store'])} fact(s) {verb}, unverified; {len(r['refused'])} refused or skipped{tail}")
+
+    emit(target, result, human)
+
+
 # -- the trust graph ------------------------------------------------------------------------
 
 GRAPH_FORMATS = ("text", "dot", "mermaid", "svg")

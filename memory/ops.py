@@ -556,6 +556,75 @@ async def vault_import(call: Call, args: VaultImportArgs) -> dict[str, Any]:
     return out
 
 
+# -- ingest (memory ingest) ---------------------------------------------------------------------
+
+
+@attrs.frozen
+class IngestFile:
+    name: str
+    text: str
+
+
+@attrs.frozen
+class IngestArgs:
+    files: list[IngestFile]
+    kind: str = "discovery"
+    scope: str = "repo"
+    apply: bool = False
+
+
+@OPS.op("memory.ingest", IngestArgs, access=Access.OPERATOR)
+async def ingest_files(call: Call, args: IngestArgs) -> dict[str, Any]:
+    """Stage the facts of Markdown files as unverified claims (provenance ingest:FILE); a dry run unless apply."""
+    from memory import ingest
+
+    op = "memory.ingest"
+    _choice(op, "kind", args.kind, claims.KINDS)
+    _choice(op, "scope", args.scope, claims.SCOPES)
+    if not args.files:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"{op}: give at least one file")
+    found: list[ingest.Candidate] = []
+    skipped: list[ingest.Skipped] = []
+    for f in args.files:
+        _text(op, "a file name", f.name, claims.MAX_NOTE - len(ingest.PROVENANCE))
+        await _screen(call, op, [("file name", prefilter.check_note(ingest.PROVENANCE + f.name))])
+        c, s = ingest.split(f.name, f.text, args.kind)
+        found += c
+        skipped += s
+    svc = service(call)
+
+    def twins(conn):  # type: ignore[no-untyped-def]
+        keys = list({claims.text_key(c.text) for c in found})
+        out: dict[str, tuple[int, str]] = {}
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            sql = f"SELECT text_key, id, tier FROM claims WHERE text_key IN ({marks}) AND tier IN ('unverified', 'trusted', 'disputed') ORDER BY id"
+            for key, cid, tier in conn.execute(sql, chunk):
+                out.setdefault(key, (cid, tier))
+        return out
+
+    staging = ingest.stage(found, skipped, await svc.read(twins), args.scope)
+    out: dict[str, Any] = {"dry_run": not args.apply, "store": staging.store, "refused": staging.refused}
+    if not args.apply or not staging.store:
+        return out
+
+    def apply(conn):  # type: ignore[no-untyped-def]
+        stored = []
+        for entry in staging.store:
+            made = authoring.remember(conn, svc.policy, call.principal, kind=entry["kind"], scope=entry["scope"], text=entry["text"], evidence=entry["provenance"])
+            stored.append(made["id"])
+        events.append(conn, "memory.ingest", actor=call.principal.key, subject=",".join(sorted({f.name for f in args.files}))[:500],
+                      payload={"files": sorted({f.name for f in args.files}), "stored": stored, "refused": len(staging.refused)})  # fmt: skip
+        return stored
+
+    stored = await call.core.store.call(apply)
+    for entry, cid in zip(out["store"], stored):
+        entry["id"] = cid
+        svc.note_new_claim()
+    return out
+
+
 # -- the trust graph (memory graph, the dashboard) ---------------------------------------
 
 
