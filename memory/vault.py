@@ -58,8 +58,13 @@ def wikilink(claim_id: int) -> str:
     return f"[[claim-{claim_id}]]"
 
 
+#: One encoder for every value (``json.dumps`` with options builds a new one per call).
+_VALUE: Final = json.JSONEncoder(ensure_ascii=False).encode
+_READ: Final = json.JSONDecoder().decode
+
+
 def _front(fields: dict[str, Any]) -> str:
-    lines = ["---", *(f"{k}: {json.dumps(fields[k], ensure_ascii=False)}" for k in sorted(fields)), "---"]
+    lines = ["---", *(f"{k}: {_VALUE(fields[k])}" for k in sorted(fields)), "---"]
     return "\n".join(lines) + "\n"
 
 
@@ -176,7 +181,7 @@ def parse_note(path: str, data: bytes) -> Note:
             if not sep or not key or key != key.strip():
                 raise VaultError(f"note {path}, line {n}: front matter lines are `key: value`, not {line[:60]!r}")
             try:
-                fields[key] = json.loads(value)
+                fields[key] = _READ(value)
             except json.JSONDecodeError:
                 raise VaultError(f"note {path}, line {n}: the value of {key} must be written as the export wrote it (JSON: quoted text, [lists])") from None
         body = raw[end + 5 :]

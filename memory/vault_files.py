@@ -122,10 +122,16 @@ def write(root: Path, rendered: vault.Vault, *, force: bool) -> dict[str, Any]:
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.export-", dir=root.parent))
     try:
+        for folder_name in sorted({rel.rpartition("/")[0] for rel in rendered.files} - {""}):
+            (staging / folder_name).mkdir(parents=True, exist_ok=True)
         for rel, data in rendered.files.items():
-            path = staging / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+            fd = os.open(staging / rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
         kept = None
         if folder.state in ("absent", "empty"):
             if folder.state == "empty":
