@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import sys
 import time
 from datetime import datetime, timedelta, timezone
@@ -29,9 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memory_load import cached_store, install  # noqa: E402
+from memory_load import cached_store, fresh_run  # noqa: E402
 
-from agents.harness import Run  # noqa: E402
 from store import database  # noqa: E402
 
 _WORD = re.compile(r"\w+")
@@ -62,12 +60,7 @@ def age(state: Path, share: float = 0.2, days: int = 40) -> int:
 
 
 def measure(size: int, workdir: Path) -> dict[str, object]:
-    store = cached_store(workdir, size)
-    root = workdir / f"groom-{size}"
-    if root.exists():
-        shutil.rmtree(root)
-    run = Run(root, [{"name": "keeper"}], extra_toml="\n[memory]\ngroom_after_seconds = 1000000000\n")
-    install(store, run.state)
+    run = fresh_run(workdir, size, "groom", "\n[memory]\ngroom_after_seconds = 1000000000\n")
     aged = age(run.state)
     try:
         run.start(timeout=120)

@@ -131,6 +131,19 @@ def install(store: Path, state: Path) -> None:
         shutil.copyfile(anchor_file, state / "chain-anchor")
 
 
+def fresh_run(workdir: Path, count: int, name: str, extra_toml: str):  # type: ignore[no-untyped-def]
+    """A broker run (not started) at ``workdir/NAME-COUNT`` whose state holds a copy of the cached store."""
+    from agents.harness import Run
+
+    store = cached_store(workdir, count)
+    root = workdir / f"{name}-{count}"
+    if root.exists():
+        shutil.rmtree(root)
+    run = Run(root, [{"name": "keeper"}], extra_toml=extra_toml)
+    install(store, run.state)
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--claims", type=int, required=True)

@@ -29,9 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memory_load import cached_store, install  # noqa: E402
+from memory_load import fresh_run  # noqa: E402
 
-from agents.harness import Run  # noqa: E402
 from broker.client import BlockingClient  # noqa: E402
 
 
@@ -44,12 +43,8 @@ def tree_digest(root: Path) -> str:
 
 
 def measure(size: int, workdir: Path) -> dict[str, object]:
-    store = cached_store(workdir, size)
-    root = workdir / f"vault-{size}"
-    if root.exists():
-        shutil.rmtree(root)
-    run = Run(root, [{"name": "keeper"}], extra_toml='\n[memory]\nembedder = "none"\ngroom_after_seconds = 1000000000\n')
-    install(store, run.state)
+    run = fresh_run(workdir, size, "vault", '\n[memory]\nembedder = "none"\ngroom_after_seconds = 1000000000\n')
+    root = run.root
     out = root / "vault"
     try:
         run.start(timeout=180)
