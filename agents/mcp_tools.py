@@ -87,8 +87,17 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
             "text": _text("The claim, one or two plain sentences."),
             "scope": {"type": "string", "enum": ["repo", "general"], "description": "repo (default) or general."},
             "evidence": _optional_text("Where it can be checked: a file and line, a command's output, a commit."),
+            "private": {"type": "boolean", "description": "Keep it for yourself (your agent name, across sessions) until you share it; it counts toward no trust."},
         },
         ("kind", "text"),
+    ),
+    ToolSpec(
+        "memory_share",
+        "memory.share",
+        "Share a claim you kept private: it becomes an unverified shared claim (you stay its author) that other agents can "
+        "see and corroborate.",
+        {"id": _CLAIM_ID},
+        ("id",),
     ),
     ToolSpec(
         "memory_recall",
@@ -97,6 +106,7 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
         {
             "query": _text("What to search for (words, not a question)."),
             "limit": {"type": "integer", "minimum": 1, "description": "At most this many (default 10)."},
+            "expand": {"type": "boolean", "description": "Also show the claims one link away from the hits, tagged [linked] (default false)."},
         },
         ("query",),
         read_only=True,
@@ -108,8 +118,9 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
         "unless include_unverified is true. " + TIERS + REFERENCE,
         {
             "query": _text("The task or topic."),
-            "budget": {"type": "integer", "minimum": 1, "description": "Token budget (default 500)."},
+            "budget": {"type": "integer", "minimum": 1, "description": "Token budget (default: the team's, else 500). Claims that do not fit are left out whole, and counted."},
             "include_unverified": {"type": "boolean", "description": "Also show [UNVERIFIED] claims (default false)."},
+            "expand": {"type": "boolean", "description": "Follow one link from each claim shown, into the budget left (default true)."},
         },
         ("query",),
         read_only=True,
@@ -138,6 +149,20 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
         "with no corroborations.",
         {"id": _CLAIM_ID, "text": _text("The corrected claim."), "evidence": _optional_text("Where it can be checked.")},
         ("id", "text"),
+    ),
+    ToolSpec(
+        "memory_link",
+        "memory.link",
+        "Link two claims by id: relates-to (about one thing), depends-on (source needs target to be understood) "
+        "or supersedes (source replaces target). You are its author. A link changes neither claim's trust; "
+        "recall with expand and context follow it one hop, under their usual rules.",
+        {
+            "source": _CLAIM_ID,
+            "target": _CLAIM_ID,
+            "kind": {"type": "string", "enum": ["relates-to", "depends-on", "supersedes"], "description": "Default relates-to."},
+            "why": _optional_text("Why they are linked, one sentence."),
+        },
+        ("source", "target"),
     ),
     ToolSpec(
         "memory_show",
@@ -269,4 +294,7 @@ def _claim_line(claim: Any) -> str:
     if not isinstance(claim, dict) or "text" not in claim:
         return json.dumps(claim, default=str, ensure_ascii=False)
     badge = claim.get("badge") or f"[{str(claim.get('tier', 'unverified')).upper()}]"
+    linked = claim.get("linked")
+    if isinstance(linked, dict):
+        badge += f" [linked from #{linked.get('from')}, {linked.get('kind')}]"
     return f"{badge} #{claim.get('id')} ({claim.get('kind', '?')}) {claim['text']}"

@@ -52,7 +52,6 @@ if TYPE_CHECKING:
 BINARIES: Final = {"claude-code": "claude", "codex": "codex", "aider": "aider"}
 PRESETS: Final = (*BINARIES, "command")
 MCP_SERVER_NAME: Final = "conclave"
-CONTEXT_BUDGET: Final = 500
 
 ENV_AGENT_DIR: Final = "CONCLAVE_AGENT_DIR"
 ENV_PROMPT_FILE: Final = "CONCLAVE_PROMPT_FILE"
@@ -380,7 +379,8 @@ def _fetch_context(client: Any, prompt: str) -> str | None:
     from broker.errors import ConclaveError
 
     try:
-        result = client.call("memory.context", {"query": prompt, "budget": CONTEXT_BUDGET, "include_unverified": False})
+        # No budget named: the broker applies the team file's [memory] context_budget_tokens (else 500).
+        result = client.call("memory.context", {"query": prompt, "include_unverified": False})
     except ConclaveError as exc:
         sys.stderr.write(f"conclave agent-launch: starting without memory context: {exc.message} [{exc.code.value}]\n")
         return None

@@ -113,6 +113,8 @@ def link(conn: apsw.Connection, policy: TrustPolicy, index: vectors.VectorIndex,
         other = earlier.get(other_id)
         if other is None or not other.live or other.author_domain == claim.author_domain:
             continue
+        if claim.private_to is not None or other.private_to is not None:
+            continue  # a private claim never vouches, is never vouched for, and is never named to another agent
         # The operator's own claims (ingested files, new vault notes) are never anyone's witness:
         # a restatement of theirs is linked, not counted, like an informed one.
         operators = claim.author_domain == OPERATOR_NAME

@@ -33,10 +33,16 @@ if TYPE_CHECKING:
     from broker.identity import Principal
 
 
-def remember(conn: apsw.Connection, policy: TrustPolicy, author: Principal, *, kind: str, scope: str, text: str, evidence: str | None) -> dict[str, Any]:
+def remember(
+    conn: apsw.Connection, policy: TrustPolicy, author: Principal, *, kind: str, scope: str, text: str, evidence: str | None, private: bool = False
+) -> dict[str, Any]:
     """A new claim, unverified.  Never merged into an existing one, even a word-for-word twin:
-    the reply names live twins so the agent can corroborate one by id instead."""
-    claim = claims.insert(conn, author, kind=kind, scope=scope, text=text, evidence=evidence)
+    the reply names live twins so the agent can corroborate one by id instead.
+
+    ``private``: kept for the author's agent name alone (its private pool,
+    across sessions and restarts) until it is shared (``memory.privacy.share``).
+    """
+    claim = claims.insert(conn, author, kind=kind, scope=scope, text=text, evidence=evidence, private_to=author.agent if private else None)
     out = standing.describe_new(policy, claim)
     twins: list[dict[str, Any]] = []
     out["twins"] = twins  # filled once the query is back (on a server, with the batch's next statement)
@@ -56,6 +62,7 @@ def revise(conn: apsw.Connection, policy: TrustPolicy, author: Principal, claim_
         ConclaveError: ``not_found``, ``conflict`` (superseded or retired),
             ``forbidden`` (another trust domain's claim).
     """
+    claims.require_visible(conn, claim_id, author)
     old = claims.require_live(conn, claim_id, "revise")
     if old.author_domain != author.domain:
         raise ConclaveError(
@@ -63,7 +70,7 @@ def revise(conn: apsw.Connection, policy: TrustPolicy, author: Principal, claim_
             f"claim {claim_id} belongs to trust domain {old.author_domain}; only its author's domain may revise it. "
             "Dispute it (conclave memory dispute) and remember a corrected claim instead",
         )
-    new = claims.insert(conn, author, kind=old.kind, scope=old.scope, text=text, evidence=evidence, revises=old)
+    new = claims.insert(conn, author, kind=old.kind, scope=old.scope, text=text, evidence=evidence, revises=old, private_to=old.private_to)
     out = standing.describe_new(policy, new)
     out["revised"] = {"id": old.id, "tier": old.tier.value}
     return out
@@ -101,7 +108,7 @@ def corroborate(
       not match): it vouches by id for text it never saw.  Recorded, never
       counted.
     """
-    claim = claims.require_live(conn, claim_id, "corroborate")
+    claim = _witnessable(conn, witness, claim_id, "corroborate")
     at = events.now()
     # The author's domain wrote the claim: it has seen it, whatever the exposure log says.
     shown = witness.domain == claim.author_domain or exposures.seen_by_domain(conn, witness.domain, claim.lineage)
@@ -121,7 +128,7 @@ def corroborate(
 
 def dispute(conn: apsw.Connection, policy: TrustPolicy, witness: Principal, claim_id: int, *, reason: str) -> dict[str, Any]:
     """Refute a claim, by id.  An independent dispute makes it ``disputed``."""
-    claim = claims.require_live(conn, claim_id, "dispute")
+    claim = _witnessable(conn, witness, claim_id, "dispute")
     at = events.now()
     conn.execute(
         "INSERT INTO disputes(claim, principal, domain, at, reason, counted) VALUES (?,?,?,?,?,0)",
@@ -132,6 +139,24 @@ def dispute(conn: apsw.Connection, policy: TrustPolicy, witness: Principal, clai
     out = _after(conn, policy, claim.id, verdict)
     exposures.record(conn, witness, [claim], "show", at)  # the reply carries the text
     return out
+
+
+def _witnessable(conn: apsw.Connection, witness: Principal, claim_id: int, verb: str) -> ClaimRow:
+    """A live claim the witness may see and that takes witnesses: a private claim takes none.
+
+    Raises:
+        ConclaveError: ``not_found`` (no such claim, or another agent's
+            private one), ``conflict`` (not live, or private: share it first).
+    """
+    claims.require_visible(conn, claim_id, witness)
+    claim = claims.require_live(conn, claim_id, verb)
+    if claim.private_to is not None:
+        raise ConclaveError(
+            ErrorCode.CONFLICT,
+            f"cannot {verb} claim {claim_id}: it is private to {claim.private_to} and takes no witnesses; "
+            f"share it first (conclave memory share {claim_id}), then it starts as an unverified shared claim",
+        )
+    return claim
 
 
 def record_witness(

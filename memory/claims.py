@@ -37,7 +37,7 @@ MAX_NOTE: Final = 2000
 _WORD: Final = re.compile(r"\w+")
 _COLUMNS: Final = (
     "id, lineage, edition, supersedes, superseded_by, kind, scope, text, text_key, evidence, author, author_domain, "
-    "tier, created_at, last_used_at, retired_at, retired_by, retired_reason"
+    "tier, created_at, last_used_at, retired_at, retired_by, retired_reason, private_to"
 )
 
 
@@ -78,10 +78,16 @@ class ClaimRow:
     retired_at: str | None
     retired_by: str | None
     retired_reason: str | None
+    #: The agent name that keeps this claim for itself (a private pool); None: shared.
+    private_to: str | None = None
 
     @property
     def live(self) -> bool:
         return self.tier in LIVE_TIERS
+
+    def visible_to(self, viewer: Principal) -> bool:
+        """A shared claim is anyone's; a private one only its agent's (any session) and the operator's."""
+        return self.private_to is None or viewer.is_operator or viewer.agent == self.private_to
 
 
 def load(conn: apsw.Connection, claim_id: int) -> ClaimRow | None:
@@ -103,6 +109,15 @@ def load_many(conn: apsw.Connection, ids: Iterable[int]) -> dict[int, ClaimRow]:
 def require(conn: apsw.Connection, claim_id: int) -> ClaimRow:
     claim = load(conn, claim_id)
     if claim is None:
+        raise ConclaveError(ErrorCode.NOT_FOUND, f"there is no claim {claim_id}; `conclave memory recall QUERY` finds claims by their words")
+    return claim
+
+
+def require_visible(conn: apsw.Connection, claim_id: int, viewer: Principal) -> ClaimRow:
+    """The claim, if ``viewer`` may see it; another agent's private claim is ``not_found``, word for word
+    as a claim that does not exist (its existence is not told either)."""
+    claim = require(conn, claim_id)
+    if not claim.visible_to(viewer):
         raise ConclaveError(ErrorCode.NOT_FOUND, f"there is no claim {claim_id}; `conclave memory recall QUERY` finds claims by their words")
     return claim
 
@@ -136,7 +151,8 @@ def editions(conn: apsw.Connection, lineage: int) -> list[ClaimRow]:
     return [ClaimRow(*r) for r in conn.execute(f"SELECT {_COLUMNS} FROM claims WHERE lineage = ? ORDER BY edition", (lineage,))]
 
 
-_TWINS: Final = f"SELECT {_COLUMNS} FROM claims WHERE text_key = ? AND tier IN ('unverified', 'trusted', 'disputed') ORDER BY id"
+# Twins are shared claims only: another agent's private claim is never named to anyone.
+_TWINS: Final = f"SELECT {_COLUMNS} FROM claims WHERE text_key = ? AND tier IN ('unverified', 'trusted', 'disputed') AND private_to IS NULL ORDER BY id"
 
 
 def twins_later(conn: apsw.Connection, key: str, *, besides: int | None, then: Callable[[list[ClaimRow]], None]) -> None:
@@ -161,6 +177,7 @@ def insert(
     evidence: str | None,
     revises: ClaimRow | None = None,
     at: str | None = None,
+    private_to: str | None = None,
 ) -> ClaimRow:
     """Write a new edition (unverified, no witnesses) and index it; record the event.
 
@@ -176,14 +193,16 @@ def insert(
     lineage, edition = (revises.lineage, revises.edition + 1) if revises else (new_id, 1)
     dialect.execute_later(
         conn,
-        "INSERT INTO claims(id, lineage, edition, supersedes, kind, scope, text, text_key, evidence, author, author_domain, tier, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'unverified', ?)",
-        (new_id, lineage, edition, revises.id if revises else None, kind, scope, text, key, evidence, author.key, author.domain, stamp),
+        "INSERT INTO claims(id, lineage, edition, supersedes, kind, scope, text, text_key, evidence, author, author_domain, tier, created_at, private_to) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'unverified', ?, ?)",
+        (new_id, lineage, edition, revises.id if revises else None, kind, scope, text, key, evidence, author.key, author.domain, stamp, private_to),
     )
     _index(conn, "claims_fts", new_id, text)
     payload: dict[str, Any] = {"kind": kind, "scope": scope, "lineage": lineage, "edition": edition, "text_sha256": digest(text)}
     if evidence is not None:
         payload["evidence_sha256"] = digest(evidence)
+    if private_to is not None:
+        payload["private_to"] = private_to
     if revises is not None:
         conn.execute("UPDATE claims SET superseded_by = ? WHERE id = ?", (new_id, revises.id))
         set_tier(conn, revises, Tier.SUPERSEDED)
@@ -193,6 +212,7 @@ def insert(
         id=new_id, lineage=lineage, edition=edition, supersedes=revises.id if revises else None, superseded_by=None,
         kind=kind, scope=scope, text=text, text_key=key, evidence=evidence, author=author.key, author_domain=author.domain,
         tier=Tier.UNVERIFIED, created_at=stamp, last_used_at=None, retired_at=None, retired_by=None, retired_reason=None,
+        private_to=private_to,
     )
 
 
@@ -233,8 +253,12 @@ def touch(conn: apsw.Connection, claim_ids: Iterable[int], at: str) -> None:
     conn.executemany("UPDATE claims SET last_used_at = ? WHERE id = ?", [(at, i) for i in claim_ids])
 
 
-def badge(tier: Tier) -> str:
-    return f"[{tier.value.upper()}]"
+#: The badge of a claim an agent keeps for itself: its own note, confirmed by nobody.
+PRIVATE_BADGE: Final = "[PRIVATE]"
+
+
+def badge(tier: Tier, private: bool = False) -> str:
+    return PRIVATE_BADGE if private and tier.live else f"[{tier.value.upper()}]"
 
 
 def brief(claim: ClaimRow) -> dict[str, Any]:
@@ -246,7 +270,8 @@ def brief(claim: ClaimRow) -> dict[str, Any]:
         "text": claim.text,
         "evidence": claim.evidence,
         "tier": claim.tier.value,
-        "badge": badge(claim.tier),
+        "badge": badge(claim.tier, claim.private_to is not None),
+        "private_to": claim.private_to,
         "author": claim.author,
         "author_domain": claim.author_domain,
         "lineage": claim.lineage,

@@ -42,9 +42,18 @@ def _link_line(claim: int, link: dict[str, Any]) -> str:
     return f"restated by claim {link['claim']} ({link['kind']}, similarity {link['similarity']:.2f})"
 
 
+def _usage_line(usage: dict[str, Any]) -> str:
+    parts = []
+    for via, verb in (("context", "pushed in context"), ("recall", "found by recall")):
+        n, last = usage[via]["count"], usage[via]["last"]
+        parts.append(f"{verb} {n} time{'' if n == 1 else 's'}" + (f" (last {when(last)})" if last else ""))
+    return "used: " + ", ".join(parts)
+
+
 def _print_claim(c: dict[str, Any]) -> None:
     # say() prints literally: claim text, evidence and reasons are agents' words.
-    say(f"claim {c['id']} {c['badge']}  {c['kind']}/{c['scope']}  edition {c['edition']}  by {c['author']}  at {c['created_at']}")
+    say(f"claim {c['id']} {c['badge']}  {c['kind']}/{c['scope']}  edition {c['edition']}  by {c['author']}  at {c['created_at']}"
+        + (f"  (private to {c['private_to']})" if c.get("private_to") else ""))
     say(f"  {c['text']}")
     if c.get("evidence"):
         say(f"  evidence: {c['evidence']}")
@@ -58,6 +67,10 @@ def _print_claim(c: dict[str, Any]) -> None:
         say(f"  promoted by {p['by']} at {p['at']}" + (f": {p['reason']}" if p["reason"] else ""))
     for link in c.get("links", []):
         say(f"  {_link_line(c['id'], link)}")
+    for r in c.get("relations", []):
+        say(f"  link {r['id']}: claim {r['source']} {r['kind']} claim {r['target']}, by {r['author']}" + (f": {r['why']}" if r["why"] else ""))
+    if c.get("usage") is not None:
+        say(f"  {_usage_line(c['usage'])}")
     if c.get("superseded_by"):
         say(f"  superseded by claim {c['superseded_by']}")
     if c.get("retired"):
@@ -73,10 +86,15 @@ def _print_claim(c: dict[str, Any]) -> None:
 
 def _claims_table(title: str, rows: list[dict[str, Any]], *, score: bool = False) -> None:
     cols = ["id", "tier", "kind", *(["score"] if score else []), "author", "text"]
+
+    def tier(r: dict[str, Any]) -> str:
+        linked = r.get("linked")
+        return r["badge"] + (f" [linked] from #{linked['from']} ({linked['kind']})" if linked else "")
+
     table(
         title,
         cols,
-        [(r["id"], r["badge"], r["kind"], *([r["score"]] if score else []), r["author"], shorten(r["text"], 90)) for r in rows],
+        [(r["id"], tier(r), r["kind"], *([r["score"] if r.get("score") is not None else ""] if score else []), r["author"], shorten(r["text"], 90)) for r in rows],
     )
 
 
@@ -125,14 +143,22 @@ def remember(
     text: Annotated[str, typer.Option("--text", help="The claim: one statement of fact about the repository; '-' reads it from stdin.")],
     scope: Annotated[str, typer.Option("--scope", help="repo (this repository) or general (true everywhere).")] = "repo",
     evidence: EvidenceOpt = None,
+    private: Annotated[bool, typer.Option("--private", help="Keep it for this agent alone (any session) until shared; it never counts toward trust.")] = False,
     json_out: JsonOpt = False,
     repo: RepoOpt = None,
     state_dir: StateOpt = None,
 ) -> None:
-    """Store a new claim as this agent; it starts unverified."""
+    """Store a new claim as this agent; it starts unverified (or private, with --private)."""
     text = _text_arg(text)
     _check_claim_text("memory.remember", text, evidence)
-    _claim_op(json_out, repo, state_dir, "memory.remember", {"kind": kind, "text": text, "scope": scope, "evidence": evidence})
+    args = {"kind": kind, "text": text, "scope": scope, "evidence": evidence, "private": private or None}
+    _claim_op(json_out, repo, state_dir, "memory.remember", args)
+
+
+@app.command()
+def share(id: IdArg, json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt = None) -> None:
+    """Share private claim ID (its own agent, or the operator): it starts as an unverified shared claim, its author kept."""
+    _claim_op(json_out, repo, state_dir, "memory.share", {"id": id})
 
 
 WitnessEvidenceOpt = Annotated[
@@ -195,29 +221,65 @@ def revise(
 def recall(
     query: Annotated[str, typer.Argument(help="Words to search for.")],
     limit: Annotated[int, typer.Option("--limit", help="At most this many claims.")] = 10,
+    expand: Annotated[bool, typer.Option("--expand", help="Also show the claims one link away from the hits, tagged [linked].")] = False,
+    preview: Annotated[bool, typer.Option("--preview", help="A look only: not counted as a use of the claims found.")] = False,
     json_out: JsonOpt = False,
     repo: RepoOpt = None,
     state_dir: StateOpt = None,
 ) -> None:
     """Search every live claim, each badged with its tier."""
     target = Target(json_out, repo, state_dir)
-    rows = call(target, "memory.recall", {"query": query, "limit": limit})
+    rows = call(target, "memory.recall", {"query": query, "limit": limit, "expand": expand, "preview": preview})
     emit(target, rows, lambda rs: _claims_table(f"recall: {query}", rs, score=True) if rs else say("no claim matches"))
 
 
 @app.command()
 def context(
     query: Annotated[str, typer.Argument(help="What the agent is about to work on.")],
-    budget: Annotated[int, typer.Option("--budget", help="Token budget for the block.")] = 500,
+    budget: Annotated[
+        Optional[int],
+        typer.Option("--budget-tokens", "--budget", help="Token budget for the block (default: the team file's [memory] context_budget_tokens, else 500).", min=1),
+    ] = None,
     include_unverified: Annotated[bool, typer.Option("--include-unverified", help="Also inject unverified and disputed claims (badged).")] = False,
+    expand: Annotated[bool, typer.Option("--expand/--no-expand", help="Follow one link from each claim pushed, into what the budget has left.")] = True,
+    preview: Annotated[bool, typer.Option("--preview", help="A look at what would be pushed: not counted as a push.")] = False,
     json_out: JsonOpt = False,
     repo: RepoOpt = None,
     state_dir: StateOpt = None,
 ) -> None:
     """The reference block to inject for QUERY: trusted claims only unless told otherwise."""
     target = Target(json_out, repo, state_dir)
-    result = call(target, "memory.context", {"query": query, "budget": budget, "include_unverified": include_unverified})
-    emit(target, result, lambda r: sys.stdout.write(visible(r["block"], keep_newlines=True) + "\n") if r["block"] else say("nothing to inject"))
+    args = {"query": query, "include_unverified": include_unverified, "expand": expand, "preview": preview}
+    if budget is not None:
+        args["budget"] = budget
+    result = call(target, "memory.context", args)
+
+    def human(r: dict[str, Any]) -> None:
+        if r["block"]:
+            sys.stdout.write(visible(r["block"], keep_newlines=True) + "\n")
+        else:
+            say("nothing to inject" + (f" ({r['left_out']} matching claim(s) do not fit {r['budget']} tokens)" if r.get("left_out") else ""))
+
+    emit(target, result, human)
+
+
+@app.command()
+def link(
+    source: Annotated[int, typer.Argument(help="The claim the link starts from.", min=1)],
+    target_id: Annotated[int, typer.Argument(metavar="TARGET", help="The claim it points to.", min=1)],
+    kind: Annotated[str, typer.Option("--kind", help="relates-to (both ways), depends-on (SOURCE needs TARGET), supersedes (SOURCE replaces TARGET).")] = "relates-to",
+    why: Annotated[Optional[str], typer.Option("--why", help="Why they are linked (shown in recall and show, never pushed in context).")] = None,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Link claim SOURCE to claim TARGET; neither claim's trust changes."""
+    from memory.links import MAX_WHY
+
+    _check_length("memory.link", "why", why, MAX_WHY)
+    target = Target(json_out, repo, state_dir)
+    args = {"source": source, "target": target_id, "kind": kind, **({"why": why} if why is not None else {})}
+    emit(target, call(target, "memory.link", args), lambda r: say(f"link {r['id']}: claim {r['source']} {r['kind']} claim {r['target']}" + (f" ({r['why']})" if r["why"] else "")))
 
 
 @app.command()
@@ -438,6 +500,8 @@ def stats(json_out: JsonOpt = False, repo: RepoOpt = None, state_dir: StateOpt =
                 + (f"; error: {m['error']}" if m["error"] else ""))
             links = s.get("links") or {}
             say(f"restatements: {links.get('rediscoveries', 0)} rediscoveries, {links.get('restatements', 0)} informed near-duplicates")
+        if s.get("relations") or s.get("private"):
+            say(f"links drawn: {s.get('relations', 0)}  private claims: {s.get('private', 0)}")
         say(f"policy: quorum {s['policy']['quorum']}, require_blind {str(s['policy']['require_blind']).lower()}  last groom: {s['last_groom'] or 'never'}")
         say(f"memory events: {s['events']}  database: {s['database_bytes'] / 1e6:.1f} MB")
 
@@ -468,6 +532,8 @@ def groom(
             say(f"  ... and {hidden} more (--json lists {len(r['retire'])}; conclave memory log --kind retire has every one)")
         for pair in r["review"][:20]:
             say(f"  review: claims {pair['claims'][0]} ({pair['tiers'][0]}) and {pair['claims'][1]} ({pair['tiers'][1]}) are near-duplicates ({pair['similarity']}); not merged across tiers")
+        for item in r.get("unused", [])[:20]:
+            say(f"  review: claim {item['claim']} ({item['kind']}) is {item['reason']}; kept (retire it yourself if it is stale)")
 
     emit(target, result, human)
 
@@ -497,6 +563,10 @@ def _claim_markdown(c: dict[str, Any]) -> str:
         lines.append(f"- superseded by claim {c['superseded_by']}")
     if c.get("retired"):
         lines.append(f"- retired by {code_span(c['retired']['by'])}: {code_span(c['retired']['reason'])}")
+    if c.get("usage") is not None:
+        lines.append(f"- {_usage_line(c['usage'])}")
+    for r in c.get("relations", []):
+        lines.append(f"- link {r['id']}: claim {r['source']} {r['kind']} claim {r['target']}, by {code_span(r['author'])}" + (f": {code_span(r['why'])}" if r["why"] else ""))
     lines += ["", code_block(c["text"])]
     if c.get("evidence"):
         lines += ["", "Evidence:", "", code_block(c["evidence"])]
@@ -530,7 +600,7 @@ def _claim_markdown(c: dict[str, Any]) -> str:
 @app.command("eval")
 def eval_(
     fixture: Annotated[str, typer.Argument(metavar="FIXTURE.json", help="The exam: {\"version\": 1, \"queries\": [{\"q\", \"expect\": [ids], \"cat\"}]}.")],
-    budget: Annotated[int, typer.Option("--budget", help="The token budget the context path is scored with.", min=1)] = 500,
+    budget: Annotated[Optional[int], typer.Option("--budget-tokens", "--budget", help="The token budget the context path is scored with (default: the team's, as context uses).", min=1)] = None,
     json_out: JsonOpt = False,
     repo: RepoOpt = None,
     state_dir: StateOpt = None,
@@ -551,7 +621,9 @@ def eval_(
     except (ValueError, UnicodeDecodeError) as exc:
         die(f"the fixture {fixture} is not a usable exam: {exc}", EXIT_USAGE)
     target = Target(json_out, repo, state_dir)
-    args = {"queries": [{"q": q.q, "expect": q.expect, "cat": q.cat} for q in queries], "budget": budget}
+    args: dict[str, Any] = {"queries": [{"q": q.q, "expect": q.expect, "cat": q.cat} for q in queries]}
+    if budget is not None:
+        args["budget"] = budget
     result = call(target, "memory.eval", args, timeout=None)
     result = {"fixture": {"path": fixture, "sha256": hashlib.sha256(raw).hexdigest(), "queries": len(queries)}, **result}
     pinned = doc.get("corpus")

@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 
 def promote(conn: apsw.Connection, policy: TrustPolicy, operator: Principal, claim_id: int, *, reason: str | None) -> dict[str, Any]:
     claim = claims.require_live(conn, claim_id, "promote")
+    if claim.private_to is not None:
+        raise ConclaveError(
+            ErrorCode.CONFLICT,
+            f"cannot promote claim {claim_id}: it is private to {claim.private_to}; share it first (conclave memory share {claim_id})",
+        )
     at = events.now()
     conn.execute("INSERT INTO promotions(claim, at, by, reason) VALUES (?,?,?,?)", (claim.id, at, operator.key, reason))
     events.append(conn, "memory.promote", actor=operator.key, subject=str(claim.id), payload={"reason": reason, "from": claim.tier.value}, at=at)

@@ -4,9 +4,10 @@ An exam (a *fixture*) is versioned JSON: ``{"version": 1, "queries": [{"q":
 ..., "expect": [claim ids], "cat": ...}, ...]}``.  Each query is run
 through the same ranking ``recall`` uses (:func:`memory.retrieval.rank`,
 every live tier) and the same selection ``context`` pushes
-(:func:`memory.retrieval.select`, trusted only, within a budget), on a read
-connection: nothing is written, no exposure is logged, so an eval neither
-makes a later witness "informed" nor counts as use.
+(:func:`memory.retrieval.context` with ``shown_as=None``: trusted only,
+links followed, within a budget), on a read connection: nothing is
+written, no exposure is logged, so an eval neither makes a later witness
+"informed" nor counts as use.
 
 A query's recall@K is the share of its expected claims found in the first K
 (5 and 15); a category's figure is the mean over its queries.  Every
@@ -16,7 +17,8 @@ exactly one of (checked in this order):
 * ``stale_label``: the label no longer names a live claim -- retired,
   superseded (the current edition is named), or no such id in this store;
 * ``scope_exclusion``: the path filters it out before ranking: ``context``
-  pushes only trusted claims (private pools will add their filter here);
+  pushes only trusted claims, and a private claim is found only by its
+  own agent's searches;
 * ``ranking_loss``: found, but below K (its rank is given; ``None`` when it
   matches its own index row but falls past the deepest rank looked at);
 * ``vocabulary_mismatch``: the query matches nothing in the claim's own
@@ -30,7 +32,7 @@ only when both agree.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Final, Sequence
+from typing import TYPE_CHECKING, Any, Final, Sequence
 
 import apsw
 import attrs
@@ -38,6 +40,9 @@ import attrs
 from memory import claims, retrieval
 from memory.policy import Tier
 from store import dialect
+
+if TYPE_CHECKING:
+    from broker.identity import Principal
 
 KS: Final = (5, 15)
 #: How deep a miss is looked for to give its rank (the deepest ``recall`` may go).
@@ -127,6 +132,8 @@ def _classify(
     if row.tier is Tier.SUPERSEDED:
         current = claims.current_edition(conn, row.lineage)
         return {"class": "stale_label", "why": f"claim {claim_id} is superseded by claim {current}", "current": current}
+    if row.private_to is not None:
+        return {"class": "scope_exclusion", "why": f"claim {claim_id} is in {row.private_to}'s private pool: only that agent's searches find it"}
     if path == "context" and row.tier is not Tier.TRUSTED:
         return {"class": "scope_exclusion", "why": f"context pushes only trusted claims; claim {claim_id} is {row.tier.value}"}
     if claim_id in deep:
@@ -138,15 +145,22 @@ def _classify(
 
 
 def run(
-    conn: apsw.Connection, queries: Sequence[ExamQuery], probes: Sequence[retrieval.Probe | None], *, budget: int
+    conn: apsw.Connection, viewer: Principal, queries: Sequence[ExamQuery], probes: Sequence[retrieval.Probe | None], *, budget: int
 ) -> dict[str, Any]:
-    """Score every query on both paths (read-only: ``conn`` may be a read connection)."""
+    """Score every query on both paths as ``viewer`` sees them (the operator: no private pool), recording nothing.
+
+    ``context`` is called with ``shown_as=None``: the production selection,
+    links followed into the budget the hits left, and no exposure logged.
+    """
     per_query = []
     for exam, probe in zip(queries, probes):
         deepest = retrieval.rank(conn, exam.q, limit=DEEPEST, trusted_only=False, probe=probe)
         ranked = {
             "recall": [h.id for h in retrieval.rank(conn, exam.q, limit=max(KS), trusted_only=False, probe=probe)],
-            "context": [c.id for c, _ in retrieval.select(conn, exam.q, budget=budget, include_unverified=False, probe=probe)[0]],
+            "context": [
+                c["id"]
+                for c in retrieval.context(conn, viewer, exam.q, budget=budget, include_unverified=False, probe=probe, shown_as=None)["claims"]
+            ],
         }
         deep = {"recall": [h.id for h in deepest], "context": [h.id for h in deepest if h.tier is Tier.TRUSTED]}
         scored: dict[str, Any] = {"q": exam.q, "cat": exam.cat, "expect": exam.expect}

@@ -45,7 +45,7 @@ import attrs
 
 from memory import claims
 from store import dialect, events
-from memory import retrieval
+from memory import retrieval, usage
 from memory.claims import KINDS
 from memory.policy import PolicyError, Tier
 
@@ -58,6 +58,7 @@ GROOM_KEYS: Final = (
     "duplicate_similarity",
     "cap_per_kind",
     "caps",
+    "review_unused_days",
 )
 #: Retirements per store job when applying, so other writers interleave.
 APPLY_CHUNK: Final = 500
@@ -99,6 +100,8 @@ class GroomPolicy:
     duplicate_similarity: float = 0.8
     cap_per_kind: int = 10_000
     caps: tuple[tuple[str, int], ...] = ()
+    #: Trusted claims at least this old that no agent was ever pushed or found are listed for review (0: never).
+    review_unused_days: float = 90.0
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any], where: str = "[memory]") -> GroomPolicy:
@@ -122,6 +125,7 @@ class GroomPolicy:
             duplicate_similarity=float(similarity),
             cap_per_kind=_number(table, "cap_per_kind", 10_000, where, whole=True, low=1),
             caps=tuple(sorted((k, int(v)) for k, v in caps.items())),
+            review_unused_days=float(_number(table, "review_unused_days", 90.0, where)),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -134,6 +138,7 @@ class GroomPolicy:
             "duplicate_similarity": self.duplicate_similarity,
             "cap_per_kind": self.cap_per_kind,
             "caps": dict(self.caps),
+            **({"review_unused_days": self.review_unused_days} if self.review_unused_days != 90.0 else {}),
         }
 
     def cap(self, kind: str) -> int:
@@ -163,21 +168,27 @@ class GroomPlan:
     retire: tuple[Retirement, ...]
     #: Near-duplicates across tiers: listed for a person, never merged.
     review: tuple[dict[str, Any], ...]
+    #: Old trusted claims no agent ever used: listed for a person, never retired for it.
+    unused: tuple[dict[str, Any], ...] = ()
 
     def counts(self) -> dict[str, int]:
         by_rule = Counter(r.rule for r in self.retire)
-        return {"live": self.live, "retire": len(self.retire), **{f"retire_{k}": v for k, v in sorted(by_rule.items())}, "review": len(self.review)}
+        return {
+            "live": self.live, "retire": len(self.retire), **{f"retire_{k}": v for k, v in sorted(by_rule.items())}, "review": len(self.review),
+            "unused": len(self.unused),
+        }  # fmt: skip
 
     def as_dict(self, *, listed: int | None = None) -> dict[str, Any]:
-        """The plan; with ``listed``, only that many retirements and review pairs are spelled out."""
-        retire, review = self.retire[:listed], self.review[:listed]
+        """The plan; with ``listed``, only that many retirements, review pairs and unused claims are spelled out."""
+        retire, review, unused = self.retire[:listed], self.review[:listed], self.unused[:listed]
         return {
             "at": self.at,
             "high_water": self.high_water,
             "counts": self.counts(),
             "retire": [attrs.asdict(r) for r in retire],
             "review": list(review),
-            "omitted": {"retire": len(self.retire) - len(retire), "review": len(self.review) - len(review)},
+            "unused": list(unused),
+            "omitted": {"retire": len(self.retire) - len(retire), "review": len(self.review) - len(review), "unused": len(self.unused) - len(unused)},
         }
 
 
@@ -228,7 +239,21 @@ def plan(conn: apsw.Connection, policy: GroomPolicy, *, now: datetime | None = N
     for r in _caps(conn, policy, chosen):
         chosen.setdefault(r.claim, r)
     ordered = tuple(sorted(chosen.values(), key=lambda r: r.claim))
-    return GroomPlan(moment.isoformat(timespec="microseconds"), high_water, live, ordered, tuple(review))
+    unused = tuple(u for u in _unused(conn, policy, moment) if u["claim"] not in chosen)
+    return GroomPlan(moment.isoformat(timespec="microseconds"), high_water, live, ordered, tuple(review), unused)
+
+
+def _unused(conn: apsw.Connection, policy: GroomPolicy, now: datetime) -> Iterator[dict[str, Any]]:
+    """Trusted claims at least ``review_unused_days`` old that no agent was ever pushed or found (memory.usage)."""
+    if policy.review_unused_days <= 0:
+        return
+    cutoff = (now - timedelta(days=policy.review_unused_days)).isoformat(timespec="microseconds")
+    for claim_id, kind, created in conn.execute(
+        f"SELECT c.id, c.kind, c.created_at FROM claims c WHERE c.tier = 'trusted' AND c.created_at <= ? AND {usage.never_used_sql()} ORDER BY c.id",
+        (cutoff,),
+    ):
+        days = (now - _parse(created)).days
+        yield {"claim": claim_id, "kind": kind, "created_at": created, "reason": f"trusted for review: {days} days old and never used by an agent"}
 
 
 def _decay(conn: apsw.Connection, policy: GroomPolicy, now: datetime) -> Iterator[Retirement]:
@@ -243,9 +268,9 @@ def _decay(conn: apsw.Connection, policy: GroomPolicy, now: datetime) -> Iterato
             yield Retirement(claim_id, kind, tier.value, "decay", f"groom: {tier.value} claim unused for {days:g} days")
 
 
-def _live_rows(conn: apsw.Connection, since: int = 0) -> Iterator[tuple[int, str, str, str, str, str]]:
+def _live_rows(conn: apsw.Connection, since: int = 0) -> Iterator[tuple[int, str, str, str, str, str, str | None]]:
     yield from conn.execute(
-        "SELECT id, kind, scope, tier, text, text_key FROM claims WHERE tier IN ('unverified', 'trusted', 'disputed') AND id > ? ORDER BY id",
+        "SELECT id, kind, scope, tier, text, text_key, private_to FROM claims WHERE tier IN ('unverified', 'trusted', 'disputed') AND id > ? ORDER BY id",
         (since,),
     )
 
@@ -258,7 +283,7 @@ def _duplicates(conn: apsw.Connection, policy: GroomPolicy, *, since: int) -> tu
     counted = dict(conn.execute("SELECT claim, count(*) FROM corroborations WHERE counted = 1 GROUP BY claim"))
     pairs: list[tuple[int, int, float]] = []
     seen: set[tuple[int, int]] = set()
-    for claim_id, kind, scope, tier, text, key in _live_rows(conn, since):
+    for claim_id, kind, scope, tier, text, key, private_to in _live_rows(conn, since):
         mine = set(claims.words(text))
         rare = sorted((w for w in mine if df[w] > 1), key=lambda w: (df[w], w))[:_RARE_WORDS]
         if not rare:
@@ -267,8 +292,8 @@ def _duplicates(conn: apsw.Connection, policy: GroomPolicy, *, since: int) -> tu
         others = claims.load_many(conn, (i for i in found if i != claim_id))
         for other in others.values():
             pair = (min(claim_id, other.id), max(claim_id, other.id))
-            if pair in seen or other.kind != kind or other.scope != scope or not other.live:
-                continue
+            if pair in seen or other.kind != kind or other.scope != scope or not other.live or other.private_to != private_to:
+                continue  # (a private note is never folded into a shared claim, nor into another agent's note)
             seen.add(pair)
             theirs = set(claims.words(other.text))
             similarity = len(mine & theirs) / len(mine | theirs) if mine | theirs else 0.0

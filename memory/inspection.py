@@ -13,7 +13,8 @@ from typing import Any, Final
 import apsw
 
 from broker.errors import ConclaveError, ErrorCode
-from memory import claims, exposures, standing
+from memory import claims, exposures, standing, usage
+from memory import links as relations
 from store import events
 from memory.policy import Tier, TrustPolicy
 
@@ -37,6 +38,8 @@ def show(conn: apsw.Connection, policy: TrustPolicy, claim_id: int) -> dict[str,
         ],
         "exposures": conn.execute("SELECT count(*) FROM exposures WHERE lineage = ?", (claim.lineage,)).fetchone()[0],
         "links": links(conn, claim.id),
+        "relations": relations.of_claim(conn, claim),
+        "usage": usage.of_claims(conn, [claim.id])[claim.id],
         "history": [{"seq": e.seq, "at": e.at, "kind": e.kind, "actor": e.actor, "claim": int(e.subject), "detail": e.payload} for e in history],
     }
 
@@ -125,8 +128,9 @@ def listing(
     ids = [r[0] for r in conn.execute(sql, (*params, min(limit, MAX_LIST)))]
     rows = claims.load_many(conn, ids)
     witnesses = standing.tallies(conn, ids)
+    used = usage.of_claims(conn, ids)
     # `counted_corroborations` predates the tally and stays for scripts that read it.
-    return [{**claims.brief(rows[i]), "witnesses": witnesses[i], "counted_corroborations": witnesses[i]["counted"]} for i in ids]
+    return [{**claims.brief(rows[i]), "witnesses": witnesses[i], "counted_corroborations": witnesses[i]["counted"], "usage": used[i]} for i in ids]
 
 
 #: Claims in one page of ``memory.export``, and about how many bytes of JSON.
@@ -170,6 +174,8 @@ def stats(conn: apsw.Connection, policy: TrustPolicy, database: str | None) -> d
         "live_by_kind": {k: by_kind.get(k, 0) for k in claims.KINDS},
         "corroborations": {"total": total, "counted": counted, "blind": blind, "unread": unread},
         "links": {"rediscoveries": rediscoveries, "restatements": restatements},
+        "relations": relations.count(conn),
+        "private": conn.execute("SELECT count(*) FROM claims WHERE private_to IS NOT NULL AND tier IN ('unverified', 'trusted', 'disputed')").fetchone()[0],
         "disputes": disputes,
         "exposures": exposures.count(conn),
         "events": conn.execute("SELECT count(*) FROM events WHERE kind LIKE 'memory.%'").fetchone()[0],

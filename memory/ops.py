@@ -21,7 +21,7 @@ import trio
 from broker.errors import ConclaveError, ErrorCode
 from broker.core import Call, Feature
 from broker.optable import Access, OpTable
-from memory import authoring, claims, curation, doctor, exposures, inspection, prefilter, retrieval, revocation, schema, settings, standing, trails, vectors
+from memory import authoring, claims, curation, doctor, exposures, inspection, links, prefilter, privacy, retrieval, revocation, schema, settings, standing, trails, vectors
 from store import events
 from store.events import BROKER_ACTOR
 from store.integrity import ExpectedHead
@@ -43,19 +43,38 @@ class RememberArgs:
     text: str
     scope: str = "repo"
     evidence: str | None = None
+    #: Keep it in the caller's private pool: visible to its agent name only, until shared.
+    private: bool = False
 
 
 @attrs.frozen
 class RecallArgs:
     query: str
     limit: int = 10
+    #: Follow one link from each hit and append what it leads to (tagged ``linked``).
+    expand: bool = False
+    #: A look, not a use: logged as shown (the reader saw the claims) but not counted as recall hits.
+    preview: bool = False
 
 
 @attrs.frozen
 class ContextArgs:
     query: str
-    budget: int = 500
+    #: Tokens; None takes the team file's ``[memory] context_budget_tokens``.
+    budget: int | None = None
     include_unverified: bool = False
+    #: Follow one link from each claim pushed, into what the budget has left.
+    expand: bool = True
+    #: A look at what would be pushed: logged as shown, not counted as a push.
+    preview: bool = False
+
+
+@attrs.frozen
+class LinkArgs:
+    source: int
+    target: int
+    kind: str = "relates-to"
+    why: str | None = None
 
 
 @attrs.frozen
@@ -198,7 +217,9 @@ async def remember(call: Call, args: RememberArgs) -> dict[str, Any]:
     await _screen(call, op, [("text", prefilter.check_claim(args.text, args.scope)), *_notes(args.evidence)])
     svc = service(call)
     result = await call.core.store.call(
-        lambda conn: authoring.remember(conn, svc.policy, call.principal, kind=args.kind, scope=args.scope, text=args.text, evidence=args.evidence),
+        lambda conn: authoring.remember(
+            conn, svc.policy, call.principal, kind=args.kind, scope=args.scope, text=args.text, evidence=args.evidence, private=args.private
+        ),
         replayable=True,
     )
     svc.note_new_claim()
@@ -254,8 +275,10 @@ async def recall(call: Call, args: RecallArgs) -> list[dict[str, Any]]:
     _range("memory.recall", "limit", args.limit, 1, retrieval.MAX_LIMIT)
     svc = service(call)
     probe = await svc.probe(args.query)
+    via = "show" if args.preview else "recall"
     return await call.core.store.call(
-        lambda conn: retrieval.recall(conn, svc.policy, call.principal, args.query, limit=args.limit, probe=probe), replayable=True
+        lambda conn: retrieval.recall(conn, svc.policy, call.principal, args.query, limit=args.limit, probe=probe, expand=args.expand, shown_as=via),
+        replayable=True,
     )
 
 
@@ -263,11 +286,34 @@ async def recall(call: Call, args: RecallArgs) -> list[dict[str, Any]]:
 async def context(call: Call, args: ContextArgs) -> dict[str, Any]:
     """The fenced reference block for a query: trusted claims by default, within a token budget."""
     _text("memory.context", "query", args.query, claims.MAX_TEXT)
-    _range("memory.context", "budget", args.budget, 1, retrieval.MAX_BUDGET)
-    probe = await service(call).probe(args.query)
+    svc = service(call)
+    budget = svc.settings.context_budget_tokens if args.budget is None else args.budget
+    _range("memory.context", "budget", budget, 1, retrieval.MAX_BUDGET)
+    probe = await svc.probe(args.query)
+    via = "show" if args.preview else "context"
     return await call.core.store.call(
-        lambda conn: retrieval.context(conn, call.principal, args.query, budget=args.budget, include_unverified=args.include_unverified, probe=probe),
+        lambda conn: retrieval.context(
+            conn, call.principal, args.query, budget=budget, include_unverified=args.include_unverified, probe=probe, expand=args.expand, shown_as=via
+        ),
         replayable=True,
+    )
+
+
+@OPS.op("memory.share", ClaimArgs)
+async def share(call: Call, args: ClaimArgs) -> dict[str, Any]:
+    """Share a private claim (its agent or the operator): it starts as an unverified shared claim, its author kept."""
+    svc = service(call)
+    return await call.core.store.call(lambda conn: privacy.share(conn, svc.policy, call.principal, args.id), replayable=True)
+
+
+@OPS.op("memory.link", LinkArgs)
+async def link(call: Call, args: LinkArgs) -> dict[str, Any]:
+    """Link two claims (relates-to, depends-on, supersedes) as the caller; neither claim's trust changes."""
+    if args.why is not None:
+        _text("memory.link", "why", args.why, links.MAX_WHY)
+        await _screen(call, "memory.link", [("why", prefilter.check_note(args.why))])
+    return await call.core.store.call(
+        lambda conn: links.link(conn, call.principal, args.source, args.target, kind=args.kind, why=args.why), replayable=True
     )
 
 
@@ -277,7 +323,12 @@ async def show(call: Call, args: ClaimArgs) -> dict[str, Any]:
     svc = service(call)
 
     def job(conn):  # type: ignore[no-untyped-def]
+        claims.require_visible(conn, args.id, call.principal)
         out = inspection.show(conn, svc.policy, args.id)
+        if not call.principal.is_operator:
+            # A link to another agent's private claim would name it (and carry its linker's words): left out.
+            ends = claims.load_many(conn, (i for r in out["relations"] for i in (r["source"], r["target"])))
+            out["relations"] = [r for r in out["relations"] if all(ends[i].visible_to(call.principal) for i in (r["source"], r["target"]) if i in ends)]
         if not call.principal.is_operator:
             exposures.record(conn, call.principal, [claims.require(conn, args.id)], "show", events.now())
         return out
@@ -434,7 +485,7 @@ class ExamQueryArgs:
 @attrs.frozen
 class EvalArgs:
     queries: list[ExamQueryArgs]
-    budget: int = 500
+    budget: int | None = None  # None: the team's [memory] context budget, as context uses
 
 
 @OPS.op("memory.eval", EvalArgs, access=Access.OPERATOR)
@@ -442,16 +493,17 @@ async def evaluate(call: Call, args: EvalArgs) -> dict[str, Any]:
     """Score recall and context against an exam (read-only: no exposure, no event); recall@5/@15 per category, misses classified."""
     from memory import evaluation
 
-    _range("memory.eval", "budget", args.budget, 1, retrieval.MAX_BUDGET)
+    svc = service(call)
+    budget = svc.settings.context_budget_tokens if args.budget is None else args.budget
+    _range("memory.eval", "budget", budget, 1, retrieval.MAX_BUDGET)
     try:
         queries = evaluation.check_fixture({"queries": [attrs.asdict(q) for q in args.queries]})
     except ValueError as exc:
         raise ConclaveError(ErrorCode.INVALID_ARGS, f"memory.eval: {exc}") from None
-    svc = service(call)
     probes = [await svc.probe(q.q) for q in queries]
 
     def job(conn):  # type: ignore[no-untyped-def]
-        return {"corpus": evaluation.fingerprint(conn), "budget": args.budget, **evaluation.run(conn, queries, probes, budget=args.budget)}
+        return {"corpus": evaluation.fingerprint(conn), "budget": budget, **evaluation.run(conn, call.principal, queries, probes, budget=budget)}
 
     return await svc.read(job)
 
@@ -599,7 +651,7 @@ async def ingest_files(call: Call, args: IngestArgs) -> dict[str, Any]:
         for start in range(0, len(keys), 500):
             chunk = keys[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            sql = f"SELECT text_key, id, tier FROM claims WHERE text_key IN ({marks}) AND tier IN ('unverified', 'trusted', 'disputed') ORDER BY id"
+            sql = f"SELECT text_key, id, tier FROM claims WHERE text_key IN ({marks}) AND tier IN ('unverified', 'trusted', 'disputed') AND private_to IS NULL ORDER BY id"
             for key, cid, tier in conn.execute(sql, chunk):
                 out.setdefault(key, (cid, tier))
         return out

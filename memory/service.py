@@ -85,7 +85,7 @@ class MemoryService:
             self.groom_runs += 1
             await self._reset_counters()
             listed = plan.as_dict(listed=REPORTED_STEPS)
-            return {"dry_run": False, **summary, **{k: listed[k] for k in ("retire", "review", "omitted")}}
+            return {"dry_run": False, **summary, **{k: listed[k] for k in ("retire", "review", "unused", "omitted")}}
 
     async def probe(self, query: str) -> Probe | None:
         """The meaning side of a search for ``query`` (None: by words only -- meaning off, or the embedder down)."""

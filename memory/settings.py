@@ -13,7 +13,7 @@ defaults.  With neither a team file nor a recorded run, the defaults apply.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, final
+from typing import Any, Final, Mapping, final
 
 import apsw
 import attrs
@@ -22,6 +22,10 @@ from store import events
 from memory.embedder import EMBEDDER_KEYS, EmbedderConfig
 from memory.groom import GroomPolicy
 from memory.policy import PolicyError, TrustPolicy
+from memory.retrieval import MAX_BUDGET
+
+#: ``context``'s budget in tokens when neither the call nor the team file names one.
+DEFAULT_CONTEXT_BUDGET: Final = 500
 
 __all__ = ["MemorySettings", "TrustPolicy", "GroomPolicy", "recorded", "record"]
 
@@ -32,6 +36,8 @@ class MemorySettings:
     trust: TrustPolicy = TrustPolicy()
     groom: GroomPolicy = GroomPolicy()
     embedder: EmbedderConfig = EmbedderConfig()
+    #: ``context``'s token budget when a call names none (``[memory] context_budget_tokens``).
+    context_budget_tokens: int = DEFAULT_CONTEXT_BUDGET
 
     @classmethod
     def from_tables(cls, policy: Mapping[str, Any] | None, memory: Mapping[str, Any] | None, where: str = "team") -> MemorySettings:
@@ -42,14 +48,21 @@ class MemorySettings:
         """
         table = dict(memory or {})
         meaning = {k: table.pop(k) for k in EMBEDDER_KEYS if k in table}
+        budget = table.pop("context_budget_tokens", DEFAULT_CONTEXT_BUDGET)
+        if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= MAX_BUDGET:
+            raise PolicyError(f"{where}: [memory]: context_budget_tokens must be a whole number of tokens from 1 to {MAX_BUDGET}, not {budget!r}")
         return cls(
+            context_budget_tokens=budget,
             trust=TrustPolicy.from_table(policy or {}, f"{where}: [policy]"),
             groom=GroomPolicy.from_table(table, f"{where}: [memory]"),
             embedder=EmbedderConfig.from_table(meaning, f"{where}: [memory]"),
         )
 
     def as_dict(self) -> dict[str, Any]:
-        return {"policy": self.trust.as_dict(), "memory": {**self.groom.as_dict(), **self.embedder.as_dict()}}
+        memory = {**self.groom.as_dict(), **self.embedder.as_dict()}
+        if self.context_budget_tokens != DEFAULT_CONTEXT_BUDGET:  # settings recorded before it existed read the same
+            memory["context_budget_tokens"] = self.context_budget_tokens
+        return {"policy": self.trust.as_dict(), "memory": memory}
 
 
 def recorded(conn: apsw.Connection) -> MemorySettings | None:

@@ -79,8 +79,8 @@ def render_note(fields: dict[str, Any], text: str) -> str:
 def _links(conn: apsw.Connection) -> dict[int, list[tuple[str, int]]]:
     """Typed links by source lineage: ``(kind, target lineage)``.
 
-    The seam to issue 26's links (``claim_relations``, from wip/seeds-a): read
-    when the table exists, nothing otherwise.
+    Issue 26's links (``claim_relations``, ``memory.links``); read only when
+    the table exists, so a store not yet migrated exports ``links: []``.
     """
     if dialect.is_postgresql(conn):
         present = conn.execute("SELECT to_regclass('claim_relations') IS NOT NULL").fetchone()[0]
@@ -108,17 +108,21 @@ class Vault:
 
 
 def render(conn: apsw.Connection) -> Vault:
-    """Every live claim as a note, an index per author domain, and the manifest (one read snapshot)."""
+    """Every live shared claim as a note, an index per author domain, and the manifest (one read snapshot).
+
+    An agent's private claims are its own notebook, not the team's: they are left out.
+    """
     live = "', '".join(t.value for t in LIVE_TIERS)
     rows = list(
         conn.execute(
             f"SELECT id, lineage, edition, kind, scope, tier, author, author_domain, text, evidence, created_at "
-            f"FROM claims WHERE tier IN ('{live}') ORDER BY id"
+            f"FROM claims WHERE tier IN ('{live}') AND private_to IS NULL ORDER BY id"
         )
     )
     witnesses: dict[int, list[str]] = {}
     for claim, principal in conn.execute(
-        f"SELECT w.claim, w.principal FROM corroborations w JOIN claims c ON c.id = w.claim WHERE c.tier IN ('{live}') ORDER BY w.claim, w.id"
+        f"SELECT w.claim, w.principal FROM corroborations w JOIN claims c ON c.id = w.claim "
+        f"WHERE c.tier IN ('{live}') AND c.private_to IS NULL ORDER BY w.claim, w.id"
     ):
         witnesses.setdefault(claim, []).append(principal)
     current = {lineage: cid for cid, lineage, *_ in rows}

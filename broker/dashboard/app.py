@@ -110,6 +110,7 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
         Column("kind", shrinks=False),
         Column("author", least=12, weight=1),
         Column("witnesses", shrinks=False),
+        Column("used", shrinks=False),
         Column("text", least=20, lines=2, weight=4),
     ),
 }
@@ -475,7 +476,7 @@ class DashboardApp(App[None]):
         tier = self.main.query_one("#tier", Select).value
         search = self.main.query_one("#search", Input).value
         shown = model.claim_rows(self.claims or [], tier=None if tier == "all" else str(tier), search=search)
-        self._show("claims", [(str(c["id"]), _texts(c["id"], c["tier"], c["kind"], c["author"], model.witnesses(c), " ".join(c["text"].split()))) for c in shown])
+        self._show("claims", [(str(c["id"]), _texts(c["id"], c["tier"], c["kind"], c["author"], model.witnesses(c), model.used(c), " ".join(c["text"].split()))) for c in shown])
 
     def render_claim_detail(self) -> None:
         if self._shutting_down():

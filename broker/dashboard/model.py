@@ -301,6 +301,14 @@ def witnesses(claim: Mapping[str, Any]) -> str:
     return "none" if not total else f"{total}, {counted} counted"
 
 
+def used(claim: Mapping[str, Any]) -> str:
+    """How much the team used a claim (``memory``'s ``usage``): pushed in context, found directly by recall."""
+    usage = claim.get("usage") or {}
+    pushed = int((usage.get("context") or {}).get("count", 0))
+    found = int((usage.get("recall") or {}).get("count", 0))
+    return "never" if not pushed and not found else f"{pushed} pushed, {found} found"
+
+
 _REASONS: Final = {
     "author_domain": "the author's own domain",
     "domain_already_counted": "that domain already counted",
@@ -334,6 +342,13 @@ def biography(claim: Mapping[str, Any]) -> list[str]:
             mark = "  <- this one" if e["id"] == claim["id"] else ""
             later = f", superseded by #{e['superseded_by']}" if e.get("superseded_by") else ""
             out.append(f"  #{e['id']} edition {e['edition']} [{e['tier']}] by {e['author']} at {when(e['created_at'])}{later}{mark}")
+    usage = claim.get("usage")
+    if usage is not None:
+        out += ["", f"used: {used(claim)}"]
+        for via, label in (("context", "last pushed"), ("recall", "last found")):
+            last = (usage.get(via) or {}).get("last")
+            if last:
+                out.append(f"  {label} {when(last)}")
     out += ["", f"witnesses: {witnesses(claim)}"]
     for w in claim.get("corroborations") or []:
         how = w.get("witness") or ("blind" if w.get("blind") else "informed")

@@ -25,9 +25,11 @@ from tests.agents.conftest import available_ops, error_of, model_view, probe, re
 #: The op arguments the other packages committed to (the issue's fixed table).
 FIXED_ARGS = {
     "whoami": set(),
-    "memory.remember": {"kind", "text", "scope", "evidence"},
-    "memory.recall": {"query", "limit"},
-    "memory.context": {"query", "budget", "include_unverified"},
+    "memory.remember": {"kind", "text", "scope", "evidence", "private"},
+    "memory.share": {"id"},
+    "memory.recall": {"query", "limit", "expand"},
+    "memory.context": {"query", "budget", "include_unverified", "expand"},
+    "memory.link": {"source", "target", "kind", "why"},
     "memory.corroborate": {"id", "evidence"},
     "memory.dispute": {"id", "reason"},
     "memory.revise": {"id", "text", "evidence"},

@@ -127,3 +127,21 @@ def test_the_witness_column_and_the_biography_count_witnesses_alike() -> None:
     assert witnesses(claim) == "3, 2 counted"
     assert f"witnesses: {witnesses(claim)}" in biography(claim)
     assert witnesses({"witnesses": {"total": 0, "counted": 0}}) == "none"
+
+
+def test_the_used_column_and_the_biography_say_how_much_the_team_used_a_claim() -> None:
+    """memory's ``usage`` (context pushes, direct recall hits, last times): the table says it in a few words, the biography with the times."""
+    from broker.dashboard.model import used
+
+    claim = {
+        "id": 4, "tier": "trusted", "kind": "pattern", "scope": "repo", "edition": 1, "author": "alice:a1", "author_domain": "alice",
+        "created_at": ago(60), "text": "The cache is warm after a deploy.", "witnesses": {"total": 2, "counted": 2},
+        "usage": {"context": {"count": 3, "last": ago(5)}, "recall": {"count": 1, "last": ago(9)}},
+    }
+    assert used(claim) == "3 pushed, 1 found"
+    bio = biography(claim)
+    assert "used: 3 pushed, 1 found" in bio and any(line.startswith("  last pushed ") for line in bio) and any(line.startswith("  last found ") for line in bio)
+    never = {**claim, "usage": {"context": {"count": 0, "last": None}, "recall": {"count": 0, "last": None}}}
+    assert used(never) == "never" and "used: never" in biography(never) and not any("last pushed" in line for line in biography(never))
+    # A broker from before usage sends none: the column reads "never" and the biography leaves the line out.
+    assert used({}) == "never" and not any(line.startswith("used:") for line in biography({k: v for k, v in claim.items() if k != "usage"}))

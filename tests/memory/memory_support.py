@@ -74,3 +74,21 @@ def vouch(puppet: Any, claim: int) -> dict[str, Any]:
 def blind_vouch(puppet: Any, claim: int, text: str) -> dict[str, Any]:
     """An agent never shown the claim says in its own words what it found (here: the finding, restated): blind."""
     return puppet.call("memory.corroborate", id=claim, evidence=f"I found this myself, independently: {text}")
+
+
+def backend_run(request: Any, root: Path, team: list[Any], extra_toml: str = "") -> Any:
+    """A real broker (``conclave run``) with puppet agents ``team``, on ``request.param``'s backend.
+
+    ``sqlite``: the state directory's database; ``postgresql``: a fresh
+    database on the session's server (tests/pgtools.py), reached as the
+    broker role of host ``alpha``.  Words only (``embedder = "none"``): these
+    tests are about what is shown and counted, not about meaning.
+    """
+    from agents.harness import Run
+
+    store = ""
+    if request.param == "postgresql":
+        cluster = request.getfixturevalue("pg_cluster")
+        store = f'\n[store]\nurl = "{cluster.broker_url(cluster.database(), "alpha")}"\n'
+    memory = '\n[memory]\nembedder = "none"\n' + extra_toml
+    return Run(root, [{"name": n} if isinstance(n, str) else n for n in team], extra_toml=store + memory)
