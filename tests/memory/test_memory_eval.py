@@ -200,3 +200,15 @@ def test_the_shipped_demo_fixture_scores_the_demos_corpus(run, corpus):
         assert by_cat["exact"]["recall@5"] == by_cat["paraphrase"]["recall@5"] == 1.0, by_cat
         assert by_cat["vocabulary"]["recall@15"] == 0.0  # words only here; the miss is named
     assert [m["class"] for q in report["queries"] for m in q["recall"]["misses"]] == ["vocabulary_mismatch"]
+
+
+def test_a_private_claim_is_a_scope_exclusion_until_shared(run, corpus, tmp_path):
+    alice = run.puppet("alice")
+    secret = alice.call("memory.remember", kind="discovery", text="The private eval note says the flaky runner is number seven.", private=True)["id"]
+    path = exam(tmp_path, [{"q": "flaky runner number seven", "expect": [secret], "cat": "pool"}])
+    report = evaluate(run, path)
+    miss = misses(report, "recall")[("flaky runner number seven", secret)]
+    assert miss["class"] == "scope_exclusion" and "private pool" in miss["why"]
+    # Control: shared, the same query finds it.
+    alice.call("memory.share", id=secret)
+    assert evaluate(run, path)["summary"]["recall"]["by_category"]["pool"]["recall@5"] == 1.0

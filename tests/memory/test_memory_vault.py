@@ -257,3 +257,20 @@ def test_an_agent_cannot_export_or_import_a_vault(run, tmp_path):
     assert not (tmp_path / "x").exists()
     run.op("memory.vault_export", out=str(tmp_path / "x"))  # control: the operator may
     assert (tmp_path / "x" / MANIFEST).exists()
+
+
+def test_links_are_wikilinks_to_the_live_edition_and_private_claims_stay_out(run, tmp_path):
+    alice = run.puppet("alice")
+    source = remember(run, "The vault link test claim says the deploy waits for the schema check.")
+    target = remember(run, "The vault link test claim says the schema check takes two minutes.")
+    alice.call("memory.link", source=source, target=target, kind="depends-on", why="the wait is the check")
+    revised = alice.call("memory.revise", id=target, text="The vault link test claim says the schema check takes three minutes.")["id"]
+    secret = alice.call("memory.remember", kind="discovery", text="The vault link test private note says alice is still checking the deploy.", private=True)["id"]
+    out = tmp_path / "v"
+    export(run, out)
+    body = note(out, source).read_text()
+    assert f'links: ["depends-on [[claim-{revised}]]"]' in body  # followed to the live edition
+    assert not note(out, secret).exists() and f"claim-{secret}" not in (out / "authors" / "alice.md").read_text()
+    # Control: shared, it is exported like any claim.
+    alice.call("memory.share", id=secret)
+    assert note(export(run, tmp_path / "w") and tmp_path / "w", secret).exists()
