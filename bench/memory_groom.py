@@ -17,7 +17,6 @@ output) -- running it there would take minutes to hours.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -28,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memory_load import cached_store, fresh_run  # noqa: E402
+from memory_load import cached_store, fresh_run, size_args  # noqa: E402
 
 from store import database  # noqa: E402
 
@@ -87,11 +86,7 @@ def measure(size: int, workdir: Path) -> dict[str, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10000, 100000])
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/conclave-bench"))
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = size_args(__doc__.splitlines()[0])
     conn = database.connect(cached_store(args.workdir, 10000), readonly=True)
     texts = [r[0] for r in conn.execute("SELECT text FROM claims ORDER BY id LIMIT 4000")]
     conn.close()

@@ -18,7 +18,6 @@ export at 100k claims in at most 30 s.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import shutil
@@ -29,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memory_load import fresh_run  # noqa: E402
+from memory_load import fresh_run, size_args  # noqa: E402
 
 from broker.client import BlockingClient  # noqa: E402
 
@@ -87,11 +86,7 @@ def measure(size: int, workdir: Path) -> dict[str, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10000, 100000])
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/conclave-bench"))
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = size_args(__doc__.splitlines()[0])
     rows = []
     print(f"{'claims':>8} {'live':>8} {'jsonl export':>13} {'vault export':>13} {'ratio':>6} {'re-export':>10} {'ratio':>6} {'import dry run':>15} {'ratio':>6}  identical")
     for size in args.sizes:
