@@ -105,6 +105,7 @@ def test_ingest_is_a_dry_run_that_shows_what_it_would_store_and_refuse_then_stor
     assert run.op("memory.show", id=twin)["corroborations"] == []  # the duplicate vouched for nothing
     (event,) = run.op("memory.log", kind="memory.ingest")
     assert event["detail"]["stored"] == [e["id"] for e in done["store"]] and event["actor"].split("/")[-1].startswith("operator:")
+    assert run.op("memory.verify")["problems"] == []  # every stored claim matches its event
     # Ingesting the same file again stores nothing: every fact is now a duplicate.
     again = ingested(run, name)
     assert again["store"] == [] and sum("a duplicate of claim" in e["reason"] for e in again["refused"]) == 5

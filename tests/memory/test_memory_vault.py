@@ -179,6 +179,8 @@ def test_import_is_a_dry_run_and_with_yes_applies_edits_deletions_and_new_notes_
     assert len(log) == 1 and log[0]["actor"].split("/")[-1].startswith("operator:")
     # The vault is stale now: importing it again is refused, not applied twice.
     assert "the vault is stale" in refusal(import_(run, out, "--yes"))
+    # Every row the import wrote matches its event in the keyed log.
+    assert run.op("memory.verify")["problems"] == []
 
 
 def test_a_vault_import_cannot_promote_anything(run, tmp_path):
