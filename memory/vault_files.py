@@ -121,44 +121,48 @@ def write(root: Path, rendered: vault.Vault, *, force: bool) -> dict[str, Any]:
         )
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.export-", dir=root.parent))
+    swapped = False
     try:
-        for folder_name in sorted({rel.rpartition("/")[0] for rel in rendered.files} - {""}):
-            (staging / folder_name).mkdir(parents=True, exist_ok=True)
-        for rel, data in rendered.files.items():
-            fd = os.open(staging / rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
-        kept = None
-        if folder.state in ("absent", "empty"):
-            if folder.state == "empty":
-                for hidden in root.iterdir():  # an empty vault Obsidian already opened: keep its settings
-                    os.rename(hidden, staging / hidden.name)
-                root.rmdir()
+        _fill(staging, rendered)
+        if folder.state == "absent":
             os.rename(staging, root)
+            swapped = True
+            old = None
+        elif _exchange(staging, root):
+            swapped = True
+            old = staging  # the exchange left what was at root under the staging name
         else:
-            if folder.state == "ours":
-                for hidden in (e for e in root.iterdir() if e.name.startswith(".")):
-                    os.rename(hidden, staging / hidden.name)
-            if _exchange(staging, root):
-                old = staging
-            else:
-                old = _aside(root)
-                os.rename(root, old)
-                os.rename(staging, root)
-            if folder.state == "ours":
-                shutil.rmtree(old)  # our own rendering, unedited: the store still holds all of it
-            else:
-                kept = old if old != staging else _keep(old, root)
-        _sync_dir(root.parent)
+            old = _aside(root)
+            os.rename(root, old)
+            swapped = True
+            os.rename(staging, root)
     except BaseException:
-        if staging.exists():
+        if not swapped:  # only ever our own half-written folder; after the swap nothing is removed here
             shutil.rmtree(staging, ignore_errors=True)
         raise
+    kept = None
+    if old is not None:
+        if folder.state in ("ours", "empty"):
+            for hidden in (e for e in old.iterdir() if e.name.startswith(".")):
+                os.rename(hidden, root / hidden.name)  # Obsidian's settings stay with the vault
+            shutil.rmtree(old)  # our own unedited rendering (the store holds all of it), or nothing at all
+        else:
+            kept = _keep(old, root) if old == staging else old
+    _sync_dir(root.parent)
     return {"replaced": folder.state in ("ours", "edited", "foreign"), "was": folder.state, "kept_aside": None if kept is None else str(kept)}
+
+
+def _fill(staging: Path, rendered: vault.Vault) -> None:
+    for folder_name in sorted({rel.rpartition("/")[0] for rel in rendered.files} - {""}):
+        (staging / folder_name).mkdir(parents=True, exist_ok=True)
+    for rel, data in rendered.files.items():
+        fd = os.open(staging / rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
 
 
 def _keep(swapped: Path, root: Path) -> Path:
