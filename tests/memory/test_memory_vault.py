@@ -114,9 +114,11 @@ def test_export_refuses_a_folder_it_did_not_write_unless_forced_and_keeps_it(run
     assert forced["was"] == "foreign" and Path(forced["kept_aside"]).name == "notes.replaced-1"
     assert tree(Path(forced["kept_aside"])) == {"todo.md": b"my own notes\n"}  # moved aside, never deleted
     assert (mine / MANIFEST).exists()
-    # Control: an empty folder is taken as it is.
-    (tmp_path / "empty").mkdir()
+    # Control: an empty folder is taken as it is -- one Obsidian already opened keeps its settings.
+    (tmp_path / "empty" / ".obsidian").mkdir(parents=True)
+    (tmp_path / "empty" / ".obsidian" / "app.json").write_text("{}")
     assert export(run, tmp_path / "empty")["was"] == "empty"
+    assert (tmp_path / "empty" / ".obsidian" / "app.json").read_text() == "{}" and (tmp_path / "empty" / MANIFEST).exists()
 
 
 def test_export_refuses_to_replace_a_vault_with_edits_not_imported(run, tmp_path):
