@@ -12,31 +12,16 @@ import pytest
 
 from agents.harness import Run
 from broker.demo import CLAIM as DEMO_CLAIM
-from tests.memory.memory_support import vouch
+from tests.memory.memory_support import BACKENDS, backend_run, vouch
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Words only: which class a miss falls in must not depend on an embedder's judgement here.
-WORDS_ONLY = '\n[memory]\nembedder = "none"\n'
-
 RETRY = "The retry queue drains slowly when the cache is cold after a deploy of the billing service."
 FILLER = "Retry queue shard {} keeps retry queue entries for the retry queue worker."
 
 
-def backend_toml(request: pytest.FixtureRequest) -> str:
-    """The team file's extra tables for this backend: nothing for SQLite, ``[store] url`` for PostgreSQL."""
-    if request.param == "sqlite":
-        return WORDS_ONLY
-    cluster = request.getfixturevalue("pg_cluster")
-    return WORDS_ONLY + f'\n[store]\nurl = "{cluster.broker_url(cluster.database(), "evalhost")}"\n'
-
-
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+@pytest.fixture(scope="module", params=BACKENDS)
 def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    run = Run(tmp_path_factory.mktemp(f"eval-{request.param}"), [{"name": "alice"}, {"name": "bob"}, {"name": "carol"}], extra_toml=backend_toml(request))
-    try:
-        yield run.start()
-    finally:
-        run.close()
+    yield from backend_run(request, tmp_path_factory.mktemp(f"eval-{request.param}"), ["alice", "bob", "carol"])
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import pytest
 
 from agents.harness import Run
-from tests.memory.test_memory_eval import WORDS_ONLY, backend_toml
+from tests.memory.memory_support import BACKENDS, backend_run
 
 INCIDENT = """\
 ---
@@ -50,13 +50,9 @@ iconv -f latin1 -t utf-8 app.conf > app.conf.new
 """
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+@pytest.fixture(scope="module", params=BACKENDS)
 def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    run = Run(tmp_path_factory.mktemp(f"ingest-{request.param}"), [{"name": "alice"}, {"name": "bob"}], extra_toml=backend_toml(request))
-    try:
-        yield run.start()
-    finally:
-        run.close()
+    yield from backend_run(request, tmp_path_factory.mktemp(f"ingest-{request.param}"), ["alice", "bob"])
 
 
 def ingest(run: Run, *args: str) -> Any:
@@ -151,14 +147,9 @@ FOUND = "The integration tests time out because the mock server starts after the
 RESTATED = "Integration tests hit a timeout since the mock server only starts once the first request has been sent."
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=BACKENDS)
 def meaning_run(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Run]:
-    extra = backend_toml(request).replace(WORDS_ONLY, "")  # meaning on: the default local embedder
-    run = Run(tmp_path / "run", [{"name": "alice"}, {"name": "bob"}], extra_toml=extra)
-    try:
-        yield run.start()
-    finally:
-        run.close()
+    yield from backend_run(request, tmp_path / "run", ["alice", "bob"], meaning=True)  # the default local embedder
 
 
 def settled(run: Run, count: int, timeout: float = 90.0) -> None:

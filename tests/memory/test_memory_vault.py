@@ -11,19 +11,14 @@ from typing import Any, Iterator
 import pytest
 
 from agents.harness import Run
-from tests.memory.memory_support import vouch
-from tests.memory.test_memory_eval import backend_toml
+from tests.memory.memory_support import BACKENDS, backend_run, vouch
 
 MANIFEST = "conclave-vault.json"
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+@pytest.fixture(scope="module", params=BACKENDS)
 def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    run = Run(tmp_path_factory.mktemp(f"vault-{request.param}"), [{"name": "alice"}, {"name": "bob"}, {"name": "carol"}], extra_toml=backend_toml(request))
-    try:
-        yield run.start()
-    finally:
-        run.close()
+    yield from backend_run(request, tmp_path_factory.mktemp(f"vault-{request.param}"), ["alice", "bob", "carol"])
 
 
 def remember(run: Run, text: str, who: str = "alice") -> int:
