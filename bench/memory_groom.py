@@ -17,10 +17,8 @@ output) -- running it there would take minutes to hours.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import shutil
 import sys
 import time
 from datetime import datetime, timedelta, timezone
@@ -29,9 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memory_load import cached_store, install  # noqa: E402
+from memory_load import cached_store, fresh_run, size_args  # noqa: E402
 
-from agents.harness import Run  # noqa: E402
 from store import database  # noqa: E402
 
 _WORD = re.compile(r"\w+")
@@ -62,12 +59,7 @@ def age(state: Path, share: float = 0.2, days: int = 40) -> int:
 
 
 def measure(size: int, workdir: Path) -> dict[str, object]:
-    store = cached_store(workdir, size)
-    root = workdir / f"groom-{size}"
-    if root.exists():
-        shutil.rmtree(root)
-    run = Run(root, [{"name": "keeper"}], extra_toml="\n[memory]\ngroom_after_seconds = 1000000000\n")
-    install(store, run.state)
+    run = fresh_run(workdir, size, "groom", "\n[memory]\ngroom_after_seconds = 1000000000\n")
     aged = age(run.state)
     try:
         run.start(timeout=120)
@@ -94,11 +86,7 @@ def measure(size: int, workdir: Path) -> dict[str, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10000, 100000])
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/conclave-bench"))
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = size_args(__doc__.splitlines()[0])
     conn = database.connect(cached_store(args.workdir, 10000), readonly=True)
     texts = [r[0] for r in conn.execute("SELECT text FROM claims ORDER BY id LIMIT 4000")]
     conn.close()

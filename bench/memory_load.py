@@ -140,6 +140,28 @@ def install(store: Path, state: Path) -> None:
         shutil.copyfile(anchor_file, state / "chain-anchor")
 
 
+def fresh_run(workdir: Path, count: int, name: str, extra_toml: str, agent: str = "keeper"):  # type: ignore[no-untyped-def]
+    """A broker run (not started) at ``workdir/NAME-COUNT`` whose state holds a copy of the cached store."""
+    from agents.harness import Run
+
+    store = cached_store(workdir, count)
+    root = workdir / f"{name}-{count}"
+    if root.exists():
+        shutil.rmtree(root)
+    run = Run(root, [{"name": agent}], extra_toml=extra_toml)
+    install(store, run.state)
+    return run
+
+
+def size_args(description: str) -> argparse.Namespace:
+    """The options every corpus benchmark takes: --sizes, --workdir, --out."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10000, 100000])
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/conclave-bench"))
+    parser.add_argument("--out", type=Path)
+    return parser.parse_args()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--claims", type=int, required=True)

@@ -26,9 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from memory_corpus import ClaimText  # noqa: E402
-from memory_load import cached_store, install  # noqa: E402
+from memory_load import fresh_run  # noqa: E402
 
-from agents.harness import Run  # noqa: E402
 from store import database  # noqa: E402
 
 QUIET = "\n[memory]\ngroom_after_seconds = 1000000000\n"
@@ -63,14 +62,7 @@ def broker_memory(pid: int) -> dict[str, float]:
 
 
 def measure(size: int, workdir: Path, queries: int) -> dict[str, object]:
-    store = cached_store(workdir, size)
-    root = workdir / f"retrieval-{size}"
-    if root.exists():
-        import shutil
-
-        shutil.rmtree(root)
-    run = Run(root, [{"name": "reader"}], extra_toml=QUIET)
-    install(store, run.state)
+    run = fresh_run(workdir, size, "retrieval", QUIET, agent="reader")
     source = ClaimText(99)
     asked = [source.query() for _ in range(queries)]
     result: dict[str, object] = {"claims": size}

@@ -19,7 +19,8 @@ For each claim of the batch that is still live:
      counts once per domain like any witness;
    * **restatement**: the domain had been shown it.  Linked, not counted:
      an informed near-duplicate is agreement, and agreement is
-     ``corroborate``'s to record.
+     ``corroborate``'s to record.  So is every restatement by the operator
+     (an ingested file, a new vault note): the operator is nobody's witness.
 
 Everything here is recorded in the keyed event log in this same
 transaction: the link and the corroboration in the ``memory.corroborate``
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING, Final, final
 import apsw
 import attrs
 
+from broker.identity import OPERATOR_NAME
 from memory import authoring, claims, curation, exposures, facts, semantic, vectors
 from memory.claims import ClaimRow
 from memory.policy import TrustPolicy, Witness
@@ -128,7 +130,10 @@ def link(conn: apsw.Connection, policy: TrustPolicy, index: vectors.VectorIndex,
         similarity = _checked_similarity(conn, index.model, other.id, vector)
         if similarity is None or similarity < semantic.RESTATES_AT:
             continue
-        informed = exposures.seen_by_domain(conn, claim.author_domain, other.lineage)
+        # The operator's own claims (ingested files, new vault notes) are never anyone's witness:
+        # a restatement of theirs is linked, not counted, like an informed one.
+        operators = claim.author_domain == OPERATOR_NAME
+        informed = operators or exposures.seen_by_domain(conn, claim.author_domain, other.lineage)
         kind = "restatement" if informed else "rediscovery"
         at = events.now()
         similarity = round(similarity, 4)
@@ -140,7 +145,7 @@ def link(conn: apsw.Connection, policy: TrustPolicy, index: vectors.VectorIndex,
             _rediscovered(conn, policy, claim, other, similarity, at)
         curation.retire(
             conn, claim, actor=events.qualify(conn, BROKER_ACTOR), at=at,
-            reason=f"restates claim {other.id} ({'an independent rediscovery, recorded as its blind corroboration' if kind == 'rediscovery' else 'its author had been shown it: linked, not counted'})",
+            reason=f"restates claim {other.id} ({_why(kind, operators)})",
             detail={"rule": "restatement", "restates": other.id, "link": kind, "similarity": similarity, "row": link_row},
         )  # fmt: skip
         return True
@@ -163,6 +168,14 @@ def _checked_similarity(conn: apsw.Connection, model: str, claim_id: int, vector
                 return round(float(vectors.decode(blob) @ np.asarray(vector, dtype=np.float32)), 4)  # the index's own score
     log.error("claim %s: its stored vector (%s) is not the one its memory.embed event recorded: no restatement judged on it", claim_id, model)
     return None
+
+
+def _why(kind: str, operators: bool) -> str:
+    if kind == "rediscovery":
+        return "an independent rediscovery, recorded as its blind corroboration"
+    if operators:
+        return "the operator's own claim (ingested or from the vault) is never a witness: linked, not counted"
+    return "its author had been shown it: linked, not counted"
 
 
 def _rediscovered(conn: apsw.Connection, policy: TrustPolicy, claim: ClaimRow, other: ClaimRow, similarity: float, at: str) -> None:

@@ -10,6 +10,7 @@ and ``--repo`` / ``--state-dir``.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -596,10 +597,176 @@ def _claim_markdown(c: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# -- the trust graph ------------------------------------------------------------------------
-# (Its imports sit here so the block stays in one piece; typer reads the annotations from module globals.)
+# -- the eval ----------------------------------------------------------------------------------
 
-from pathlib import Path  # noqa: E402
+
+@app.command("eval")
+def eval_(
+    fixture: Annotated[str, typer.Argument(metavar="FIXTURE.json", help="The exam: {\"version\": 1, \"queries\": [{\"q\", \"expect\": [ids], \"cat\"}]}.")],
+    budget: Annotated[Optional[int], typer.Option("--budget-tokens", "--budget", help="The token budget the context path is scored with (default: the team's, as context uses).", min=1)] = None,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Score recall and context against FIXTURE.json: recall@5 and @15 per category, every miss classified (read-only)."""
+    import hashlib
+    import json as json_
+
+    from memory import evaluation
+
+    try:
+        raw = Path(fixture).read_bytes()
+    except OSError as exc:
+        die(f"cannot read the fixture {fixture}: {exc.strerror}; give the path of a JSON exam file", EXIT_USAGE)
+    try:
+        doc = json_.loads(raw)
+        queries = evaluation.check_fixture(doc)
+    except (ValueError, UnicodeDecodeError) as exc:
+        die(f"the fixture {fixture} is not a usable exam: {exc}", EXIT_USAGE)
+    target = Target(json_out, repo, state_dir)
+    args: dict[str, Any] = {"queries": [{"q": q.q, "expect": q.expect, "cat": q.cat} for q in queries]}
+    if budget is not None:
+        args["budget"] = budget
+    result = call(target, "memory.eval", args, timeout=None)
+    result = {"fixture": {"path": fixture, "sha256": hashlib.sha256(raw).hexdigest(), "queries": len(queries)}, **result}
+    pinned = doc.get("corpus")
+    if isinstance(pinned, str) and pinned != result["corpus"]["sha256"]:
+        result["warning"] = f"the fixture was written for corpus {pinned[:16]}; this store is {result['corpus']['sha256'][:16]}: figures are not comparable"
+
+    def human(r: dict[str, Any]) -> None:
+        say(f"fixture {r['fixture']['path']} sha256 {r['fixture']['sha256']} ({r['fixture']['queries']} queries)")
+        say(f"corpus {r['corpus']['sha256']} ({r['corpus']['live']} live of {r['corpus']['claims']} claims); context budget {r['budget']} tokens")
+        if r.get("warning"):
+            say(f"warning: {r['warning']}")
+        for path in evaluation.PATHS:
+            summary = r["summary"][path]
+            table(f"{path}: recall@K by category", ["category", "queries", "recall@5", "recall@15"], [
+                (cat, row["queries"], f"{row['recall@5']:.2f}", f"{row['recall@15']:.2f}") for cat, row in summary["by_category"].items()
+            ])
+            say(f"{path} misses: " + ", ".join(f"{name} {n}" for name, n in summary["misses"].items()))
+            for q in r["queries"]:
+                for m in q[path]["misses"]:
+                    rank = f" (rank {m['rank']})" if m.get("rank") else ""
+                    say(f"  {m['class']}{rank}: claim {m['claim']} for {shorten(q['q'], 60)!r} missed at @{'/@'.join(map(str, m['missed_at']))}"
+                        + (f" -- {m['why']}" if m.get("why") else ""))
+
+    emit(target, result, human)
+
+
+# -- the vault -----------------------------------------------------------------------------------
+
+vault_app = typer.Typer(no_args_is_help=True, add_completion=False, help="The memory as an Obsidian vault: export it, edit it by hand, import the edits.")
+app.add_typer(vault_app, name="vault")
+
+
+def _folder(value: Path) -> str:
+    return str(value.expanduser().absolute())
+
+
+@vault_app.command("export")
+def vault_export(
+    out: Annotated[Path, typer.Option("--out", help="The vault folder: new, empty, or a vault this command wrote.")],
+    force: Annotated[bool, typer.Option("--force", help="Replace a folder that is not an unedited vault of ours (it is moved aside and kept).")] = False,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Write one Markdown note per live claim, an index note per author and a manifest; the same store gives the same bytes."""
+    target = Target(json_out, repo, state_dir)
+    result = call(target, "memory.vault_export", {"out": _folder(out), "force": force}, timeout=None)
+
+    def human(r: dict[str, Any]) -> None:
+        say(f"exported {r['claims']} live claims to {r['out']} ({r['files']} files, snapshot {r['snapshot'][:16]})")
+        if r["kept_aside"]:
+            say(f"what was there ({r['was']}) is kept at {r['kept_aside']}")
+
+    emit(target, result, human)
+
+
+@vault_app.command("import")
+def vault_import(
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="A vault `vault export` wrote, edited since.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Apply the changes (one transaction); without it, only show them.")] = False,
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Show what a vault's edits would do (a dry run); with --yes apply them: an edit is your new edition, a deleted note a retirement, a new note an unverified claim."""
+    target = Target(json_out, repo, state_dir)
+    result = call(target, "memory.vault_import", {"dir": _folder(folder), "apply": yes}, timeout=None)
+
+    def human(r: dict[str, Any]) -> None:
+        for e in r["edits"]:
+            say(f"edit    claim {e['claim']} ({e['tier']}) -> a new unverified edition by you ({e['path']})")
+            say(f"        - {shorten(e['from'], 100)}")
+            say(f"        + {shorten(e['to'], 100)}")
+        for d in r["retire"]:
+            say(f"retire  claim {d['claim']} ({d['tier']}): its note {d['path']} was deleted")
+        for n in r["new"]:
+            say(f"new     {n['kind']}/{n['scope']} unverified claim from {n['path']}: {shorten(n['text'], 90)}")
+        for line in r["ignored"]:
+            say(f"ignored {line}")
+        counts = f"{len(r['edits'])} edit(s), {len(r['retire'])} retirement(s), {len(r['new'])} new claim(s), {r['unchanged']} unchanged"
+        if "applied" in r:
+            a = r["applied"]
+            say(f"applied: {counts}; new editions " + (", ".join(f"{e['from']}->{e['to']}" for e in a["editions"]) or "none")
+                + f"; the vault is now stale: export it again before further edits")
+        elif r["dry_run"] and not (r["edits"] or r["retire"] or r["new"]):
+            say(f"nothing to import ({r['unchanged']} notes unchanged)")
+        else:
+            say(f"dry run: {counts}; nothing changed. Run again with --yes to apply")
+
+    emit(target, result, human)
+
+
+# -- ingest ---------------------------------------------------------------------------------------
+
+#: What one ingest may send (the wire's line is 1 MiB; JSON escaping takes some of it).
+INGEST_BYTES = 600_000
+
+
+@app.command()
+def ingest(
+    files: Annotated[list[Path], typer.Argument(metavar="FILE.md...", help="Markdown notes, runbooks, incident write-ups.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Store what would be stored; without it, only show it.")] = False,
+    kind: Annotated[str, typer.Option("--kind", help="The kind of a fact under no heading that names one (discovery, solution, pattern, workflow, failure).")] = "discovery",
+    scope: Annotated[str, typer.Option("--scope", help="repo or general.")] = "repo",
+    json_out: JsonOpt = False,
+    repo: RepoOpt = None,
+    state_dir: StateOpt = None,
+) -> None:
+    """Stage the facts in Markdown files as unverified claims (provenance ingest:FILE), each through the prefilter and the
+    duplicate check; a dry run that shows what it would store and what it refused, unless --yes."""
+    sent, size = [], 0
+    for path in files:
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except OSError as exc:
+            die(f"cannot read {path}: {exc.strerror}; give Markdown files that exist", EXIT_USAGE)
+        except UnicodeDecodeError:
+            die(f"{path} is not UTF-8 text; convert it (iconv -t utf-8) and ingest it again", EXIT_USAGE)
+        size += len(text.encode())
+        sent.append({"name": str(path), "text": text})
+    if size > INGEST_BYTES:
+        die(f"these files hold {size} bytes; one ingest takes at most {INGEST_BYTES}: ingest them a few at a time", EXIT_USAGE)
+    target = Target(json_out, repo, state_dir)
+    result = call(target, "memory.ingest", {"files": sent, "kind": kind, "scope": scope, "apply": yes}, timeout=None)
+
+    def human(r: dict[str, Any]) -> None:
+        verb = "stored" if not r["dry_run"] else "would be stored"
+        for e in r["store"]:
+            ident = f"claim {e['id']} " if "id" in e else ""
+            say(f"{'stored' if ident else 'store'} {ident}{e['kind']}/{e['scope']} from {e['file']}:{e['line']}: {shorten(e['text'], 90)}")
+        for e in r["refused"]:
+            what = f": {shorten(e['text'], 60)}" if e.get("text") else ""
+            say(f"refused {e['file']}:{e['line']} -- {e['reason']}{what}")
+        tail = "" if not r["dry_run"] else " (dry run: nothing stored; run again with --yes to store)"
+        say(f"{len(r['store'])} fact(s) {verb}, unverified; {len(r['refused'])} refused or skipped{tail}")
+
+    emit(target, result, human)
+
+
+# -- the trust graph ------------------------------------------------------------------------
 
 GRAPH_FORMATS = ("text", "dot", "mermaid", "svg")
 

@@ -12,6 +12,7 @@ to anything inside an agent's process tree.  ``recall``, ``context`` and
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -478,6 +479,211 @@ async def verify(call: Call, args: VerifyArgs) -> dict[str, Any]:
 async def groom(call: Call, args: GroomArgs) -> dict[str, Any]:
     """One lifecycle pass (decay, duplicates, caps); retires, never deletes.  dry_run shows the plan."""
     return await service(call).groom(actor=call.principal.key, dry_run=args.dry_run)
+
+
+# -- the eval (memory eval) --------------------------------------------------------------
+
+
+@attrs.frozen
+class ExamQueryArgs:
+    q: str
+    expect: list[int]
+    cat: str
+
+
+@attrs.frozen
+class EvalArgs:
+    queries: list[ExamQueryArgs]
+    budget: int | None = None  # None: the team's [memory] context budget, as context uses
+
+
+@OPS.op("memory.eval", EvalArgs, access=Access.OPERATOR)
+async def evaluate(call: Call, args: EvalArgs) -> dict[str, Any]:
+    """Score recall and context against an exam (read-only: no exposure, no event); recall@5/@15 per category, misses classified."""
+    from memory import evaluation
+
+    svc = service(call)
+    budget = svc.settings.context_budget_tokens if args.budget is None else args.budget
+    _range("memory.eval", "budget", budget, 1, retrieval.MAX_BUDGET)
+    try:
+        queries = evaluation.check_fixture({"queries": [attrs.asdict(q) for q in args.queries]})
+    except ValueError as exc:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"memory.eval: {exc}") from None
+    probes = [await svc.probe(q.q) for q in queries]
+
+    def job(conn):  # type: ignore[no-untyped-def]
+        return {"corpus": evaluation.fingerprint(conn), "budget": budget, **evaluation.run(conn, call.principal, queries, probes, budget=budget)}
+
+    return await svc.read(job)
+
+
+# -- the vault (memory vault export / import) -----------------------------------------------
+
+
+@attrs.frozen
+class VaultExportArgs:
+    out: str
+    force: bool = False
+
+
+@attrs.frozen
+class VaultImportArgs:
+    dir: str
+    apply: bool = False
+
+
+def _vault_dir(call: Call, op: str, given: str) -> Path:
+    """An absolute folder outside the work tree and the state directory.
+
+    Agents write the work tree: a vault there could be edited by one of them
+    and then imported as the operator's own edits.
+    """
+    path = Path(given)
+    if not path.is_absolute():
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"{op}: the vault folder must be an absolute path, not {given!r}")
+    real = path.resolve()
+    for inside, what in ((call.core.paths.repo, "the repository's work tree, which agents write"), (call.core.paths.state, "the state directory")):
+        if real == inside.resolve() or real.is_relative_to(inside.resolve()):
+            raise ConclaveError(ErrorCode.INVALID_ARGS, f"{op}: {given} is inside {what}; keep the vault in a folder of your own outside it")
+    return real
+
+
+@OPS.op("memory.vault_export", VaultExportArgs, access=Access.OPERATOR)
+async def vault_export(call: Call, args: VaultExportArgs) -> dict[str, Any]:
+    """Write every live claim as an Obsidian vault (deterministic, atomic; a foreign folder only with force)."""
+    from memory import vault, vault_files
+
+    root = _vault_dir(call, "memory.vault_export", args.out)
+    rendered = await service(call).read(vault.render)
+    try:
+        done = await trio.to_thread.run_sync(lambda: vault_files.write(root, rendered, force=args.force))
+    except vault.VaultError as exc:
+        raise ConclaveError(ErrorCode.CONFLICT, f"memory.vault_export: {exc}") from None
+    except OSError as exc:
+        raise ConclaveError(ErrorCode.CONFLICT, f"memory.vault_export: cannot write {root}: {exc.strerror}; choose a folder you can write") from None
+    return {"out": str(root), "snapshot": rendered.snapshot, "claims": rendered.claims, "files": len(rendered.files), **done}
+
+
+@OPS.op("memory.vault_import", VaultImportArgs, access=Access.OPERATOR)
+async def vault_import(call: Call, args: VaultImportArgs) -> dict[str, Any]:
+    """Diff a vault against a fresh export (a dry run); with apply, make it so in one transaction, as the operator."""
+    from memory import vault, vault_files
+
+    op = "memory.vault_import"
+    root = _vault_dir(call, op, args.dir)
+    svc = service(call)
+    try:
+        manifest, notes = await trio.to_thread.run_sync(lambda: vault_files.read(root))
+        fresh = await svc.read(vault.render)
+        plan = vault.diff(fresh, manifest, notes, claims.KINDS, claims.SCOPES)
+    except vault.VaultError as exc:
+        raise ConclaveError(ErrorCode.CONFLICT, f"{op}: {exc}") from None
+    for item in plan.new:
+        _text(op, f"the text of {item['path']}", item["text"], claims.MAX_TEXT)
+    for item in plan.edits:
+        _text(op, f"the text of {item['path']}", item["to"], claims.MAX_TEXT)
+    checks = [(f"text of {i['path']}", prefilter.check_claim(i["text"], i["scope"])) for i in plan.new]
+    scopes = {n.fields["id"]: n.fields["scope"] for n in notes if "id" in n.fields}
+    checks += [(f"text of {e['path']}", prefilter.check_claim(e["to"], scopes[e["claim"]])) for e in plan.edits]
+    await _screen(call, op, checks)
+    out = {"dir": str(root), "dry_run": not args.apply, **plan.as_dict()}
+    if not args.apply or plan.empty:
+        return out
+    reason = f"deleted from the vault {root}"
+
+    def apply(conn):  # type: ignore[no-untyped-def]
+        # One job, one transaction: every change or none.  Each claim is re-read under the writer;
+        # if one moved since the diff, the whole import is refused.
+        for item in [*plan.edits, *plan.retire]:
+            row = claims.require(conn, item["claim"])
+            if not row.live or row.tier.value != item["tier"] or (item in plan.edits and row.text != item["from"]):
+                raise ConclaveError(ErrorCode.CONFLICT, f"{op}: claim {row.id} changed while importing; run the import again (it will say the vault is stale)")
+        editions = []
+        for item in plan.edits:
+            old = claims.require(conn, item["claim"])
+            new = claims.insert(conn, call.principal, kind=old.kind, scope=old.scope, text=item["to"], evidence=old.evidence, revises=old)
+            editions.append({"from": old.id, "to": new.id})
+        retired = [curation.retire_by_operator(conn, svc.policy, call.principal, item["claim"], reason=reason)["id"] for item in plan.retire]
+        created = [
+            authoring.remember(conn, svc.policy, call.principal, kind=i["kind"], scope=i["scope"], text=i["text"], evidence=None)["id"] for i in plan.new
+        ]
+        events.append(conn, "memory.vault_import", actor=call.principal.key, subject=str(root),
+                      payload={"snapshot": plan.snapshot, "editions": editions, "retired": retired, "created": created})  # fmt: skip
+        return {"editions": editions, "retired": retired, "created": created}
+
+    out["applied"] = await call.core.store.call(apply)
+    for _ in out["applied"]["editions"] + out["applied"]["created"]:
+        svc.note_new_claim()
+    return out
+
+
+# -- ingest (memory ingest) ---------------------------------------------------------------------
+
+
+@attrs.frozen
+class IngestFile:
+    name: str
+    text: str
+
+
+@attrs.frozen
+class IngestArgs:
+    files: list[IngestFile]
+    kind: str = "discovery"
+    scope: str = "repo"
+    apply: bool = False
+
+
+@OPS.op("memory.ingest", IngestArgs, access=Access.OPERATOR)
+async def ingest_files(call: Call, args: IngestArgs) -> dict[str, Any]:
+    """Stage the facts of Markdown files as unverified claims (provenance ingest:FILE); a dry run unless apply."""
+    from memory import ingest
+
+    op = "memory.ingest"
+    _choice(op, "kind", args.kind, claims.KINDS)
+    _choice(op, "scope", args.scope, claims.SCOPES)
+    if not args.files:
+        raise ConclaveError(ErrorCode.INVALID_ARGS, f"{op}: give at least one file")
+    found: list[ingest.Candidate] = []
+    skipped: list[ingest.Skipped] = []
+    for f in args.files:
+        _text(op, "a file name", f.name, claims.MAX_NOTE - len(ingest.PROVENANCE))
+        await _screen(call, op, [("file name", prefilter.check_note(ingest.PROVENANCE + f.name))])
+        c, s = ingest.split(f.name, f.text, args.kind)
+        found += c
+        skipped += s
+    svc = service(call)
+
+    def twins(conn):  # type: ignore[no-untyped-def]
+        keys = list({claims.text_key(c.text) for c in found})
+        out: dict[str, tuple[int, str]] = {}
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            sql = f"SELECT text_key, id, tier FROM claims WHERE text_key IN ({marks}) AND tier IN ('unverified', 'trusted', 'disputed') AND private_to IS NULL ORDER BY id"
+            for key, cid, tier in conn.execute(sql, chunk):
+                out.setdefault(key, (cid, tier))
+        return out
+
+    staging = ingest.stage(found, skipped, await svc.read(twins), args.scope)
+    out: dict[str, Any] = {"dry_run": not args.apply, "store": staging.store, "refused": staging.refused}
+    if not args.apply or not staging.store:
+        return out
+
+    def apply(conn):  # type: ignore[no-untyped-def]
+        stored = []
+        for entry in staging.store:
+            made = authoring.remember(conn, svc.policy, call.principal, kind=entry["kind"], scope=entry["scope"], text=entry["text"], evidence=entry["provenance"])
+            stored.append(made["id"])
+        events.append(conn, "memory.ingest", actor=call.principal.key, subject=",".join(sorted({f.name for f in args.files}))[:500],
+                      payload={"files": sorted({f.name for f in args.files}), "stored": stored, "refused": len(staging.refused)})  # fmt: skip
+        return stored
+
+    stored = await call.core.store.call(apply)
+    for entry, cid in zip(out["store"], stored):
+        entry["id"] = cid
+        svc.note_new_claim()
+    return out
 
 
 # -- the trust graph (memory graph, the dashboard) ---------------------------------------

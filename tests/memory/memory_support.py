@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import apsw
 
@@ -106,3 +106,28 @@ def backend_run(request: Any, root: Path, team: list[Any], extra_toml: str = "")
         store = f'\n[store]\nurl = "{cluster.broker_url(cluster.database(), "alpha")}"\n'
     memory = '\n[memory]\nembedder = "none"\n' + extra_toml
     return Run(root, [{"name": n} if isinstance(n, str) else n for n in team], extra_toml=store + memory)
+
+
+#: Words only: which class an eval miss falls in must not depend on an embedder's judgement.
+WORDS_ONLY = '\n[memory]\nembedder = "none"\n'
+BACKENDS = ["sqlite", "postgresql"]
+
+
+def backend_toml(request: Any, *, meaning: bool = False) -> str:
+    """The team file's extra tables for ``request.param``'s backend: ``[store] url`` for PostgreSQL (a fresh database)."""
+    extra = "" if meaning else WORDS_ONLY
+    if request.param == "sqlite":
+        return extra
+    cluster = request.getfixturevalue("pg_cluster")
+    return extra + f'\n[store]\nurl = "{cluster.broker_url(cluster.database(), "memhost")}"\n'
+
+
+def backend_run(request: Any, root: Path, names: list[str], *, meaning: bool = False) -> Iterator[Any]:
+    """A started broker run at ``root`` with puppet agents ``names`` on ``request.param``'s backend; closed after."""
+    from agents.harness import Run
+
+    run = Run(root, [{"name": n} for n in names], extra_toml=backend_toml(request, meaning=meaning))
+    try:
+        yield run.start()
+    finally:
+        run.close()
