@@ -122,7 +122,7 @@ def backend_toml(request: Any, *, meaning: bool = False) -> str:
     return extra + f'\n[store]\nurl = "{cluster.broker_url(cluster.database(), "memhost")}"\n'
 
 
-def backend_run(request: Any, root: Path, names: list[str], *, meaning: bool = False) -> Iterator[Any]:
+def started_run(request: Any, root: Path, names: list[str], *, meaning: bool = False) -> Iterator[Any]:
     """A started broker run at ``root`` with puppet agents ``names`` on ``request.param``'s backend; closed after."""
     from agents.harness import Run
 

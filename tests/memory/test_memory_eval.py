@@ -12,7 +12,7 @@ import pytest
 
 from agents.harness import Run
 from broker.demo import CLAIM as DEMO_CLAIM
-from tests.memory.memory_support import BACKENDS, backend_run, vouch
+from tests.memory.memory_support import BACKENDS, started_run, vouch
 
 ROOT = Path(__file__).resolve().parents[2]
 RETRY = "The retry queue drains slowly when the cache is cold after a deploy of the billing service."
@@ -21,7 +21,7 @@ FILLER = "Retry queue shard {} keeps retry queue entries for the retry queue wor
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    yield from backend_run(request, tmp_path_factory.mktemp(f"eval-{request.param}"), ["alice", "bob", "carol"])
+    yield from started_run(request, tmp_path_factory.mktemp(f"eval-{request.param}"), ["alice", "bob", "carol"])
 
 
 @pytest.fixture(scope="module")

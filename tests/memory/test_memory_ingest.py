@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import pytest
 
 from agents.harness import Run
-from tests.memory.memory_support import BACKENDS, backend_run
+from tests.memory.memory_support import BACKENDS, started_run
 
 INCIDENT = """\
 ---
@@ -52,7 +52,7 @@ iconv -f latin1 -t utf-8 app.conf > app.conf.new
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    yield from backend_run(request, tmp_path_factory.mktemp(f"ingest-{request.param}"), ["alice", "bob"])
+    yield from started_run(request, tmp_path_factory.mktemp(f"ingest-{request.param}"), ["alice", "bob"])
 
 
 def ingest(run: Run, *args: str) -> Any:
@@ -149,7 +149,7 @@ RESTATED = "Integration tests hit a timeout since the mock server only starts on
 
 @pytest.fixture(params=BACKENDS)
 def meaning_run(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Run]:
-    yield from backend_run(request, tmp_path / "run", ["alice", "bob"], meaning=True)  # the default local embedder
+    yield from started_run(request, tmp_path / "run", ["alice", "bob"], meaning=True)  # the default local embedder
 
 
 def settled(run: Run, count: int, timeout: float = 90.0) -> None:

@@ -11,14 +11,14 @@ from typing import Any, Iterator
 import pytest
 
 from agents.harness import Run
-from tests.memory.memory_support import BACKENDS, backend_run, vouch
+from tests.memory.memory_support import BACKENDS, started_run, vouch
 
 MANIFEST = "conclave-vault.json"
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    yield from backend_run(request, tmp_path_factory.mktemp(f"vault-{request.param}"), ["alice", "bob", "carol"])
+    yield from started_run(request, tmp_path_factory.mktemp(f"vault-{request.param}"), ["alice", "bob", "carol"])
 
 
 def remember(run: Run, text: str, who: str = "alice") -> int:
