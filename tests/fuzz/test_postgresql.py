@@ -8,6 +8,7 @@ host's lock table (paths, globs, git) and fencing tokens are its own.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,10 @@ EXAMPLES = 3
 
 
 def test_random_teams_on_two_brokers_keep_every_invariant(pg_cluster: Any, tmp_path: Path) -> None:
-    seeds = campaign.budget_seeds()[-1:]  # the random one (FUZZ_SEED=N to replay one)
+    # The first fixed seed: three examples of one random seed sometimes took too few kinds of step to prove
+    # anything (the coverage check below failed on seed 937763894); SQLite runs the random ones.  FUZZ_SEED=N
+    # replays a seed here too.
+    seeds = campaign.budget_seeds()[-1:] if os.environ.get("FUZZ_SEED") else list(campaign.FIXED_SEEDS[:1])
     report = campaign.run(campaign.postgres_world(tmp_path, pg_cluster), backend="postgresql", seconds=0, seeds=seeds,
                           examples=EXAMPLES, out=tmp_path / "findings", shrink=False)
     campaign.assert_clean(report)
