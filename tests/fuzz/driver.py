@@ -155,8 +155,7 @@ class Fuzz:
         if need_restart:
             self._restart_all(kill=False, policy=self.base_policy)
         self.end_example_cleanup()
-        agents = [{"name": n, "may_spawn": self.world.may_spawn, "restart": "on-failure", "max_restarts": self.world.max_restarts}
-                  for n in next(iter(self.world.hosts.values())).spec.agents]
+        agents = next(iter(self.world.hosts.values())).team()  # the scenario's agents are the world's, boxes too
         self.log = ScenarioLog(agents, self._policy_table(self.memory.policy), MEMORY)
         # What an example may name is what it made: replayed on a fresh world, it names the same things.
         self.example_keys = [p.key for p in sorted(self.registry.live(), key=lambda p: (p.host, p.agent))]

@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Final
 
 from agents.harness import Puppet, Run, make_repo, puppet_command
 from broker.client import BlockingClient
@@ -31,6 +31,10 @@ from broker.client import BlockingClient
 #: Files in the scratch repository: every path the lock rules use exists or not, as chosen.
 FILES = {"README.md": "scratch\n", "src/a.py": "a = 1\n", "src/b.py": "b = 1\n", "src/sub/c.py": "c = 1\n", "docs/x.md": "x\n"}
 
+#: dave runs unboxed, as a person may run a script: a box keeps the operator key out of reach (its state
+#: directory is denied), so only an unboxed agent that drops its ticket can present the key, and only then is
+#: the broker's own check -- the process's ancestry, not the key -- what refuses it (the drop-ticket rule).
+UNBOXED: Final = {"dave": {"sandbox": "off"}}
 #: What the broker's team file says beyond the agents: budgets no fuzz run reaches (the model has no mail budget).
 #: Words only (embedder = "none"): the model has no notion of meaning, so no rediscovery and no refusal by meaning;
 #: a witness's evidence matches when it repeats the claim's words (docs/MEMORY.md), which texts.evidence_for does.
@@ -77,7 +81,10 @@ class Host:
         self.starts = 0
 
     def team(self) -> list[dict[str, Any]]:
-        return [{"name": n, "may_spawn": self.may_spawn, "restart": "on-failure", "max_restarts": self.max_restarts} for n in self.spec.agents]
+        return [
+            {"name": n, "may_spawn": self.may_spawn, "restart": "on-failure", "max_restarts": self.max_restarts, **UNBOXED.get(n, {})}
+            for n in self.spec.agents
+        ]
 
     def extra_toml(self, policy: dict[str, Any]) -> str:
         text = SETTINGS + "\n[policy]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in policy.items())
