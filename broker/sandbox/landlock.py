@@ -219,47 +219,6 @@ def carve_writes(roots, holes):  # type: ignore[no-untyped-def]
     return whole, on_the_way + [path for path, _named in in_holes]
 
 
-def carve_writes(roots, holes):  # type: ignore[no-untyped-def]
-    """Write rules for ``roots`` that leave every ``holes`` path beneath them read-only.
-
-    Returns ``(write_rules, read_rules)``.  Landlock cannot take a right back
-    beneath a granted directory, so a root that holds a hole is granted
-    *read* only and each of its entries is granted write -- except the hole
-    (read) and an entry on the way to one (visited the same way).  What that
-    costs, said where the boxes are described: in a directory on the way
-    nothing new can be made and no entry renamed or removed (the hole
-    cannot be moved aside for a writable one), though every file in it can
-    be written.  A symbolic link among the entries gets no rule (its
-    target is governed by its own).  A hole that does not exist is the
-    caller's to refuse.
-    """
-    real_holes = [os.path.realpath(h) for h in holes if os.path.lexists(h)]
-    writes: list[str] = []
-    reads: list[str] = []
-
-    def visit(path: str, root: bool) -> None:
-        if not root and os.path.islink(path):
-            return
-        real = os.path.realpath(path)
-        if any(_inside(real, h) for h in real_holes):
-            reads.append(real)
-        elif not any(_inside(h, real) and h != real for h in real_holes):
-            writes.append(real)
-        else:
-            reads.append(real)
-            try:
-                names = sorted(os.listdir(real))
-            except OSError:
-                return
-            for name in names:
-                visit(os.path.join(real, name), False)
-
-    for root in roots:
-        if os.path.lexists(root):
-            visit(root, True)
-    return writes, reads
-
-
 def unenforceable(policy: Policy) -> list[str]:
     """Denied paths inside a write root: Landlock cannot take them back."""
     return [d for d in policy.deny if os.path.lexists(d) for w in policy.write if _inside(os.path.realpath(d), os.path.realpath(w))]
