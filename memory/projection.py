@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any, Final, Iterable, final
+from typing import Any, Callable, Final, Iterable, Iterator, Mapping, TypeVar, final
 
 import apsw
 import attrs
@@ -39,6 +39,8 @@ from memory import semantic, vectors
 from memory.policy import Standing, Tier, TrustPolicy, Verdict, Witness, judge
 from store.events import Event
 from store.projection import UNKNOWN, Check, Difference, FromRow, Projection, Row, Table, Unrebuilt, shown
+
+T = TypeVar("T")
 
 #: The event that starts the exposure log (written once, by the first broker of this version to open a store).
 EXPOSURES_LOGGED: Final = "memory.exposures_logged"
@@ -142,9 +144,11 @@ class ClaimFacts:
     #: The last event that set the tier, and the tier it set.
     tier_seq: int = 0
     tier: Tier = Tier.UNVERIFIED
-    corroborations: list[WitnessFacts] = attrs.Factory(list)
-    disputes: list[WitnessFacts] = attrs.Factory(list)
-    promotions: list[PromotionFacts] = attrs.Factory(list)
+    # A shared empty tuple until the first witness (most claims have none: three empty lists a claim
+    # would cost ~170 bytes each of a million claims in a verify); ``_added`` makes the list.
+    corroborations: list[WitnessFacts] | tuple[()] = ()
+    disputes: list[WitnessFacts] | tuple[()] = ()
+    promotions: list[PromotionFacts] | tuple[()] = ()
 
     @property
     def live(self) -> bool:
@@ -216,8 +220,15 @@ class MemoryLog:
         self._findings: list[Difference] = []
         self._links: dict[tuple[Any, ...], Row] = {}
         self._links_found: list[Difference] = []
-        self._vectors: dict[tuple[Any, ...], Row] = {}
+        # (claim, model) -> (event seq, the vector's SHA-256, at): the Check is made when its row is compared.
+        self._vectors: dict[tuple[Any, ...], tuple[int, str, str]] = {}
         self._relations: dict[tuple[Any, ...], Row] = {}
+        # One object per distinct author, domain, kind and scope: each event's JSON makes new strings,
+        # and a million claims holding their own copies cost ~200 bytes a claim in a verify.
+        self._words: dict[str, str] = {}
+
+    def _word(self, text: Any) -> Any:
+        return self._words.setdefault(text, text) if isinstance(text, str) else text
 
     # -- feeding ----------------------------------------------------------------
 
@@ -241,11 +252,11 @@ class MemoryLog:
     def _remember(self, e: Event) -> None:
         p = e.payload
         claim_id = int(e.subject or 0)
-        domain = self.domains.get(e.actor) or p.get("domain") or UNKNOWN
+        domain = self._word(self.domains.get(e.actor) or p.get("domain") or UNKNOWN)
         facts = ClaimFacts(
             id=claim_id, seq=e.seq, lineage=int(p["lineage"]), edition=int(p["edition"]), supersedes=p.get("supersedes"),
-            kind=p["kind"], scope=p["scope"], text_sha256=p["text_sha256"], evidence_sha256=p.get("evidence_sha256"),
-            author=e.actor, author_domain=domain, created_at=e.at, text_key=p.get("text_key"), tier_seq=e.seq, tier=Tier.UNVERIFIED,
+            kind=self._word(p["kind"]), scope=self._word(p["scope"]), text_sha256=p["text_sha256"], evidence_sha256=p.get("evidence_sha256"),
+            author=self._word(e.actor), author_domain=domain, created_at=e.at, text_key=p.get("text_key"), tier_seq=e.seq, tier=Tier.UNVERIFIED,
             private_to=p.get("private_to"),
         )
         self.claims[claim_id] = facts
@@ -277,9 +288,9 @@ class MemoryLog:
         p = e.payload
         if facts is None or "row" not in p:
             return
-        domain = self.domains.get(e.actor) or p.get("domain") or ""
+        domain = self._word(self.domains.get(e.actor) or p.get("domain") or "")
         if e.kind == "memory.corroborate":
-            w = WitnessFacts(int(p["row"]), e.seq, e.actor, domain, e.at, blind=bool(p.get("blind")), note=p.get("evidence_sha256"),
+            w = WitnessFacts(int(p["row"]), e.seq, self._word(e.actor), domain, e.at, blind=bool(p.get("blind")), note=p.get("evidence_sha256"),
                              kind=p.get("witness"), similarity=p.get("similarity"), restatement=p.get("restatement"))
             if self._rebuild:
                 if self._exposures_from is not None and self._exposures_from < e.seq:
@@ -292,16 +303,16 @@ class MemoryLog:
                         w.rebuilt_blind = w.rebuilt_kind == "blind"
                 else:
                     self._unbuilt_blind += 1
-            facts.corroborations.append(w)
+            facts.corroborations = _added(facts.corroborations, w)
         else:
-            facts.disputes.append(WitnessFacts(int(p["row"]), e.seq, e.actor, domain, e.at, note=p.get("reason_sha256", UNKNOWN)))
+            facts.disputes = _added(facts.disputes, WitnessFacts(int(p["row"]), e.seq, self._word(e.actor), domain, e.at, note=p.get("reason_sha256", UNKNOWN)))
         facts.last_used_at = e.at
 
     def _promote(self, e: Event) -> None:
         facts = self.claims.get(int(e.subject or 0))
         if facts is not None:
             row = e.payload.get("row")
-            facts.promotions.append(PromotionFacts(None if row is None else int(row), e.seq, e.at, e.actor, e.payload.get("reason")))
+            facts.promotions = _added(facts.promotions, PromotionFacts(None if row is None else int(row), e.seq, e.at, e.actor, e.payload.get("reason")))
 
     def _retire(self, e: Event) -> None:
         facts = self.claims.get(int(e.subject or 0))
@@ -334,10 +345,7 @@ class MemoryLog:
     def _embed(self, e: Event) -> None:
         model = e.payload.get("model")
         for claim, sha in (e.payload.get("vectors") or {}).items():
-            self._vectors[(int(claim), model)] = Row(e.seq, {
-                "vector": Check(lambda found, sha=sha: found is not None and vectors.digest(found) == sha, f"the vector whose sha256 event {e.seq} recorded ({sha[:16]}...)"),
-                "at": e.at,
-            })
+            self._vectors[(int(claim), model)] = (e.seq, sha, e.at)
 
     def _unretire(self, e: Event) -> None:
         facts = self.claims.get(int(e.subject or 0))
@@ -391,55 +399,59 @@ class MemoryLog:
 
     # -- what the tables must hold ---------------------------------------------------
 
-    def findings(self, policy: TrustPolicy, judged: dict[int, Standing]) -> list[Difference]:
-        """Where the events disagree with themselves: a tier or a blindness the broker recorded on tampered rows
-        (``judged``: each claim's standing on its rebuilt facts)."""
+    def findings(self, facts: ClaimFacts, tier: Tier) -> list[Difference]:
+        """Where the events disagree with themselves about one claim: a tier or a blindness the broker recorded on
+        tampered rows (``tier``: the claim's tier on its rebuilt facts)."""
         out = []
-        for facts in self.claims.values():
-            for w in facts.corroborations:
-                if w.rebuilt_kind is not None and w.rebuilt_kind != w.kind:
-                    why = (f"domain {w.domain} had been shown an edition of claim {facts.id}" if w.rebuilt_kind == "informed"
-                           else f"no exposure event shows domain {w.domain} an edition of claim {facts.id} before it, and its evidence's "
-                           f"similarity {w.similarity} makes it {w.rebuilt_kind}")
-                    out.append(Difference("corroborations", (w.row,), "witness", w.rebuilt_kind, str(w.kind),
-                                          f"corroborations: corroboration {w.row} was judged {w.kind} at event {w.seq}, but {why}: "
+        for w in facts.corroborations:
+            if w.rebuilt_kind is not None and w.rebuilt_kind != w.kind:
+                why = (f"domain {w.domain} had been shown an edition of claim {facts.id}" if w.rebuilt_kind == "informed"
+                       else f"no exposure event shows domain {w.domain} an edition of claim {facts.id} before it, and its evidence's "
+                       f"similarity {w.similarity} makes it {w.rebuilt_kind}")
+                out.append(Difference("corroborations", (w.row,), "witness", w.rebuilt_kind, str(w.kind),
+                                      f"corroborations: corroboration {w.row} was judged {w.kind} at event {w.seq}, but {why}: "
+                                      "the exposure rows were changed behind the broker's back before it judged", w.seq))
+                continue
+            if w.rebuilt_blind is not None and w.rebuilt_blind != w.blind:
+                if w.blind:
+                    seen = self._seen.get((w.domain, facts.lineage))
+                    why = f"domain {w.domain} had been shown an edition of claim {facts.id}" + (f" (event {seen})" if seen else "")
+                    out.append(Difference("corroborations", (w.row,), "blind", "0", "1",
+                                          f"corroborations: corroboration {w.row} was judged blind at event {w.seq}, but {why}: "
                                           "the exposure rows were changed behind the broker's back before it judged", w.seq))
-                    continue
-                if w.rebuilt_blind is not None and w.rebuilt_blind != w.blind:
-                    if w.blind:
-                        seen = self._seen.get((w.domain, facts.lineage))
-                        why = f"domain {w.domain} had been shown an edition of claim {facts.id}" + (f" (event {seen})" if seen else "")
-                        out.append(Difference("corroborations", (w.row,), "blind", "0", "1",
-                                              f"corroborations: corroboration {w.row} was judged blind at event {w.seq}, but {why}: "
-                                              "the exposure rows were changed behind the broker's back before it judged", w.seq))
-                    else:
-                        out.append(Difference("corroborations", (w.row,), "blind", "1", "0",
-                                              f"corroborations: corroboration {w.row} was judged informed at event {w.seq}, but no exposure "
-                                              f"event shows domain {w.domain} an edition of claim {facts.id} before it: an exposure row was "
-                                              "inserted behind the broker's back", w.seq))
-            tier = judged[facts.id].tier
-            if tier is not facts.tier and facts.tier_seq:
-                out.append(Difference("claims", (facts.id,), "tier", tier.value, facts.tier.value,
-                                      f"claims: claim {facts.id}: event {facts.tier_seq} made it {facts.tier.value}, but its witnesses' events "
-                                      f"make it {tier.value}: the broker judged rows changed behind its back", facts.tier_seq))
+                else:
+                    out.append(Difference("corroborations", (w.row,), "blind", "1", "0",
+                                          f"corroborations: corroboration {w.row} was judged informed at event {w.seq}, but no exposure "
+                                          f"event shows domain {w.domain} an edition of claim {facts.id} before it: an exposure row was "
+                                          "inserted behind the broker's back", w.seq))
+        if tier is not facts.tier and facts.tier_seq:
+            out.append(Difference("claims", (facts.id,), "tier", tier.value, facts.tier.value,
+                                  f"claims: claim {facts.id}: event {facts.tier_seq} made it {facts.tier.value}, but its witnesses' events "
+                                  f"make it {tier.value}: the broker judged rows changed behind its back", facts.tier_seq))
         return out
 
+    def _claim_row(self, facts: ClaimFacts, policy: TrustPolicy) -> Row:
+        """What the claims table must hold for one claim, in CLAIMS_TABLE's column order."""
+        standing = facts.standing(policy, self.revoked, rebuilt=True)
+        return Row(facts.seq, (
+            facts.lineage, facts.edition, facts.supersedes, facts.superseded_by, facts.kind, facts.scope, facts.text_sha256,
+            facts.text_key if facts.text_key is not None else _TEXT_KEY, facts.evidence_sha256, facts.author, facts.author_domain,
+            standing.tier.value, facts.created_at, facts.last_used_at, facts.retired_at, facts.retired_by, facts.retired_reason,
+            facts.private_to,
+        ))
+
     def projections(self, conn: apsw.Connection) -> Iterable[Projection]:
+        """Every table's expected rows.  The claims table's are made one at a time as the comparison asks for
+        them (:class:`ClaimRows`), never all at once: a million claims' rows would double what the walk holds."""
         policy = self.policy or TrustPolicy()
-        claims: dict[tuple[Any, ...], Row] = {}
         corroborations: dict[tuple[Any, ...], Row] = {}
         disputes: dict[tuple[Any, ...], Row] = {}
         promotions: dict[tuple[Any, ...], Row] = {}
         legacy_promotions: dict[int, list[PromotionFacts]] = {}
-        judged: dict[int, Standing] = {}
+        findings: list[Difference] = []
         for facts in self.claims.values():
-            standing = judged[facts.id] = facts.standing(policy, self.revoked, rebuilt=True)
-            claims[(facts.id,)] = Row(facts.seq, (  # in CLAIMS_TABLE's column order
-                facts.lineage, facts.edition, facts.supersedes, facts.superseded_by, facts.kind, facts.scope, facts.text_sha256,
-                facts.text_key if facts.text_key is not None else _TEXT_KEY, facts.evidence_sha256, facts.author, facts.author_domain,
-                standing.tier.value, facts.created_at, facts.last_used_at, facts.retired_at, facts.retired_by, facts.retired_reason,
-                facts.private_to,
-            ))
+            standing = facts.standing(policy, self.revoked, rebuilt=True)
+            findings += self.findings(facts, standing.tier)
             _witness_rows(corroborations, facts.id, facts.corroborations, standing.corroborations, "evidence")
             _witness_rows(disputes, facts.id, facts.disputes, standing.disputes, "reason")
             for p in facts.promotions:
@@ -453,7 +465,7 @@ class MemoryLog:
             ids = [r[0] for r in conn.execute("SELECT id FROM promotions WHERE claim = ? ORDER BY id", (claim_id,)) if r[0] not in taken]
             for row_id, p in zip(ids, legacy):
                 promotions[(row_id,)] = Row(p.seq, {"claim": claim_id, "at": p.at, "by": p.by, "reason": p.reason})
-        findings = self.findings(policy, judged)
+        claims = MadeRows(self.claims, lambda _, facts: self._claim_row(facts, policy), single=True)
         yield Projection(CLAIMS_TABLE, claims, findings=tuple(f for f in findings if f.table == "claims"))
         yield Projection(CORROBORATIONS_TABLE, corroborations, findings=tuple(f for f in findings if f.table == "corroborations"))
         yield Projection(DISPUTES_TABLE, disputes)
@@ -471,7 +483,7 @@ class MemoryLog:
         if self._rebuild:  # decisions read one claim's events; only verify rebuilds these
             yield Projection(LINKS_TABLE, self._links, findings=tuple(self._links_found))
             yield Projection(RELATIONS_TABLE, self._relations)
-            yield Projection(VECTORS_TABLE, self._vectors)
+            yield Projection(VECTORS_TABLE, MadeRows(self._vectors, _vector_row))
 
     def unrebuilt(self) -> list[Unrebuilt]:
         out = []
@@ -481,6 +493,50 @@ class MemoryLog:
             out.append(Unrebuilt("corroborations", "blind", self._unbuilt_blind,
                                  "judged before exposures were logged as events: the blindness the broker recorded is taken"))
         return out
+
+
+@final
+class MadeRows(Mapping[tuple[Any, ...], Row]):
+    """A table's expected rows, each made from what the walk kept when asked for (a read-only view).
+
+    ``single``: ``source`` is keyed by the one key column's value (a claim's id), not by the key tuple.
+    """
+
+    def __init__(self, source: dict[Any, T], make: Callable[[Any, T], Row], *, single: bool = False) -> None:
+        self._source: dict[Any, Any] = source
+        self._make = make
+        self._single = single
+
+    def __getitem__(self, key: tuple[Any, ...]) -> Row:
+        inner = (key[0] if len(key) == 1 else None) if self._single else key
+        try:
+            kept = self._source[inner]
+        except (KeyError, TypeError):
+            raise KeyError(key) from None
+        return self._make(key, kept)
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return ((k,) for k in self._source) if self._single else iter(self._source)
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+
+def _vector_row(_: tuple[Any, ...], kept: tuple[int, str, str]) -> Row:
+    """A vector's row: its bytes must hash to the SHA-256 its ``memory.embed`` event recorded."""
+    seq, sha, at = kept
+    return Row(seq, {
+        "vector": Check(lambda found: found is not None and vectors.digest(found) == sha, f"the vector whose sha256 event {seq} recorded ({sha[:16]}...)"),
+        "at": at,
+    })
+
+
+def _added(items: list[T] | tuple[()], item: T) -> list[T]:
+    """``items`` with ``item`` appended (a list made on the first)."""
+    if isinstance(items, tuple):
+        return [item]
+    items.append(item)
+    return items
 
 
 def _witness_rows(into: dict[tuple[Any, ...], Row], claim_id: int, witnesses: list[WitnessFacts], verdicts: Iterable[Verdict], note: str) -> None:
