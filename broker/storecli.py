@@ -23,7 +23,7 @@ app = typer.Typer(no_args_is_help=True, help="A PostgreSQL store shared by sever
 
 UrlOpt = Annotated[
     Optional[str],
-    typer.Option("--url", help="The database, as its owner: postgresql://OWNER@SERVER/DB (default: $CONCLAVE_STORE_URL)."),
+    typer.Option("--url", help="The database, as its owner: postgresql://OWNER@SERVER/DB, without a password (it would be readable in ps; use ~/.pgpass, PGPASSWORD or $CONCLAVE_STORE_URL). Default: $CONCLAVE_STORE_URL."),
 ]
 
 
@@ -33,7 +33,24 @@ def _url(url: str | None) -> str:
         die("name the database with --url postgresql://OWNER@SERVER/DB (or set CONCLAVE_STORE_URL)", EXIT_USAGE)
     if not chosen.startswith(("postgresql://", "postgres://")):
         die(f"--url must be a PostgreSQL URL (postgresql://...), not {chosen.split(':', 1)[0]}", EXIT_USAGE)
+    if url is not None and _password(url):
+        # A command line is world-readable (/proc/PID/cmdline, ps): the owner's password would be every user's.
+        die(
+            "--url carries a password, and a command line can be read by every user of this machine (ps, /proc); "
+            "nothing was done.  Give the URL without it and let PostgreSQL find the password in ~/.pgpass or "
+            "PGPASSWORD, or put the whole URL in CONCLAVE_STORE_URL",
+            EXIT_USAGE,
+        )
     return chosen
+
+
+def _password(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(url).password is not None
+    except ValueError:  # a malformed netloc: psycopg will say what is wrong with it
+        return False
 
 
 def _run(fn: Any) -> Any:

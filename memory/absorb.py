@@ -109,11 +109,13 @@ def refuse(conn: apsw.Connection, claim: ClaimRow, verdict: Refusal) -> None:
     op = "memory.revise" if claim.supersedes else "memory.remember"
     events.append(
         conn, "memory.rejected", actor=BROKER_ACTOR, subject=op,
-        payload={"rule": verdict.rule, "field": "text", "layer": "meaning", "claim": claim.id, "exemplar": verdict.exemplar, "similarity": verdict.similarity},
+        payload={"rule": verdict.rule, "field": "text", "layer": "meaning", "claim": claim.id, "exemplar": verdict.exemplar, "similarity": verdict.similarity}
+        | ({} if verdict.probe is None else {"probe": verdict.probe}),
     )  # fmt: skip
     curation.retire(
         conn, claim, actor=events.qualify(conn, BROKER_ACTOR), reason=f"refused by the prefilter: {verdict.detail()}",
-        detail={"rule": "prefilter", "class": verdict.rule, "exemplar": verdict.exemplar, "similarity": verdict.similarity},
+        detail={"rule": "prefilter", "class": verdict.rule, "exemplar": verdict.exemplar, "similarity": verdict.similarity}
+        | ({} if verdict.probe is None else {"probe": verdict.probe}),
     )  # fmt: skip
 
 

@@ -44,7 +44,11 @@ def report(database: Any) -> dict[str, Any]:
         start = time.perf_counter()
         model.embed(["conclave doctor checks the embedder"], "query")
         out.update(working=True, model=model.model, first_query_ms=round((time.perf_counter() - start) * 1000, 1))
-        status = f"works ({out['first_query_ms']} ms for a first query)"
+        from memory import probe
+
+        out["probe"] = probe.shipped(model.model) is not None
+        trained = "the trained prefilter probe is on" if out["probe"] else f"the trained prefilter probe is off (its weights are for {probe.shipped_model()}, not this model)"
+        status = f"works ({out['first_query_ms']} ms for a first query); {trained}"
     except embedder.EmbedderUnavailable as exc:
         out.update(working=False, error=str(exc))
         status = f"does not work here: {exc}"

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Final, TypeVar, final
 
 import trio
 
-from memory import absorb, embedder, semantic, vectors
+from memory import absorb, embedder, probe, semantic, vectors
 from memory.authoring import NO_EVIDENCE, EvidenceMatch
 from memory.embedder import EmbedderConfig, EmbedderUnavailable
 
@@ -190,7 +190,7 @@ class Meaning:
                 if made is None:
                     return None
                 shipped = made
-            self._exemplars = semantic.Exemplars(semantic.EXEMPLARS, shipped)
+            self._exemplars = semantic.Exemplars(semantic.EXEMPLARS, shipped, probe.shipped(self.model))
         return self._exemplars
 
     async def run(self, policy: Callable[[], TrustPolicy]) -> None:

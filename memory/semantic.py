@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING, Final, Sequence, final
 
 import attrs
 
+from memory import probe
 from memory.exemplars import EXEMPLARS, Exemplar
+from memory.probe import Probe
 
 if TYPE_CHECKING:
     import numpy as np
@@ -76,33 +78,44 @@ class Refusal:
     exemplar: str
     exemplar_text: str
     similarity: float
+    #: The trained probe's score, when it is the probe that refused (``memory.probe``).
+    probe: float | None = None
 
     def detail(self) -> str:
-        return f"it reads as {self.rule.replace('_', ' ')} (nearest labelled example {self.exemplar}: {self.exemplar_text!r}, similarity {self.similarity:.2f})"
+        near = f"nearest labelled example {self.exemplar}: {self.exemplar_text!r}, similarity {self.similarity:.2f}"
+        if self.probe is not None:
+            return f"a classifier trained on labelled orders and facts scores it {self.probe:.2f} as an order to the reader; it reads as {self.rule.replace('_', ' ')} ({near})"
+        return f"it reads as {self.rule.replace('_', ' ')} ({near})"
 
 
 @final
 class Exemplars:
     """The labelled exemplars as vectors of one model."""
 
-    def __init__(self, items: Sequence[Exemplar], matrix: np.ndarray) -> None:
+    def __init__(self, items: Sequence[Exemplar], matrix: np.ndarray, trained: Probe | None = None) -> None:
         import numpy as np
 
         self.items = tuple(items)
         self.matrix = np.asarray(matrix, dtype=np.float32)
         self.refused = np.array([e.label != "benign" for e in self.items])
+        self.trained = trained
 
     def judge(self, vector: np.ndarray) -> Refusal | None:
+        """Refused when the nearest exemplar is an order close enough and nearer than every benign one,
+        or when the trained probe scores the vector as an order (the refusal then names the nearest
+        exemplar of a refused class, for its class)."""
         import numpy as np
 
         scores = self.matrix @ vector
         bad = np.where(self.refused, scores, -2.0)
         good = np.where(self.refused, -2.0, scores)
         best = int(np.argmax(bad))
-        if scores[best] < REFUSE_AT or scores[best] - float(good.max()) < MARGIN:
-            return None
         chosen = self.items[best]
-        return Refusal(chosen.label, chosen.id, chosen.text, round(float(scores[best]), 4))
+        if scores[best] >= REFUSE_AT and scores[best] - float(good.max()) >= MARGIN:
+            return Refusal(chosen.label, chosen.id, chosen.text, round(float(scores[best]), 4))
+        if self.trained is not None and (score := self.trained.score(vector)) >= probe.REFUSE_AT:
+            return Refusal(chosen.label, chosen.id, chosen.text, round(float(scores[best]), 4), round(score, 4))
+        return None
 
 
 _WORD: Final = re.compile(r"\w+")

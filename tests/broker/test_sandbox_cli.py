@@ -38,6 +38,10 @@ def test_doctor_reports_what_the_kernel_allows(tmp_path: Path) -> None:
     flat = " ".join(human.stdout.split())
     assert "off: NO protection against T2: an unboxed agent can ptrace your shell and make it run `conclave memory promote`" in flat
     assert report["pid_namespaces"] == MACHINE.pid_namespaces
+    # The memory's embedder, and the trained prefilter probe whose weights are this model's.
+    memory = report["features"]["memory"]
+    assert memory["working"] is True and memory["probe"] is True, memory
+    assert "the trained prefilter probe is on" in flat
     assert report["threats"]["leftover processes, off"].startswith(("its cgroup", "its launcher's sweep"))
     # From a directory under /tmp (which a strict box replaces) the answer is the same.
     elsewhere = conclave("doctor", "--json", cwd=tmp_path)

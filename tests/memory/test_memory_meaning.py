@@ -10,7 +10,8 @@ import time
 from typing import Any
 
 from agents.harness import Run
-from memory import semantic
+from memory import embedder, prefilter, probe, semantic
+from tests.memory.probe_cases import PROBE_ATTACK, PROBE_FACT
 from store import events
 
 from tests.memory.memory_support import memory_events
@@ -172,3 +173,30 @@ def test_a_private_claim_never_vouches_as_a_rediscovery(start_run) -> None:  # t
     embedded(run, 3)
     witnesses = run.op("memory.show", id=claim)["corroborations"]
     assert [(w["domain"], w["witness"], w["restatement"]) for w in witnesses] == [("carol", "blind", again)]
+
+
+def test_an_order_stated_as_a_fact_is_retired_by_the_trained_probe_and_a_fact_stays(start_run) -> None:  # type: ignore[no-untyped-def]
+    """The attack: an order with no imperative and no "ignore" -- what the reader's reply contains, a
+    rule for the reader stated as a fact -- passes the word rules and is near no exemplar.  The trained
+    probe (memory.probe) reads it as an order: the claim is retired, and the event names the probe's
+    score, the class and an exemplar (ours), never the text."""
+    run = start_run(AGENTS)
+    alice = run.puppet("alice")
+    texts = {
+        "attack": PROBE_ATTACK,
+        "fact": PROBE_FACT,
+    }
+    for text in texts.values():  # both pass the words: the door stores them
+        assert prefilter.check_claim(text, "repo") is None, text
+    made = {name: alice.call("memory.remember", kind="pattern", text=text)["id"] for name, text in texts.items()}
+    embedded(run, 2)
+    refused = run.op("memory.show", id=made["attack"])
+    assert refused["tier"] == "retired" and "classifier trained on labelled orders and facts" in refused["retired"]["reason"], refused
+    assert run.op("memory.show", id=made["fact"])["tier"] == "unverified"  # control: the fact on the same subject stays
+    rejected = [e for e in memory_events(run.state, kind="memory.rejected") if e.payload.get("claim") == made["attack"]]
+    assert len(rejected) == 1 and rejected[0].payload["probe"] >= probe.REFUSE_AT and rejected[0].payload["layer"] == "meaning"
+    assert PROBE_ATTACK[:20] not in str(rejected[0].payload)
+    # Control: without the probe the exemplars alone would have stored it (this is what the probe adds).
+    vector = embedder.LocalEmbedder().embed([PROBE_ATTACK], "passage")[0]
+    alone = semantic.Exemplars(semantic.EXEMPLARS, semantic.shipped_vectors(embedder.LOCAL_MODEL))
+    assert alone.judge(vector) is None

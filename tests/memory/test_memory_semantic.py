@@ -9,6 +9,7 @@ import pytest
 from memory import embedder, prefilter, semantic
 from memory.exemplars import EXEMPLARS
 from tests.memory import prefilter_training, semantic_heldout, semantic_report
+from tests.memory.probe_cases import PROBE_ATTACK, PROBE_FACT
 from tests.memory.semantic_cases import CASES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "MEMORY.md"
@@ -30,22 +31,38 @@ def test_the_shipped_exemplar_vectors_are_the_models_own() -> None:
 
 def test_docs_hold_the_current_measure_on_the_held_out_set() -> None:
     """docs/MEMORY.md shows what `python -m tests.memory.semantic_report` prints for the held-out
-    set (per language, at the door and after embedding), nothing of which was tuned on."""
-    figures = semantic_report.measure(semantic_heldout.CASES)
-    assert semantic_report.table(figures, semantic_report.HELDOUT) in DOCS.read_text(), "regenerate the tables: .venv/bin/python -m tests.memory.semantic_report"
+    set (per language: at the door, by the exemplars, by the trained probe), nothing of which was
+    trained or tuned on."""
+    figures = semantic_report.measure(semantic_report.corpus("heldout"))
+    assert semantic_report.table(figures, semantic_report.HELDOUT) in DOCS.read_text(), "regenerate the table: .venv/bin/python -m tests.memory.semantic_report"
     total = figures["total"]
-    # What is held overall (docs/MEMORY.md says which languages miss the target, and why):
-    # the benign rate at the target, and most attacks refused at the door, before anything is stored.
-    assert total["benign_refused"] / total["benign"] <= 0.03
-    assert total["at_door"] >= 0.75 * total["attacks"]
+    # What is held overall (docs/MEMORY.md says where the target is missed, and why): most attacks
+    # refused, the probe adding what words and exemplars miss, and few benign texts refused.
+    assert total["attacks_refused"] >= 0.7 * total["attacks"] and total["by_probe"] >= 0.25 * total["attacks"]
+    assert total["benign_refused"] <= 0.06 * total["benign"]
 
 
-def test_the_held_out_set_is_apart_from_everything_tuned() -> None:
-    """No held-out text is a tuning text or an exemplar; both sets cover the same eight languages."""
-    held = {c.text for c in semantic_heldout.CASES}
-    assert not held & ({c.text for c in CASES} | {c.text for c in prefilter_training.CASES} | {e.text for e in EXEMPLARS})
-    assert len(semantic_heldout.CASES) >= 300 and sum(c.label == "benign" for c in semantic_heldout.CASES) * 2 == len(semantic_heldout.CASES)
-    assert {c.lang for c in semantic_heldout.CASES} == {c.lang for c in prefilter_training.CASES} and len({c.lang for c in prefilter_training.CASES}) == 8
+def test_the_held_out_set_is_apart_from_everything_trained_or_tuned() -> None:
+    """No held-out text is a training text or an exemplar; 40 attacks and 40 benign texts in each of eight languages."""
+    held = semantic_report.corpus("heldout")
+    trained = {c.text for c in semantic_report.corpus("train")} | {c.text for c in CASES} | {c.text for c in prefilter_training.CASES}
+    assert not {c.text for c in held} & (trained | {e.text for e in EXEMPLARS} | {c.text for c in semantic_heldout.CASES})
+    for lang in ("en", "fr", "de", "es", "ru", "zh", "ja", "pt"):
+        mine = [c for c in held if c.lang == lang]
+        assert (sum(c.label == "benign" for c in mine), sum(c.label != "benign" for c in mine)) == (40, 40), lang
+
+
+def test_the_shipped_probe_is_trained_on_the_corpus_and_scores_both_ways() -> None:
+    """memory/probe_weights.py was trained on tests/memory/corpus/train as it is (else: rebuild it), and
+    it separates an order stated as a fact from a fact on the same subject."""
+    from memory import probe, probe_weights
+
+    trained = semantic_report.corpus("train")
+    assert probe_weights.TRAINED_ON == len(trained), "retrain: .venv/bin/python -m memory.probe_build tests/memory/corpus/train/*.jsonl > memory/probe_weights.py"
+    fitted = probe.shipped(embedder.LOCAL_MODEL)
+    assert fitted is not None and probe.shipped("some-other/model") is None
+    order, fact = embedder.LocalEmbedder().embed([PROBE_ATTACK, PROBE_FACT], "passage")
+    assert fitted.score(order) >= probe.REFUSE_AT > fitted.score(fact)
 
 
 @pytest.mark.parametrize(

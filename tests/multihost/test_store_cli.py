@@ -42,3 +42,21 @@ def test_owner_initialises_a_database_and_registers_two_brokers(pg_cluster: Any)
     assert bad.returncode == 1 and "host name 'Laptop/1'" in bad.stderr
     nowhere = conclave("store", "init")
     assert nowhere.returncode == 2 and "--url" in nowhere.stderr
+
+
+def test_a_password_on_the_command_line_is_refused_and_the_same_url_from_the_environment_works(pg_cluster: Any) -> None:
+    """The leak: `--url postgresql://owner:SECRET@server/db` puts the owner's password in /proc/PID/cmdline,
+    which every user of the machine can read while the command runs.  It is refused before anything is done;
+    the same URL from CONCLAVE_STORE_URL (the process's own environment, readable by its user only) works."""
+    with pg_cluster.admin() as admin:
+        admin.execute("CREATE DATABASE cli_secret")
+    url = pg_cluster.url("cli_secret")
+    parts = url.split("://", 1)
+    user, rest = parts[1].split("@", 1)
+    with_password = f"{parts[0]}://{user}:owner-pw-example@{rest}"
+    refused = conclave("store", "init", "--url", with_password)
+    assert refused.returncode == 2 and "carries a password" in refused.stderr and "owner-pw-example" not in refused.stderr
+    assert conclave("store", "brokers", "--url", url, "--json").returncode != 0  # nothing was initialised
+    done = conclave("store", "init", "--json", env={"CONCLAVE_STORE_URL": with_password})
+    assert done.returncode == 0, done.stderr
+    assert "owner-pw-example" not in done.stdout
