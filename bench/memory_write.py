@@ -46,6 +46,12 @@ def measure(agents: int, total: int, workdir: Path, op: str = "memory.remember",
         for i in range(agents)
     ]
     # Meaning (issue 24): the broker embeds in the background; --embedder none turns it off (the words-only tree).
+    # A tree from before meaning (compare.py --scripts this against an older commit) has no embedder
+    # setting: "none" is what it does anyway; "local" cannot be asked of it.
+    if embedder is not None and not (HERE.parent / "memory" / "meaning.py").exists():
+        if embedder != "none":
+            raise SystemExit(f"the tree at {HERE.parent} has no embedder (it predates memory by meaning): use --embedder none")
+        embedder = None
     chosen = "" if embedder is None else f'embedder = "{embedder}"\n'
     run = Run(root, team, extra_toml="\n[memory]\ngroom_after_seconds = 1000000000\n" + chosen)
     try:
