@@ -92,9 +92,14 @@ def main() -> int:
     for k in keys:
         b = statistics.median(r[k] for r in runs["base"])
         t = statistics.median(r[k] for r in runs["this"])
-        every = " ".join(f"{r[k]:.0f}" for r in runs["base"]) + " | " + " ".join(f"{r[k]:.0f}" for r in runs["this"])
-        print(f"{k:<48} {b:>10.1f} {t:>10.1f} {t / b if b else float('nan'):>9.3f}   {every}")
+        every = " ".join(_figure(r[k]) for r in runs["base"]) + " | " + " ".join(_figure(r[k]) for r in runs["this"])
+        print(f"{k:<48} {_figure(b, 1):>10} {_figure(t, 1):>10} {t / b if b else float('nan'):>9.3f}   {every}")
     return 0
+
+
+def _figure(value: float, places: int = 0) -> str:
+    """``value`` with ``places`` decimals, or three significant digits when it is small (a CPU time in ms, a ratio)."""
+    return f"{value:.{places}f}" if abs(value) >= 100 or value == 0 else f"{value:.3g}"
 
 
 if __name__ == "__main__":

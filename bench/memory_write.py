@@ -46,6 +46,12 @@ def measure(agents: int, total: int, workdir: Path, op: str = "memory.remember",
         for i in range(agents)
     ]
     # Meaning (issue 24): the broker embeds in the background; --embedder none turns it off (the words-only tree).
+    # A tree from before meaning (compare.py --scripts this against an older commit) has no embedder
+    # setting: "none" is what it does anyway; "local" cannot be asked of it.
+    if embedder is not None and not (HERE.parent / "memory" / "meaning.py").exists():
+        if embedder != "none":
+            raise SystemExit(f"the tree at {HERE.parent} has no embedder (it predates memory by meaning): use --embedder none")
+        embedder = None
     chosen = "" if embedder is None else f'embedder = "{embedder}"\n'
     run = Run(root, team, extra_toml="\n[memory]\ngroom_after_seconds = 1000000000\n" + chosen)
     try:
@@ -73,6 +79,9 @@ def measure(agents: int, total: int, workdir: Path, op: str = "memory.remember",
         "per_second": stored / seconds,
         "jobs_per_batch": stats["store_jobs"] / max(1, stats["store_batches"]),
         "broker_cpu_share": broker_cpu / seconds,  # cores the broker process kept busy
+        # The broker's CPU per claim: what bounds remember/s once the broker has a core to itself
+        # (on a loaded machine remember/s also waits for the scheduler; this much less).
+        "broker_cpu_ms_per_claim": broker_cpu / max(1, stored) * 1000,
         # How far the background embedder had got when the last writer finished.
         "embedded_by_then": (memory.get("meaning") or {}).get("embedded"),
     }
@@ -94,12 +103,12 @@ def main() -> None:
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     rows = []
-    print(f"{'agents':>6} {'claims':>8} {'seconds':>8} {'remember/s':>11} {'jobs/commit':>12} {'broker cores':>13} {'errors':>7} {'ping/s':>9}")
+    print(f"{'agents':>6} {'claims':>8} {'seconds':>8} {'remember/s':>11} {'jobs/commit':>12} {'broker cores':>13} {'broker ms/claim':>16} {'errors':>7} {'ping/s':>9}")
     for n in args.agents:
         r = measure(n, args.total, args.workdir, embedder=args.embedder)
         r["ping_per_second"] = 0 if args.no_ping else measure(n, args.total, args.workdir, op="ping")["per_second"]
         rows.append(r)
-        print(f"{n:>6} {r['claims']:>8,} {r['seconds']:>8.2f} {r['per_second']:>11,.0f} {r['jobs_per_batch']:>12.1f} {r['broker_cpu_share']:>13.2f} {r['errors']:>7} {r['ping_per_second']:>9,.0f}"
+        print(f"{n:>6} {r['claims']:>8,} {r['seconds']:>8.2f} {r['per_second']:>11,.0f} {r['jobs_per_batch']:>12.1f} {r['broker_cpu_share']:>13.2f} {r['broker_cpu_ms_per_claim']:>16.3f} {r['errors']:>7} {r['ping_per_second']:>9,.0f}"
               + (f"  embedded by then: {r['embedded_by_then']}" if r.get("embedded_by_then") is not None else ""), flush=True)
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2))

@@ -52,8 +52,19 @@ def remember(
     On SQLite the job looks for the agent's own claim itself (a read on the writer, in
     microseconds).  On a server that read would cost every ``remember`` a round trip on the
     writer connection, which holds the write lock for every broker: the op looks first, on a
-    reader, and passes what it found as ``again``."""
-    own = again if dialect.is_postgresql(conn) else own_live_claim(conn, author, kind=kind, scope=scope, text=text, private=private)
+    reader, and passes what it found as ``again``.
+
+    On SQLite one read of the live claims with the text's words serves both: the agent's own
+    claim is looked for among them, and the reply's twins are the shared ones (the job writes
+    nothing else to ``claims`` in between, so reading them again after the insert would find
+    the same rows and the new one, which a reply never names as its own twin)."""
+    key = claims.text_key(text)
+    pool = author.agent if private else None
+    if dialect.is_postgresql(conn):
+        live, own = None, again
+    else:
+        live = claims.twins(conn, key, besides=None, viewer=pool)
+        own = _own_among(live, author, kind=kind, scope=scope, text=text, pool=pool)
     if own is not None:
         payload: dict[str, Any] = {"kind": kind, "scope": scope, "text_sha256": claims.digest(text)}
         if evidence is not None:
@@ -61,10 +72,14 @@ def remember(
         events.append(conn, "memory.repeat", actor=author.key, subject=str(own.id), payload=payload)
         out = standing.describe(conn, policy, own)
         out["repeated"] = True
-        out["twins"] = [{"id": t.id, "tier": t.tier.value} for t in claims.twins(conn, own.text_key, besides=own.id)]
+        found = claims.twins(conn, own.text_key, besides=own.id) if live is None else [t for t in live if t.private_to is None and t.id != own.id]
+        out["twins"] = [{"id": t.id, "tier": t.tier.value} for t in found]
         return out
-    claim = claims.insert(conn, author, kind=kind, scope=scope, text=text, evidence=evidence, private_to=author.agent if private else None)
+    claim = claims.insert(conn, author, kind=kind, scope=scope, text=text, evidence=evidence, private_to=pool, key=key)
     out = standing.describe_new(policy, claim)
+    if live is not None:
+        out["twins"] = [{"id": t.id, "tier": t.tier.value} for t in live if t.private_to is None]
+        return out
     twins: list[dict[str, Any]] = []
     out["twins"] = twins  # filled once the query is back (on a server, with the batch's next statement)
     claims.twins_later(conn, claim.text_key, besides=claim.id, then=lambda found: twins.extend({"id": t.id, "tier": t.tier.value} for t in found))
@@ -80,14 +95,21 @@ def same_text(text: str) -> str:
 def own_live_claim(conn: apsw.Connection, author: Principal, *, kind: str, scope: str, text: str, private: bool = False) -> ClaimRow | None:
     """The author's agent's own live claim with this text, kind and scope, if it has one (the oldest),
     in the same pool: a private note repeats a private note, a shared claim a shared one."""
-    agent = author.key.rpartition(":")[0]
-    wanted = same_text(text)
     pool = author.agent if private else None
-    for twin in claims.twins(conn, claims.text_key(text), besides=None, viewer=pool):
+    return _own_among(claims.twins(conn, claims.text_key(text), besides=None, viewer=pool), author, kind=kind, scope=scope, text=text, pool=pool)
+
+
+def _own_among(live: list[ClaimRow], author: Principal, *, kind: str, scope: str, text: str, pool: str | None) -> ClaimRow | None:
+    """:func:`own_live_claim` among ``live``, the live claims with the text's words that ``pool`` may see (oldest first)."""
+    agent = author.key.rpartition(":")[0]
+    wanted: str | None = None
+    for twin in live:
         if twin.private_to != pool:
             continue
-        if twin.author.rpartition(":")[0] == agent and (twin.kind, twin.scope) == (kind, scope) and same_text(twin.text) == wanted:
-            return twin
+        if twin.author.rpartition(":")[0] == agent and (twin.kind, twin.scope) == (kind, scope):
+            wanted = same_text(text) if wanted is None else wanted
+            if same_text(twin.text) == wanted:
+                return twin
     return None
 
 

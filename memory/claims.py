@@ -189,14 +189,16 @@ def insert(
     revises: ClaimRow | None = None,
     at: str | None = None,
     private_to: str | None = None,
+    key: str | None = None,
 ) -> ClaimRow:
     """Write a new edition (unverified, no witnesses) and index it; record the event.
 
     With ``revises`` the new row continues that lineage and the old edition
     becomes ``superseded`` (it leaves the search indexes, its row stays).
+    ``key``: ``text_key(text)``, when the caller has it already.
     """
     stamp = at or events.now()
-    key = text_key(text)
+    key = text_key(text) if key is None else key
     # One writer: the next id is max(id) + 1, known before the insert, so a first
     # edition names itself as its lineage, and on a server the INSERT can go with
     # the job's next statement (PgConnection.next_id, execute_later).

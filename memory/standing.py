@@ -119,8 +119,8 @@ def describe_many(conn: apsw.Connection, policy: TrustPolicy, rows: list[ClaimRo
 
 
 def describe_new(policy: TrustPolicy, claim: ClaimRow) -> dict[str, Any]:
-    """:func:`describe` for an edition written in this job: it has no witnesses yet."""
-    return _describe(None, policy, [claim])[0]
+    """:func:`describe` for an edition written in this job: it has no witnesses yet (nothing to read)."""
+    return _described(policy, claim, [], [], [])
 
 
 def tally(total: int, counted: int) -> dict[str, int]:
@@ -144,14 +144,13 @@ def tallies(conn: apsw.Connection, ids: list[int]) -> dict[int, dict[str, int]]:
     return out
 
 
-def _describe(conn: apsw.Connection | None, policy: TrustPolicy, rows: list[ClaimRow]) -> list[dict[str, Any]]:
-    # With no connection there is nothing to read: a claim written in this very job has no witnesses.
+def _describe(conn: apsw.Connection, policy: TrustPolicy, rows: list[ClaimRow]) -> list[dict[str, Any]]:
     ids = [c.id for c in rows]
     marks = ",".join("?" * len(ids))
     corroborations: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
     disputes: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
     promotions: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
-    for r in () if conn is None else conn.execute(
+    for r in conn.execute(
         f"SELECT claim, id, principal, domain, at, blind, evidence, counted, reason_not_counted, witness, similarity, restatement "
         f"FROM corroborations WHERE claim IN ({marks}) ORDER BY id",
         ids,
@@ -162,31 +161,32 @@ def _describe(conn: apsw.Connection | None, policy: TrustPolicy, rows: list[Clai
                 "reason_not_counted": r[8], "witness": witness_kind(r[9], r[5]), "similarity": r[10], "restatement": r[11],
             }
         )  # fmt: skip
-    for r in () if conn is None else conn.execute(
+    for r in conn.execute(
         f"SELECT claim, id, principal, domain, at, reason, counted, reason_not_counted FROM disputes WHERE claim IN ({marks}) ORDER BY id", ids
     ):
         disputes[r[0]].append({"id": r[1], "principal": r[2], "domain": r[3], "at": r[4], "reason": r[5], "counted": bool(r[6]), "reason_not_counted": r[7]})
-    for r in () if conn is None else conn.execute(f"SELECT claim, at, by, reason FROM promotions WHERE claim IN ({marks}) ORDER BY id", ids):
+    for r in conn.execute(f"SELECT claim, at, by, reason FROM promotions WHERE claim IN ({marks}) ORDER BY id", ids):
         promotions[r[0]].append({"at": r[1], "by": r[2], "reason": r[3]})
-    out = []
-    for claim in rows:
-        counted = [c for c in corroborations[claim.id] if c["counted"]]
-        domains = list(dict.fromkeys(c["domain"] for c in counted))
-        has_blind = any(c["blind"] for c in counted)
-        out.append(
-            {
-                **claims.brief(claim),
-                "corroborations": corroborations[claim.id],
-                "witnesses": tally(len(corroborations[claim.id]), len(counted)),
-                "disputes": disputes[claim.id],
-                "promotions": promotions[claim.id],
-                "standing": {
-                    "quorum": policy.quorum,
-                    "require_blind": policy.require_blind,
-                    "counted_domains": domains,
-                    "has_blind_witness": has_blind,
-                    "short_of_trust": shortfall(policy, claim.tier, len(domains), has_blind),
-                },
-            }
-        )
-    return out
+    return [_described(policy, claim, corroborations[claim.id], disputes[claim.id], promotions[claim.id]) for claim in rows]
+
+
+def _described(
+    policy: TrustPolicy, claim: ClaimRow, corroborations: list[dict[str, Any]], disputes: list[dict[str, Any]], promotions: list[dict[str, Any]]
+) -> dict[str, Any]:
+    counted = [c for c in corroborations if c["counted"]]
+    domains = list(dict.fromkeys(c["domain"] for c in counted))
+    has_blind = any(c["blind"] for c in counted)
+    return {
+        **claims.brief(claim),
+        "corroborations": corroborations,
+        "witnesses": tally(len(corroborations), len(counted)),
+        "disputes": disputes,
+        "promotions": promotions,
+        "standing": {
+            "quorum": policy.quorum,
+            "require_blind": policy.require_blind,
+            "counted_domains": domains,
+            "has_blind_witness": has_blind,
+            "short_of_trust": shortfall(policy, claim.tier, len(domains), has_blind),
+        },
+    }

@@ -238,13 +238,12 @@ class StoreOwner:
             self._anchor_dirty = trio.Event()
             self._anchor_unsynced = False
             anchor_file, water, head = self._anchor, self._high, self._head
+            # The high-water record follows, durably, never lower: what names an older copy put back later.
+            raise_water = water is not None and head is not None and self._refusing is None and (water.head is None or head.seq > water.head.seq)
             try:
-                if anchor_file is not None:
-                    await trio.to_thread.run_sync(anchor_file.sync)
-                    self._anchor_syncs += 1
-                # The high-water record follows, durably, never lower: what names an older copy put back later.
-                if water is not None and head is not None and self._refusing is None and (water.head is None or head.seq > water.head.seq):
-                    await trio.to_thread.run_sync(water.write, head, head)
+                # One trip to a worker thread for both (each is a wake-up of a thread and of the loop).
+                synced = await trio.to_thread.run_sync(_sync_records, anchor_file, water if raise_water else None, head)
+                self._anchor_syncs += synced
             except OSError as exc:
                 # A full disk (or a failing one) must not end the broker: the next batch's write says so to its callers.
                 log.error("could not make the anchor or the high-water record durable: %s", exc)
@@ -781,6 +780,15 @@ class StoreOwner:
         self._anchor_unsynced = True
         self._anchor_writes += 1
         return new
+
+
+def _sync_records(anchor_file: anchor.AnchorFile | None, water: anchor.AnchorFile | None, head: events.Head | None) -> int:
+    """On a worker thread: make the anchor durable, then write the high-water record ``head`` (durably); 1 if the anchor was synced."""
+    if anchor_file is not None:
+        anchor_file.sync()
+    if water is not None and head is not None:
+        water.write(head, head)
+    return int(anchor_file is not None)
 
 
 class _Replay(Exception):

@@ -158,3 +158,8 @@ def test_a_private_note_repeats_only_in_its_own_pool(run: Run) -> None:
     # Another agent's identical words: its own claim, told only of the shared twin.
     theirs = run.puppet("bob").call("memory.remember", kind="pattern", text=text)
     assert theirs["id"] not in (first["id"], shared["id"]) and [t["id"] for t in theirs["twins"]] == [shared["id"]]
+    # A private note, repeated or new, is told of the shared twins only: never of a private note, not even its own.
+    repeated = carol.call("memory.remember", kind="pattern", text=text, private=True)
+    assert repeated["id"] == first["id"] and [t["id"] for t in repeated["twins"]] == [shared["id"], theirs["id"]]
+    note = run.puppet("bob").call("memory.remember", kind="pattern", text=text, private=True)
+    assert note["id"] not in (first["id"], shared["id"], theirs["id"]) and [t["id"] for t in note["twins"]] == [shared["id"], theirs["id"]]
