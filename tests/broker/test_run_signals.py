@@ -157,22 +157,20 @@ def test_control_a_process_on_the_same_terminal_without_a_handler_dies_of_the_ha
     master, slave = os.openpty()
     process = subprocess.Popen(["setsid", "-c", "sleep", "60"], stdin=slave, stdout=slave, stderr=slave)
     os.close(slave)
-    # Close the terminal only once `sleep` runs with it as its controlling terminal (a fixed pause
-    # raced a loaded machine: closed before `setsid -c` took the terminal, nobody was hung up).
+    # Only once `sleep` runs with the terminal as its controlling one does closing the master hang it up
+    # (a fixed pause was too short on a loaded machine: the terminal closed before setsid took it).
     deadline = time.monotonic() + 10
-    while not _controlled_sleep(process.pid):
-        assert time.monotonic() < deadline, "sleep never ran with the pty as its controlling terminal"
+    while not _on_its_terminal(process.pid) and time.monotonic() < deadline:
         time.sleep(0.02)
     os.close(master)
     assert process.wait(timeout=10) == -signal.SIGHUP
 
 
-def _controlled_sleep(pid: int) -> bool:
-    """``pid`` has exec'd ``sleep`` and has a controlling terminal (field tty_nr of /proc/PID/stat)."""
+def _on_its_terminal(pid: int) -> bool:
+    """Whether ``pid`` is ``sleep`` (setsid has exec'd it) with a controlling terminal (/proc/PID/stat: comm, tty_nr)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except FileNotFoundError:
         return False
     comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return comm == "sleep" and int(fields[4]) != 0
+    return comm == "sleep" and int(stat.rsplit(")", 1)[1].split()[4]) != 0

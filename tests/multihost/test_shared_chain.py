@@ -15,6 +15,7 @@ import re
 
 from typing import Any, Callable
 
+import psycopg
 import pytest
 
 from agents.harness import Run
@@ -55,11 +56,22 @@ def test_a_forged_event_and_a_cut_are_named_by_verify_on_both_brokers(two_hosts:
     assert a.op("broker.stats")["chain_verified_others"] > 0 and b.op("broker.stats")["chain_verified_others"] > 0
 
     # The forgery: the table owner appends a promotion in beta's name, linked to the head, MAC'd with a key that is not the team's.
-    head = tip(pg_cluster, a)
-    forged = head.seq + 1
-    row = (forged, events.now(), "memory.promote", "beta/carol:000000000000", str(claim["id"]), '{"note":"trust me"}', head.hash)
-    as_table_owner(pg_cluster, a, "INSERT INTO events(seq, at, kind, actor, subject, payload, prev_hash, hash) VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
-                   (*row, events.keyed_digest(ChainKey.generate(), *row)))
+    # Both brokers' background embedding has written its vectors first; should a background write still take
+    # the next seq, the owner links to that one instead.
+    for run in (a, b):
+        assert run.op("memory.settle")["settled"]
+    for _ in range(20):
+        head = tip(pg_cluster, a)
+        forged = head.seq + 1
+        row = (forged, events.now(), "memory.promote", "beta/carol:000000000000", str(claim["id"]), '{"note":"trust me"}', head.hash)
+        try:
+            as_table_owner(pg_cluster, a, "INSERT INTO events(seq, at, kind, actor, subject, payload, prev_hash, hash) VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
+                           (*row, events.keyed_digest(ChainKey.generate(), *row)))
+            break
+        except psycopg.errors.UniqueViolation:
+            continue
+    else:
+        raise AssertionError("the brokers kept appending: the forged event never found a free seq")
     for run in (a, b):
         report = run.op("memory.verify")
         assert not report["ok"] and report["first_bad_event"] == forged
@@ -81,9 +93,17 @@ def test_a_forged_event_and_a_cut_are_named_by_verify_on_both_brokers(two_hosts:
     carol.call("memory.remember", kind="pattern", text="The vault key rotates every ninety days.")
 
     # The cut: once both brokers have seen the head (each verify is a batch that catches up), the owner drops the last two events.
-    for run in (b, a):
-        assert run.op("memory.verify")["ok"]
+    # A broker's background write between the two verifies and reading the tip would leave the other one short of it:
+    # the embedders settle first, and the verifies run again until the tip stands still across both.
+    for run in (a, b):
+        assert run.op("memory.settle")["settled"]
     seen = tip(pg_cluster, a)
+    for _ in range(20):
+        for run in (b, a):
+            assert run.op("memory.verify")["ok"]
+        seen, before = tip(pg_cluster, a), seen
+        if seen == before:
+            break
     as_table_owner(pg_cluster, a, "ALTER TABLE events DISABLE TRIGGER events_append_only")
     as_table_owner(pg_cluster, a, "DELETE FROM events WHERE seq > %s", (seen.seq - 2,))
     as_table_owner(pg_cluster, a, "ALTER TABLE events ENABLE TRIGGER events_append_only")
