@@ -434,8 +434,13 @@ def _shared() -> tuple[re.Pattern[str], ...]:
     return (_fold(_SEND), _fold(_REPORTED), re.compile(_QUOTES), re.compile(_BACKQUOTED), re.compile(_SENTENCE), re.compile(_PARTS))
 
 
+_QUOTE_MARKS: Final = frozenset("«»\"„“「」『』")
+
+
 def _unquote(text: str, quotes: re.Pattern[str], reported: re.Pattern[str]) -> str:
     """``text`` with quotations attributed to someone blanked; a bare quotation is judged as if unquoted."""
+    if not _QUOTE_MARKS.intersection(text):  # most claims: nothing to blank, and the reported-speech search is skipped
+        return text
     outside = quotes.sub(" ", text)
     if reported.search(outside) and re.search(r"\w{2,}", outside):
         return quotes.sub(" … ", text)
