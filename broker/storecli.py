@@ -18,6 +18,7 @@ from typing import Annotated, Any, Callable, Optional, Sequence
 import typer
 
 from broker.clikit import EXIT_USAGE, JsonOpt, RepoOpt, StateOpt, Target, call, die, emit, say, table
+from broker.team import url_carries_password
 
 app = typer.Typer(no_args_is_help=True, help="A PostgreSQL store shared by several brokers: set up by its owner.")
 
@@ -33,7 +34,7 @@ def _url(url: str | None) -> str:
         die("name the database with --url postgresql://OWNER@SERVER/DB (or set CONCLAVE_STORE_URL)", EXIT_USAGE)
     if not chosen.startswith(("postgresql://", "postgres://")):
         die(f"--url must be a PostgreSQL URL (postgresql://...), not {chosen.split(':', 1)[0]}", EXIT_USAGE)
-    if url is not None and _password(url):
+    if url is not None and url_carries_password(url):
         # A command line is world-readable (/proc/PID/cmdline, ps): the owner's password would be every user's.
         die(
             "--url carries a password, and a command line can be read by every user of this machine (ps, /proc); "
@@ -42,15 +43,6 @@ def _url(url: str | None) -> str:
             EXIT_USAGE,
         )
     return chosen
-
-
-def _password(url: str) -> bool:
-    from urllib.parse import urlsplit
-
-    try:
-        return urlsplit(url).password is not None
-    except ValueError:  # a malformed netloc: psycopg will say what is wrong with it
-        return False
 
 
 def _run(fn: Any) -> Any:

@@ -178,6 +178,15 @@ def parse(raw: dict[str, Any], *, repo: Path, rules: TeamRules, source: Path | N
     return team
 
 
+def url_carries_password(url: str) -> bool:
+    """Whether a PostgreSQL URL names a password (``role:PASSWORD@`` or ``?password=``)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        return parts.password is not None or "password" in urllib.parse.parse_qs(parts.query)
+    except ValueError:  # a malformed address: psycopg says what is wrong with it
+        return False
+
+
 def _store_url(store: Any, where: str) -> str | None:
     if not isinstance(store, dict):
         raise TeamError(f"{where}: store must be a table ([store])")
@@ -192,8 +201,7 @@ def _store_url(store: Any, where: str) -> str | None:
             f'{where}: [store] url must be a PostgreSQL URL, e.g. url = "postgresql://broker_laptop@db.example/conclave" '
             "(leave [store] out for the embedded SQLite store)"
         )
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is not None or "password" in urllib.parse.parse_qs(parts.query):
+    if url_carries_password(url):
         # The team file lives in the work tree, which every agent's box reads.
         raise TeamError(
             f"{where}: [store] url carries a password, and the team file lies in the work tree every agent reads; "

@@ -12,11 +12,10 @@ that round was trained or tuned).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from memory import embedder, prefilter, probe, semantic
+from memory import embedder, prefilter, probe, probe_build, semantic
 from memory.exemplars import EXEMPLARS
 from tests.memory.semantic_cases import Case
 
@@ -25,14 +24,8 @@ _KEYS = ("attacks", "attacks_refused", "at_door", "by_probe", "benign", "benign_
 
 
 def corpus(kind: str) -> list[Case]:
-    """The labelled texts of ``corpus/<kind>/*.jsonl`` (``heldout`` or ``train``)."""
-    out = []
-    for path in sorted((CORPUS / kind).glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                out.append(Case(row["lang"], row["label"], row["text"]))
-    return out
+    """The labelled texts of ``corpus/<kind>/*.jsonl`` (``heldout`` or ``train``), read as the probe's training reads them."""
+    return [Case(r["lang"], r["label"], r["text"]) for r in probe_build.load(sorted((CORPUS / kind).glob("*.jsonl")))]
 
 
 def measure(cases: Sequence[Case], vectors: Any = None) -> dict[str, Any]:

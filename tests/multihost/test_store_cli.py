@@ -56,6 +56,8 @@ def test_a_password_on_the_command_line_is_refused_and_the_same_url_from_the_env
     with_password = f"{parts[0]}://{user}:owner-pw-example@{rest}"
     refused = conclave("store", "init", "--url", with_password)
     assert refused.returncode == 2 and "carries a password" in refused.stderr and "owner-pw-example" not in refused.stderr
+    in_query = conclave("store", "init", "--url", f"{url}&password=owner-pw-example")
+    assert in_query.returncode == 2 and "carries a password" in in_query.stderr and "owner-pw-example" not in in_query.stderr
     assert conclave("store", "brokers", "--url", url, "--json").returncode != 0  # nothing was initialised
     done = conclave("store", "init", "--json", env={"CONCLAVE_STORE_URL": with_password})
     assert done.returncode == 0, done.stderr
