@@ -89,7 +89,10 @@ def main() -> int:
                 refused += 1  # a refusal is not an acknowledgement; it is counted, not checked
     except OSError as exc:  # the broker went away mid-request
         ended = f"disconnected: {type(exc).__name__}"
-    (args.out / f"crash{args.index}.done").write_text(json.dumps({"agent": me, "iterations": n, "refused": refused, "ended": ended, "at": time.time()}))
+    # Whole or not there: the checker reads it as soon as the name appears.
+    done = args.out / f"crash{args.index}.done"
+    done.with_suffix(".part").write_text(json.dumps({"agent": me, "iterations": n, "refused": refused, "ended": ended, "at": time.time()}))
+    os.replace(done.with_suffix(".part"), done)
     os.close(acks)
     return 0
 
