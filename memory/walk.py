@@ -240,7 +240,7 @@ def _report(pid: int, status: int | None, out: bytes, err: bytes) -> Walk:
         text = out[:80].decode("utf-8", "replace")
         raise WalkFailed(f"the walk (process {pid}) printed what is not a walk report ({_brief(exc)}; it began {text!r})", pid) from None
     if walked.pid != pid:
-        raise WalkFailed(f"the walk's report names process {walked.pid}, but process {pid} printed it", pid)
+        raise WalkFailed(f"the walk (process {pid}) printed a report that names another process ({walked.pid}) as its author", pid)
     return walked
 
 

@@ -52,16 +52,13 @@ def _head(value: Any) -> Any:
     return None if value is None else Head(int(value[0]), str(value[1]))
 
 
-def _open(where: dict[str, str]) -> tuple[Any, Any]:
-    """A read-only connection to the store, and the backend (for telling an unreachable server from a failure)."""
+def _backend(where: dict[str, str]) -> Any:
+    """The PostgreSQL backend (None for SQLite): it opens the reader and tells an unreachable server from a failure."""
     if "sqlite" in where:
-        from store import database
-
-        return database.connect(Path(where["sqlite"]), readonly=True), None
+        return None
     from store.postgres import PostgresBackend
 
-    backend = PostgresBackend(where["postgresql"], migrate=False)
-    return backend.open_reader(), backend
+    return PostgresBackend(where["postgresql"], migrate=False)
 
 
 def walk(request: dict[str, Any]) -> dict[str, Any]:
@@ -76,9 +73,14 @@ def walk(request: dict[str, Any]) -> dict[str, Any]:
     key, _ = integrity.load_key(Path(request["key"]))  # the broker reports the key file's own problems
     expect = request["expect"]
     started = time.monotonic()
-    backend = None
+    backend = _backend(request["store"])
     try:
-        conn, backend = _open(request["store"])
+        if backend is None:
+            from store import database
+
+            conn = database.connect(Path(request["store"]["sqlite"]), readonly=True)
+        else:
+            conn = backend.open_reader()
         try:
             with conn:  # one snapshot for the whole walk, as the broker's own readers
                 chain, problems, not_rebuilt = verify.check_records(
@@ -123,8 +125,10 @@ def main() -> NoReturn:
         out["peak_rss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         sys.stdout.write(json.dumps(out))
         sys.stdout.flush()
-    except BaseException:
+    except BaseException as exc:
         traceback.print_exc()
+        # The broker quotes the last line: the error in one line.
+        sys.stderr.write(f"{type(exc).__name__}: {' '.join(str(exc).split())}\n")
         sys.stderr.flush()
         os._exit(1)
     os._exit(0)  # a gigabyte of rebuilt rows is not worth freeing one by one
