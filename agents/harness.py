@@ -347,12 +347,18 @@ class Run:
             return self.summary
         if self.process.poll() is None:
             self.process.send_signal(sig)
+        hung = False
         try:
             out, err = self.process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.process.kill()
             out, err = self.process.communicate()
+            hung = True
         self.stderr = err
+        if hung:
+            self.process = None
+            # A broker that outlives a stop signal by this long is a bug a test must not step over.
+            raise AssertionError(f"the broker did not stop within {timeout} s of signal {sig} and was killed; its log: {self.state / 'logs' / 'broker.log'}")
         try:
             self.summary = json.loads(out) if out.strip() else None
         except json.JSONDecodeError:

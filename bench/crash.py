@@ -30,6 +30,7 @@ server lives on, only the broker is killed.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import random
@@ -97,12 +98,30 @@ def load_and_kill(root: Path, agents: int, load_seconds: float, *, round_no: int
     finally:
         run.stop()  # reaps the killed broker (or stops one that never got that far)
         shutil.rmtree(run.control, ignore_errors=True)
-    # The writers notice the broker is gone and write their summaries.
+    # The writers notice the broker is gone and write their summaries -- or end with it, when their box ties
+    # them to it: wait until each has done one or the other (its lock on its ack file is free once it ended).
     deadline = time.monotonic() + 30
-    while len(list(out.glob("*.done"))) < agents and time.monotonic() < deadline:
+    while not all((out / f"crash{i}.done").exists() or ended(out / f"crash{i}.acks") for i in range(agents)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"writers still running 30 s after the broker was killed: {sorted(p.name for p in out.glob('*.done'))} are done")
         time.sleep(0.02)
     refused = sum(json.loads(done.read_text())["refused"] for done in out.glob("*.done"))
     return {"out": out, "killed_at": killed_at, "load_seconds": load_seconds, "probe": probed, "refused": refused, "url": url}
+
+
+def ended(acks: Path) -> bool:
+    """Whether the writer of ``acks`` has ended (it holds an exclusive lock on the file while it runs)."""
+    try:
+        fd = os.open(acks, os.O_RDONLY)
+    except FileNotFoundError:
+        return True  # it never got as far as opening it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def restart_and_check(root: Path, facts: dict[str, Any], *, reader: Callable[[], Any] | None = None) -> dict[str, Any]:

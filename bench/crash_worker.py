@@ -12,6 +12,7 @@ broker acknowledged; the checker holds the restarted store against it.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -43,6 +44,9 @@ def main() -> int:
     me = client.identity.get("key") or f"{client.identity['agent']}:{client.identity['session']}"
     peers = [f"crash{i}" for i in range(args.agents) if i != args.index]
     acks = os.open(args.out / f"crash{args.index}.acks", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    # Held until this process ends: the checker takes it to know the worker is gone (a box tied to the broker
+    # may end it with the broker, before it writes its summary).
+    fcntl.flock(acks, fcntl.LOCK_EX)
 
     def ack(record: dict[str, object]) -> None:
         os.write(acks, (json.dumps({**record, "t": time.time()}) + "\n").encode())

@@ -807,8 +807,39 @@ def demo(
 def main() -> None:
     from broker import composition
 
-    composition.mount(app)
-    app()
+    words = sys.argv[1:]
+    completing = any(name.endswith("_COMPLETE") for name in os.environ)  # typer's shell completion walks the whole tree
+    command = words[0] if words and not completing else None
+    composition.mount(app, command)
+    (app if command is None else pruned(app, words))()
+
+
+def pruned(root: typer.Typer, words: list[str]) -> typer.Typer:
+    """``root`` with only the command ``words`` start with (and in a group, only the subcommand that
+    follows it), when they name one: typer builds every command's parameters each time a process starts
+    (a quarter of a second for all of conclave's), and a process runs one.  Anything else -- an option
+    first, a word nobody owns, a group's own --help -- keeps the whole level, so listings, errors and
+    suggestions are typer's own.  ``root`` and its groups are left as they were (copies are pruned)."""
+    import copy
+
+    from typer.main import get_command_name
+
+    def named(info: Any) -> str | None:
+        return info.name or (get_command_name(info.callback.__name__) if info.callback else None)
+
+    word, rest = (words[0], words[1:]) if words else ("-", [])
+    if word.startswith("-"):
+        return root
+    commands = [c for c in root.registered_commands if named(c) == word]
+    groups = [g for g in root.registered_groups if (g.name or g.typer_instance.info.name) == word]
+    if len(commands) + len(groups) != 1:
+        return root
+    kept = copy.copy(root)
+    kept.registered_commands = commands
+    kept.registered_groups = [copy.copy(g) for g in groups]
+    for group in kept.registered_groups:
+        group.typer_instance = pruned(group.typer_instance, rest[:1])
+    return kept
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ Imports happen inside the functions, so a command that needs none of this
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Final
 
 if TYPE_CHECKING:
     import typer
@@ -65,26 +65,74 @@ def team_rules() -> TeamRules:
     return TeamRules(checks=tuple(f.check_team for f in features() if f.check_team is not None), presets=REGISTRY)
 
 
-def mount(app: typer.Typer) -> None:
-    """Add each package's commands to the root ``conclave`` app."""
-    from agents import cli as agents_cli
-    from broker.dashboard import cli as dashboard_cli
-    from broker.mail import cli as mail_cli
-    from locks import cli as locks_cli
-    from memory import cli as memory_cli
-    from scenarios import cli as scenarios_cli
-    from broker import storecli
+#: Which package's commands each top-level word of ``conclave`` is (``tests/broker/test_cli.py`` holds
+#: this table to what each package's ``register`` really adds).  A process runs one command, so
+#: ``mount`` imports and adds only the package that word names.
+COMMANDS: Final = {
+    "memory": "memory",
+    "lock": "locks",
+    "exec": "locks",
+    "msg": "mail",
+    "status": "mail",
+    "store": "store",
+    "scenario": "scenarios",
+    "mcp": "agents",
+    "hook": "agents",
+    "agent-launch": "agents",
+    "dashboard": "dashboard",
+}
 
-    for name, module, help_text in (
-        ("memory", memory_cli, "The shared memory: remember, recall, corroborate, audit."),
-        ("lock", locks_cli, "Path, glob and git locks."),
-        ("msg", mail_cli, "Mail between agents and the operator."),
-    ):
-        sub = module.app
-        if sub.registered_commands or sub.registered_groups:
-            app.add_typer(sub, name=name, help=help_text)
-    storecli.register(app, schemas)
-    for module in (locks_cli, mail_cli, scenarios_cli, agents_cli, dashboard_cli):
-        register = getattr(module, "register", None)
-        if register is not None:
-            register(app)
+
+def mount(app: typer.Typer, command: str | None = None) -> None:
+    """Add the packages' commands to the root ``conclave`` app: only the package that owns ``command``
+    when it is one of :data:`COMMANDS`, none for a command of ``broker/cli.py`` itself, all of them
+    otherwise (no command, ``--help``, a word nobody owns: typer's listing and its suggestions)."""
+    import broker.cli
+
+    if command is not None and command in COMMANDS:
+        _mount_package(app, COMMANDS[command])
+    elif command is None or command not in _own_commands(broker.cli.app):
+        for package in dict.fromkeys(COMMANDS.values()):
+            _mount_package(app, package)
+
+
+def _own_commands(app: typer.Typer) -> set[str]:
+    from typer.main import get_command_name
+
+    named = {info.name or get_command_name(info.callback.__name__) for info in app.registered_commands if info.callback}
+    return named | {info.name for info in app.registered_groups if info.name}
+
+
+def _mount_package(app: typer.Typer, package: str) -> None:
+    if package == "memory":
+        from memory import cli as memory_cli
+
+        app.add_typer(memory_cli.app, name="memory", help="The shared memory: remember, recall, corroborate, audit.")
+    elif package == "locks":
+        from locks import cli as locks_cli
+
+        app.add_typer(locks_cli.app, name="lock", help="Path, glob and git locks.")
+        locks_cli.register(app)
+    elif package == "mail":
+        from broker.mail import cli as mail_cli
+
+        app.add_typer(mail_cli.app, name="msg", help="Mail between agents and the operator.")
+        mail_cli.register(app)
+    elif package == "store":
+        from broker import storecli
+
+        storecli.register(app, schemas)
+    elif package == "scenarios":
+        from scenarios import cli as scenarios_cli
+
+        scenarios_cli.register(app)
+    elif package == "agents":
+        from agents import cli as agents_cli
+
+        agents_cli.register(app)
+    elif package == "dashboard":
+        from broker.dashboard import cli as dashboard_cli
+
+        dashboard_cli.register(app)
+    else:
+        raise ValueError(f"no package {package!r} in broker.composition.COMMANDS")

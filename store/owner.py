@@ -307,7 +307,8 @@ class StoreOwner:
                 return True
             except (StoreUnavailable, events.ChainRefused) as exc:
                 left = deadline - trio.current_time()
-                if left <= 0 or isinstance(exc, events.ChainRefused):
+                # Files swapped behind the broker are refused until it restarts: waiting would only hold up its stop.
+                if left <= 0 or isinstance(exc, events.ChainRefused) or self._swapped is not None:
                     self.report_lost(1, f"{what}: {exc}")
                     return False
                 log.warning("%s waits for the store: %s", what, exc)

@@ -90,3 +90,53 @@ def test_with_json_an_error_is_a_json_object_on_stderr(tmp_path):
     # Control: without --json the same failure is one sentence for people.
     human = conclave("memory", "show", "999", *where)
     assert human.returncode == 1 and human.stderr.startswith("conclave: ") and "[not_found]" in human.stderr
+
+
+def test_each_command_word_mounts_only_the_package_that_owns_it_and_the_table_says_which():
+    """broker.composition.COMMANDS decides which package a process imports for its command: held here to
+    what each package's own registration really adds, so a new command cannot be left out of it."""
+    import typer
+
+    from broker import composition
+    from broker.cli import pruned
+
+    def words(app: typer.Typer) -> set[str]:
+        from typer.main import get_command_name
+
+        return {c.name or get_command_name(c.callback.__name__) for c in app.registered_commands} | {
+            g.name for g in app.registered_groups
+        }
+
+    owned: dict[str, set[str]] = {}
+    for package in dict.fromkeys(composition.COMMANDS.values()):
+        app = typer.Typer()
+        composition._mount_package(app, package)
+        owned[package] = words(app)
+    assert {w: p for p, ws in owned.items() for w in ws} == composition.COMMANDS
+
+    # Pruned: the command named, one level down in a group; a word it does not know keeps the level whole;
+    # the app it was given is left as it was (a copy is pruned).
+    app = typer.Typer()
+    for package in owned:
+        composition._mount_package(app, package)
+    whole = words(app)
+    kept = pruned(app, ["memory", "recall", "--json"])
+    assert words(kept) == {"memory"}
+    assert words(kept.registered_groups[0].typer_instance) == {"recall"}
+    memory = next(g.typer_instance for g in app.registered_groups if g.name == "memory")
+    assert words(app) == whole and len(words(memory)) > 10
+    unknown = pruned(app, ["memory", "no-such-command"])
+    assert words(unknown) == {"memory"} and words(unknown.registered_groups[0].typer_instance) == words(memory)
+    assert words(pruned(app, ["--help"])) == whole and words(pruned(app, ["no-such-command"])) == whole
+
+
+def test_a_pruned_command_line_still_runs_and_errs_as_the_whole_tree_does(tmp_path):
+    # The subcommand runs (its own errors), an unknown one gets typer's usage error, the group's help lists all.
+    recall = conclave("memory", "recall", "x", "--json", "--state-dir", str(tmp_path / "none"))
+    assert recall.returncode == 3 and json.loads(recall.stderr)["error"]["code"] == "no_broker"
+    unknown = conclave("memory", "no-such-command")
+    assert unknown.returncode == 2 and "No such command 'no-such-command'" in unknown.stderr
+    listing = conclave("memory", "--help")
+    assert listing.returncode == 0 and "corroborate" in listing.stdout and "recall" in listing.stdout
+    top = conclave("no-such-command")
+    assert top.returncode == 2 and "No such command" in top.stderr

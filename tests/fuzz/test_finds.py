@@ -21,8 +21,10 @@ from agents.harness import source_venv
 from scenarios.defences import catalogue, copy_tree, switch_off
 
 DEFENCE = "identity fields refused on the wire"
-SEEDS = (1, 2, 3)
-SHRINK_SECONDS = 60
+#: Tried in turn until one finds the hole (the campaign stops there); seed 2 finds it in a few seconds today,
+#: the others are there for when the draws change.  Shrinking for 12 s already leaves two steps.
+SEEDS = (2, 3, 1)
+SHRINK_SECONDS = 25
 
 
 def scenario_run(python: Path, tree: Path, scenario: Path) -> dict[str, Any]:
