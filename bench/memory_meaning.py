@@ -6,8 +6,13 @@ the same run: ``embedder = "none"`` (the words-only path) and the default
 local embedder.  The operator sends ``memory.context`` and ``memory.recall``
 for queries drawn from the corpus.  With the embedder, each query is
 measured twice: *cold* (the query's vector is computed: the model runs) and
-*warm* (the broker's query cache has it: only the search runs).  The
-broker's peak resident memory and its vector index's size are reported.
+*warm* (the broker's query cache has it: only the search runs).  Then it
+waits for the broker's first background verify to end (it starts 5 s after
+the broker; ``--verify-wait 0`` does not wait) and reports the broker's peak
+resident memory (``VmHWM``, the whole run), its vector index's size, and
+the peak of the verify's walk, which runs in a child process of its own
+(``memory.walk``: ``background_verify.walker_peak_rss_mb``) -- two processes,
+two figures, never added into one.
 
 The vectors: embedding 100k claims with the real model takes about an hour
 on this machine, so the real model embeds ``--pool`` distinct corpus texts
@@ -81,7 +86,7 @@ def with_vectors(workdir: Path, size: int, pool: int) -> Path:
     return target
 
 
-def run_one(store: Path, root: Path, chosen: str, asked: list[str]) -> dict[str, object]:
+def run_one(store: Path, root: Path, chosen: str, asked: list[str], verify_wait: float = 3600) -> dict[str, object]:
     if root.exists():
         shutil.rmtree(root)
     run = Run(root, [{"name": "reader"}], extra_toml=QUIET + f'embedder = "{chosen}"\n')
@@ -104,7 +109,12 @@ def run_one(store: Path, root: Path, chosen: str, asked: list[str]) -> dict[str,
                         samples.append(time.perf_counter() - t0)
                     out[f"{op}_{label}"] = figures(samples)
             stats = client.call("memory.stats", {})
+            deadline = time.monotonic() + verify_wait
+            while verify_wait and stats["background_verify"]["runs"] < 1 and time.monotonic() < deadline:
+                time.sleep(1)
+                stats = client.call("memory.stats", {})
         assert run.process is not None
+        out["verify"] = stats["background_verify"]
         out["broker"] = broker_memory(run.process.pid)
         out["index"] = (stats.get("meaning") or {}).get("index")
     finally:
@@ -119,25 +129,30 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--pool", type=int, default=300, help="distinct texts the real model embeds")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/conclave-bench"))
+    parser.add_argument("--embedders", nargs="+", choices=("none", "local"), default=["none", "local"])
+    parser.add_argument("--verify-wait", type=float, default=3600, help="seconds to wait for the first background verify (0: do not)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     source = ClaimText(99)
     asked = [source.query() for _ in range(args.queries)]
     rows = []
-    print(f"{'claims':>9} {'embedder':>8} {'context p50':>12} {'warm p50':>9} {'recall p50':>11} {'warm p50':>9} {'broker MB':>10} {'index MB':>9}")
+    print(f"{'claims':>9} {'embedder':>8} {'context p50':>12} {'warm p50':>9} {'recall p50':>11} {'warm p50':>9} {'broker MB':>10} {'index MB':>9} "
+          f"{'walk MB':>8} {'walk s':>7}")
     for size in args.sizes:
         store = with_vectors(args.workdir, size, args.pool)
-        for chosen in ("none", "local"):
-            r = run_one(store, args.workdir / f"meaning-run-{size}", chosen, asked)
+        for chosen in args.embedders:
+            r = run_one(store, args.workdir / f"meaning-run-{size}", chosen, asked, args.verify_wait)
             r["claims"] = size
             rows.append(r)
             warm_c = r.get("context_warm", {}).get("p50_ms", float("nan"))  # type: ignore[union-attr]
             warm_r = r.get("recall_warm", {}).get("p50_ms", float("nan"))  # type: ignore[union-attr]
             index = r.get("index") or {}
+            verified = r.get("verify") or {}
             print(
                 f"{size:>9,} {chosen:>8} {r['context_cold']['p50_ms']:>10.2f}ms {warm_c:>7.2f}ms {r['recall_cold']['p50_ms']:>9.2f}ms {warm_r:>7.2f}ms "  # type: ignore[index]
-                f"{r['broker']['peak_rss_mb']:>9.0f} {index.get('bytes', 0) / 1e6:>9.1f}",  # type: ignore[index, union-attr]
+                f"{r['broker']['peak_rss_mb']:>9.0f} {index.get('bytes', 0) / 1e6:>9.1f} "  # type: ignore[index, union-attr]
+                f"{verified.get('walker_peak_rss_mb') or float('nan'):>8.0f} {verified.get('last_seconds') or float('nan'):>7.0f}",
                 flush=True,
             )
     if args.out:

@@ -14,13 +14,14 @@ Imports happen inside the functions, so a command that needs none of this
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Callable, Final
 
 if TYPE_CHECKING:
     import typer
 
     from broker.core import Feature
     from broker.team import TeamRules
+    from store.projection import Projector
     from store.schema import Schema
 
 
@@ -32,6 +33,23 @@ def features() -> tuple[Feature, ...]:
     from memory import ops as memory_ops
 
     return (ops_core.FEATURE, memory_ops.FEATURE, locks_ops.FEATURE, mail_ops.FEATURE)
+
+
+def projectors() -> dict[str, Callable[[], Projector]]:
+    """Each feature's ``Feature.projector`` by feature name, importing only the projection modules.
+
+    For the process ``verify`` walks the store in (``memory.walk_child``):
+    :func:`features` imports every feature's ops, trio and cattrs -- about a
+    second on every walk -- and the walk needs none of them.  The same
+    factories :func:`features` declares (tests/memory/test_verify_apart.py
+    holds the two equal).
+    """
+    from broker.mail.projection import MailLog
+    from broker.projection import BrokerLog
+    from locks.projection import LocksLog
+    from memory.projection import for_verify
+
+    return {"broker": BrokerLog, "memory": for_verify, "locks": LocksLog, "mail": MailLog}
 
 
 def schemas() -> list[Schema]:

@@ -160,8 +160,8 @@ class BrokerCore:
         self._ended: list[EndedListener] = []
         self._closed: list[ConnectionListener] = []
         self._settlers: list[Callable[[], Awaitable[None]]] = []
-        #: One maker per feature that projects tables (``Feature.projector``), in the features' order.
-        self.projectors: list[Callable[[], Projector]] = []
+        #: One maker per feature that projects tables (``Feature.projector``), by feature name, in the features' order.
+        self.projectors: dict[str, Callable[[], Projector]] = {}
         self._connection_ids = itertools.count(1)
         self.started_at = events.now()
 
@@ -308,7 +308,7 @@ async def open_core(
                     raise TypeError(f"op {op} is defined by two features")
                 core.ops[op] = spec
             if feature.projector is not None:
-                core.projectors.append(feature.projector)
+                core.projectors[feature.name] = feature.projector
             if feature.start is not None:
                 await feature.start(core, nursery)
         try:

@@ -15,13 +15,15 @@ lowered behind the broker's back would hand out tokens again.
 
 from __future__ import annotations
 
-from typing import Final, final
+from typing import TYPE_CHECKING, Final, final
 
 import apsw
 
-from locks.journal import Journal
 from store import dialect, events
-from store.owner import StoreOwner
+
+if TYPE_CHECKING:  # not at run time: the verify's walk process imports RESERVE, and would pay for trio
+    from locks.journal import Journal
+    from store.owner import StoreOwner
 
 #: Tokens reserved at a time; a restart skips at most this many.
 BLOCK: Final = 1 << 20

@@ -481,6 +481,9 @@ def verify(
         say(f"head: {r['head']['seq']}:{r['head']['hash']}")
 
     emit(target, report, human)
+    failed = (report.get("walk") or {}).get("failed")
+    if failed:
+        die(f"verify could not check the database: {failed}; nothing is known about the chain or the tables until it runs again")
     if not report["ok"]:
         first = report["problems"][0]["problem"]
         where = f"first bad event: {report['first_bad_event']}; " if report["first_bad_event"] is not None else ""

@@ -26,7 +26,7 @@ from store import dialect, events
 from store.events import BROKER_ACTOR
 from store.integrity import ExpectedHead
 from memory.policy import PolicyError
-from memory.projection import MemoryLog
+from memory import projection as memory_projection
 from broker.team import VERIFY_EVERY
 from memory.service import MemoryService
 
@@ -472,7 +472,7 @@ async def verify(call: Call, args: VerifyArgs) -> dict[str, Any]:
         expect = ExpectedHead.parse(args.expect_head) if args.expect_head is not None else None
     except ValueError as exc:
         raise ConclaveError(ErrorCode.INVALID_ARGS, str(exc)) from None
-    return await service(call).verify(expect)
+    return await service(call).verify(expect, hung_up=call.peer_gone)
 
 
 @OPS.op("memory.groom", GroomArgs, access=Access.OPERATOR)
@@ -750,5 +750,5 @@ def check_team(team: Team, where: str) -> None:
 
 
 FEATURE = Feature(
-    "memory", OPS, schema=schema.SCHEMA, start=start, check_team=check_team, projector=lambda: MemoryLog(rebuild_blind=True), doctor=doctor.report
+    "memory", OPS, schema=schema.SCHEMA, start=start, check_team=check_team, projector=memory_projection.for_verify, doctor=doctor.report
 )

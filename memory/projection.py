@@ -586,3 +586,8 @@ _HANDLERS: Final = {
 }
 
 __all__ = ["MemoryLog", "ClaimFacts", "WitnessFacts", "KINDS", "CLAIM_KINDS", "TIER_KINDS", "shown"]
+
+
+def for_verify() -> MemoryLog:
+    """The projector ``verify`` runs (``Feature.projector``): blindness rebuilt from the exposure events too."""
+    return MemoryLog(rebuild_blind=True)

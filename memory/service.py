@@ -3,22 +3,23 @@
 One :class:`MemoryService` lives in ``core.extensions["memory"]``, made by
 ``memory.ops.start`` when the core opens -- in a running broker and in the
 in-process core an operator command opens when no broker runs.  Writes go
-through the store owner; long reads (groom's plan, verify's walk) use a
-read connection of their own in a worker thread, so they never hold the
-writer while they think.
+through the store owner; long reads (groom's plan) use a read connection of
+their own in a worker thread, so they never hold the writer while they
+think; verify's record walk, the longest and largest, runs in a short-lived
+child process (``memory.walk``), so its memory is never the broker's.
 """
 
 from __future__ import annotations
 
 import logging
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Final, TypeVar, final
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Final, TypeVar, final
 
 import apsw
 import attrs
 import trio
 
-from memory import groom, semantic, verify
+from memory import groom, semantic, verify, walk
 from memory.retrieval import Probe
 from store import events, integrity
 from store.backend import StoreUnavailable
@@ -55,6 +56,11 @@ class WatchStatistics:
     last_seconds: float | None = None
     problems: int = 0
     first_problem: str | None = None
+    #: Runs whose walk did not finish (each also the run's one problem while it is the last).
+    failed: int = 0
+    #: The last run's walk: the child process that did it, and its peak resident memory (MB; None if it failed).
+    walker_pid: int | None = None
+    walker_peak_rss_mb: float | None = None
 
 
 @final
@@ -158,34 +164,46 @@ class MemoryService:
         What the decisions cannot see as they read -- an event deleted from
         the middle of the log, a row deleted, an exposure row changed -- is
         named within one interval: the keyed chain walked and every projected
-        table rebuilt and compared, on a read connection (the writer never
-        waits for it).  Each new set of findings is logged and recorded once as
-        a keyed ``store.tampering_found`` event; a broken chain also stops the
-        store appending (as a cut or an append behind its back does).  A run
-        that took T seconds waits at least ``BACKGROUND_DUTY`` x T before the
-        next, so a large store costs a bounded share of one core.
+        table rebuilt and compared, by a short-lived process of the broker's
+        own (``memory.walk``: the rebuild never grows the broker), bounded by
+        a timeout that grows with the log.  Each new set of findings is logged
+        and recorded once as a keyed ``store.tampering_found`` event; a broken
+        chain also stops the store appending (as a cut or an append behind its
+        back does).  A walk that did not finish (killed, crashed, timed out,
+        garbage) is a failed run: logged, counted, shown as the run's problem,
+        never a pass -- and not a finding about the store.  A walk that took T
+        seconds waits at least ``BACKGROUND_DUTY`` x T before the next, so a
+        large store costs a bounded share of one core.
         """
         store = self.core.store
         reported: tuple[str, ...] = ()
         await trio.sleep(min(every, FIRST_WATCH))
         while True:
             began = trio.current_time()
+            committed = store.head
             try:
-                key, _ = await trio.to_thread.run_sync(integrity.load_key, store.chain.key)
-                committed = store.head
-                projectors = list(self.core.projectors)
-                chain, problems, _ = await self.read(lambda conn: verify.check_records(conn, key=key, projectors=projectors, committed=committed))
+                walked = await walk.records(store, list(self.core.projectors), committed=committed, timeout=walk.timeout_for(committed))
             except (StoreUnavailable, ChainRefused) as exc:
                 log.warning("the background verify waits for the store: %s", exc)
                 await trio.sleep(every)
                 continue
+            except walk.WalkFailed as exc:
+                took = trio.current_time() - began
+                log.error("the background verify failed: %s", exc)
+                w = self.watched
+                self.watched = WatchStatistics(w.runs + 1, events.now(), round(took, 3), 1, f"the background verify failed: {exc}", w.failed + 1, exc.pid, None)
+                await trio.sleep(max(every, took * BACKGROUND_DUTY))
+                continue
             took = trio.current_time() - began
-            sentences = tuple(p.problem for p in problems)
-            self.watched = WatchStatistics(self.watched.runs + 1, events.now(), round(took, 3), len(sentences), sentences[0] if sentences else None)
+            sentences = tuple(p.problem for p in walked.problems)
+            self.watched = WatchStatistics(
+                self.watched.runs + 1, events.now(), round(took, 3), len(sentences), sentences[0] if sentences else None,
+                self.watched.failed, walked.pid, round(walked.peak_rss_kb / 1024, 1),
+            )
             if sentences and sentences != reported:
                 reported = sentences
                 log.error("the background verify found %d problem(s); the first: %s", len(sentences), sentences[0])
-                broken = next((f for f in chain.findings if f.event is not None), None)
+                broken = next((f for f in walked.chain.findings if f.event is not None), None)
                 payload = {"problems": len(sentences), "first": list(sentences[:5])}
                 try:
                     await store.call(lambda conn: events.append(conn, TAMPERING_FOUND, actor=BROKER_ACTOR, payload=payload))
@@ -193,9 +211,12 @@ class MemoryService:
                     log.error("could not record what the background verify found: %s", exc)
                 if broken is not None:
                     store.refuse(f"the background verify found the event log broken: {broken.problem}; appends are refused until the broker is restarted")
-            await trio.sleep(max(every, took * BACKGROUND_DUTY))
+            # The duty counts the walk, not the child's start (its imports: a fixed fraction of a second).
+            await trio.sleep(max(every, walked.seconds * BACKGROUND_DUTY))
 
-    async def verify(self, expect: ExpectedHead | None = None) -> dict[str, Any]:
+    async def verify(self, expect: ExpectedHead | None = None, *, hung_up: Callable[[], Awaitable[None]] | None = None) -> dict[str, Any]:
+        """The operator's verify: the key, the anchor and the search indexes here; the record walk in a child
+        process (``memory.walk``), with no timeout -- it ends when the operator's client hangs up (``hung_up``)."""
         store = self.core.store
         key, key_problems = await trio.to_thread.run_sync(integrity.load_key, store.chain.key)
 
@@ -213,10 +234,15 @@ class MemoryService:
         if refusing is not None:
             problems.append(verify.Problem(f"the broker refuses to append events: {refusing}"))
         problems += [verify.Problem(f.problem) for f in anchor_problems]
-        projectors = list(self.core.projectors)
-        chain, record_problems, not_rebuilt = await self.read(
-            lambda conn: verify.check_records(conn, key=key, projectors=projectors, committed=committed, expect=expect)
-        )
+        try:
+            walked = await walk.records(store, list(self.core.projectors), committed=committed, expect=expect, timeout=None, hung_up=hung_up)
+            chain, record_problems, not_rebuilt, walk_facts = walked.chain, walked.problems, walked.not_rebuilt, walked.facts()
+        except walk.WalkFailed as exc:
+            log.error("verify failed: %s", exc)
+            chain = integrity.ChainFindings(0, committed or events.EMPTY, (), {})
+            record_problems = [verify.Problem(f"{exc}: the chain and the tables were not checked; run `conclave memory verify` again")]
+            not_rebuilt = ["every table: not rebuilt, since the record walk did not finish"]
+            walk_facts = {"pid": exc.pid, "seconds": None, "peak_rss_mb": None, "failed": str(exc)}
         anchored = reading.record.head if reading.record is not None else None
         facts = {
             "key_file": str(store.chain.key),
@@ -224,4 +250,4 @@ class MemoryService:
             "anchor": None if anchored is None else {"seq": anchored.seq, "hash": anchored.hash},
             "committed": None if committed is None else {"seq": committed.seq, "hash": committed.hash},
         }
-        return verify.report(chain, record_problems + problems, facts, not_rebuilt)
+        return {**verify.report(chain, record_problems + problems, facts, not_rebuilt), "walk": walk_facts}

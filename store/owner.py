@@ -340,6 +340,16 @@ class StoreOwner:
                 raise full from None
             raise
 
+    def check_files(self) -> None:
+        """Raise :class:`StoreUnavailable` when the store's files are not the ones it opened (as :meth:`read` does).
+
+        For a reader in another process (``verify``'s walk), which opens the
+        database by its path: checked before it starts and after it ends.
+        """
+        swapped = self._files_changed()
+        if swapped is not None:
+            raise StoreUnavailable(swapped)
+
     def close(self) -> None:
         self._send.close()
 

@@ -13,8 +13,10 @@ A module may import its own floor and the floors below.  The features sit
 side by side and never import each other.  One exception, by design: the
 entry points that run the assembled product ask the composition root for
 the features -- the root CLI (``broker.cli``, and ``broker.clikit`` for a
-command run with no broker, so it runs the same core as the broker) and the
-scenario suite (which checks a file's ops against every feature's).
+command run with no broker, so it runs the same core as the broker), the
+scenario suite (which checks a file's ops against every feature's) and the
+process ``verify`` walks the store in (``memory.walk_child``: every feature's
+projector).
 Imports inside functions and under ``TYPE_CHECKING`` count like any other.
 """
 
@@ -26,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("store", "broker", "memory", "locks", "agents", "scenarios")
 COMPOSITION = "broker.composition"
-CALLS_THE_ROOT = frozenset({"broker.cli", "broker.clikit", "scenarios.suite"})
+CALLS_THE_ROOT = frozenset({"broker.cli", "broker.clikit", "scenarios.suite", "memory.walk_child"})
 FEATURES = ("memory", "locks", "broker.mail")
 
 
