@@ -46,6 +46,8 @@ log = logging.getLogger("conclave.memory.meaning")
 T = TypeVar("T")
 
 BATCH: Final = 32
+#: Texts a worker thread embeds between looks at whether the broker is stopping.
+CHUNK: Final = 4
 QUERY_CACHE: Final = 1024
 #: How often an idle loop looks for claims it was not woken for (another broker's restart, a failed batch).
 IDLE_LOOK: Final = 30.0
@@ -71,6 +73,10 @@ class _Retry(Exception):
     """The embedder could not answer this batch (its error is in ``Meaning.error``): back off and look again."""
 
 
+class _Closed(Exception):
+    """The broker is stopping: a batch in the worker thread ends at its next chunk."""
+
+
 @final
 class Meaning:
     """The embedder, its two worker threads, the vector index and the background loop of one broker."""
@@ -92,6 +98,7 @@ class Meaning:
         self._wake = trio.Event()
         self._idle = trio.Event()
         self._exemplars: semantic.Exemplars | None = None
+        self._closing = threading.Event()
 
     @property
     def enabled(self) -> bool:
@@ -124,10 +131,24 @@ class Meaning:
         future = pool.submit(fn)
         return await trio.to_thread.run_sync(future.result, abandon_on_cancel=True)
 
+    def _in_chunks(self, which: str, texts: list[str], role: str) -> np.ndarray:
+        """``texts`` embedded a few at a time on that pool's thread, stopping between chunks once the broker
+        stops: the interpreter's exit waits for the thread, and a batch of long texts on a loaded machine
+        takes many seconds (a stop must not)."""
+        import numpy as np
+
+        model = self._model(which)
+        chunks = []
+        for start in range(0, len(texts), CHUNK):
+            if self._closing.is_set():
+                raise _Closed
+            chunks.append(model.embed(texts[start : start + CHUNK], role))
+        return np.concatenate(chunks) if len(chunks) != 1 else chunks[0]
+
     async def _embed(self, which: str, texts: list[str], role: str) -> np.ndarray | None:
         pool = self._query_pool if which == "query" else self._batch_pool
         try:
-            out = await self._run(pool, lambda: self._model(which).embed(texts, role))
+            out = await self._run(pool, lambda: self._in_chunks(which, texts, role))
         except EmbedderUnavailable as exc:
             if self.error != str(exc):
                 log.warning("memory: %s", exc)
@@ -206,6 +227,12 @@ class Meaning:
             await self.core.store.call(index.catch_up)  # load the vectors now, not in the first search
         except Exception as exc:  # the first search catches up instead
             log.warning("memory: the vector index will load at the first search: %s", exc)
+        try:
+            await self._look_for_ever(policy, model, prefix)
+        finally:
+            self.close()  # cancelled: the broker stops
+
+    async def _look_for_ever(self, policy: Callable[[], TrustPolicy], model: str, prefix: str | None) -> None:
         high, backoff = 0, 1.0
         while True:
             try:
@@ -250,6 +277,7 @@ class Meaning:
         return max(claim_id for claim_id, _ in batch)
 
     def close(self) -> None:
+        self._closing.set()
         self._query_pool.shutdown(wait=False, cancel_futures=True)
         self._batch_pool.shutdown(wait=False, cancel_futures=True)
 

@@ -200,3 +200,37 @@ def test_an_order_stated_as_a_fact_is_retired_by_the_trained_probe_and_a_fact_st
     vector = embedder.LocalEmbedder().embed([PROBE_ATTACK], "passage")[0]
     alone = semantic.Exemplars(semantic.EXEMPLARS, semantic.shipped_vectors(embedder.LOCAL_MODEL))
     assert alone.judge(vector) is None
+
+
+def test_a_batch_in_the_worker_thread_stops_at_its_next_chunk_once_the_broker_stops() -> None:
+    """The interpreter's exit waits for the embedder's thread, so a stop must not wait for a batch of long
+    texts (on a loaded machine, tens of seconds): the batch is embedded a few texts at a time and ends at the
+    next chunk once the broker stops.  Control: the chunks together are the model's vectors of the batch."""
+    import threading
+
+    import numpy as np
+    import pytest
+
+    from memory import meaning
+
+    texts = [f"The {n}th shard of the ledger service is rebuilt nightly from the archive at 02:{n:02d}." for n in range(10)]
+    whole = embedder.LocalEmbedder().embed(texts, "passage")
+    worker = meaning.Meaning(None, embedder.EmbedderConfig())  # type: ignore[arg-type]  # no store: only the thread's side
+    np.testing.assert_allclose(worker._in_chunks("batch", texts, "passage"), whole, atol=1e-6)
+    # Stopped while the first chunk is embedded: that chunk finishes, no other starts.
+    done: list[object] = []
+    started = threading.Event()
+    model = worker._model("batch")
+    slow_embed = model.embed
+
+    def embed_and_stop(chunk: list[str], role: str) -> Any:
+        started.set()
+        out = slow_embed(chunk, role)
+        done.append(chunk)
+        worker.close()
+        return out
+
+    model.embed = embed_and_stop  # type: ignore[method-assign]  # the real model; the stop arrives during its first chunk
+    with pytest.raises(meaning._Closed):
+        worker._in_chunks("batch", texts, "passage")
+    assert started.is_set() and len(done) == 1 and len(done[0]) == meaning.CHUNK
