@@ -47,6 +47,8 @@ TIER_EVENTS: Final = ("memory.tier", "memory.retire", "memory.unretire", "memory
 EXACT_UP_TO: Final = 2048
 #: Candidates the sign bits pass to the exact re-rank (at least; more for large limits).
 RERANK: Final = 384
+#: The sign bits of only the allowed rows are compared when at most one row in this many is allowed.
+SPARSE_SHARE: Final = 3
 #: Rows read per query when the index first loads.
 LOAD_CHUNK: Final = 10_000
 _ROWS: Final = "SELECT v.seq, v.claim, v.vector, c.tier FROM claim_vectors v JOIN claims c ON c.id = v.claim WHERE v.model = ? AND v.seq > ? ORDER BY v.seq"
@@ -285,21 +287,42 @@ class VectorIndex:
         return [(int(self._ids[rows[i]]), float(scores[i])) for i in order]
 
     def _nearest_bits(self, bits: np.ndarray, mask: np.ndarray, want: int) -> np.ndarray:
-        """Rows allowed by ``mask`` whose sign bits are nearest ``bits``: at least ``want`` of them (ties kept)."""
+        """Rows allowed by ``mask`` whose sign bits are nearest ``bits``: at least ``want`` of them (ties kept).
+
+        Only the allowed rows are compared when they are few (``context`` looks at trusted claims, often a
+        small part of the store): every one of them when there are no more than ``want``."""
         import numpy as np
 
         n = self.size
-        work = np.empty(n, dtype=np.uint64)
-        ones = np.empty(n, dtype=np.uint8)
-        distance = np.zeros(n, dtype=np.uint16)
+        allowed = np.flatnonzero(mask)
+        if len(allowed) <= want:
+            return allowed
+        if len(allowed) * SPARSE_SHARE <= n:
+            distance = self._distances(bits, allowed, len(allowed))
+            return allowed[distance <= self._reach(distance, want)]
+        distance = self._distances(bits, slice(0, n), n)
+        distance[~mask] = np.iinfo(np.uint16).max
+        return np.flatnonzero(distance <= self._reach(distance, want))
+
+    def _distances(self, bits: np.ndarray, rows: slice | np.ndarray, count: int) -> np.ndarray:
+        """Hamming distances from ``bits`` to the sign bits of ``rows`` (``count`` of them), word by word."""
+        import numpy as np
+
+        work = np.empty(count, dtype=np.uint64)
+        ones = np.empty(count, dtype=np.uint8)
+        distance = np.zeros(count, dtype=np.uint16)
         for w in range(self._words):
-            np.bitwise_xor(self._bits[w, :n], bits[w], out=work)
+            np.bitwise_xor(self._bits[w, rows], bits[w], out=work)
             np.bitwise_count(work, out=ones)
             np.add(distance, ones, out=distance)
-        distance[~mask] = np.iinfo(np.uint16).max
+        return distance
+
+    def _reach(self, distance: np.ndarray, want: int) -> int:
+        """The least distance within which at least ``want`` of ``distance`` lie (past the largest: all of them)."""
+        import numpy as np
+
         histogram = np.bincount(distance, minlength=self._words * 64 + 1)[: self._words * 64 + 1]
-        reach = int(np.searchsorted(np.cumsum(histogram), want))
-        return np.flatnonzero(distance <= reach)
+        return int(np.searchsorted(np.cumsum(histogram), want))
 
     def statistics(self) -> dict[str, Any]:
         bytes_held = sum(a.nbytes for a in (self._ids, self._q8, self._scale, self._bits, self._live, self._trusted) if a is not None)

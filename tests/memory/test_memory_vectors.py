@@ -61,6 +61,27 @@ def test_the_nearest_vector_is_found_by_sign_bits_and_tiers_follow_the_log(job: 
     assert job(lambda conn: conn.execute("SELECT tier FROM claims WHERE id = ?", (target,)).fetchone()[0]) == Tier.RETIRED.value
 
 
+def test_when_few_rows_are_allowed_only_they_are_compared_and_the_nearest_are_the_same(job: Callable[..., Any], monkeypatch: Any) -> None:
+    """``context`` searches trusted claims, often a small part of the store: only those rows' sign bits are
+    compared then.  The rows it passes on are exactly those of the comparison over every row."""
+    _, made = fill(job, vectors.EXACT_UP_TO + 300)
+    index = vectors.VectorIndex(MODEL)
+    job(index.catch_up)
+    bits = index._signs(near(made[5], 6)[None, :])[0]
+    rng = np.random.default_rng(3)
+    for share in (0.0, 0.01, 0.05, 0.2, 0.6):
+        mask = rng.random(index.size) < share
+        mask[5] = share > 0
+        found = {}
+        for path, every in (("allowed only", 1), ("every row", 10**9)):
+            monkeypatch.setattr(vectors, "SPARSE_SHARE", every)
+            found[path] = index._nearest_bits(bits, mask, 64).tolist()
+        assert found["allowed only"] == found["every row"], share
+        if share:
+            assert 5 in found["every row"] and set(found["every row"]) <= set(np.flatnonzero(mask).tolist())
+            assert len(found["every row"]) >= min(64, int(mask.sum()))
+
+
 def test_a_batch_is_stored_once_with_its_event(job: Callable[..., Any]) -> None:
     ids, made = fill(job, 4)
     again = job(lambda conn: vectors.store_batch(conn, MODEL, {ids[0]: vectors.encode(made[0])}, actor="broker"))
