@@ -42,6 +42,7 @@ from memory_retrieval import broker_memory, figures  # noqa: E402
 from agents.harness import Run  # noqa: E402
 from broker import composition  # noqa: E402
 from memory import embedder, vectors  # noqa: E402
+from broker.errors import ConclaveError  # noqa: E402
 from store import database  # noqa: E402
 
 QUIET = "\n[memory]\ngroom_after_seconds = 1000000000\n"
@@ -86,7 +87,22 @@ def with_vectors(workdir: Path, size: int, pool: int) -> Path:
     return target
 
 
-def run_one(store: Path, root: Path, chosen: str, asked: list[str], verify_wait: float = 3600) -> dict[str, object]:
+def make_trusted(client: object, size: int, every: int) -> int:
+    """Every ``every``-th claim promoted by the operator (``memory.promote``, as a person would: recorded).
+
+    ``context`` looks at trusted claims; the cached corpus has none (it was written by agents with no
+    witnesses), so without this both paths would search nothing."""
+    promoted = 0
+    for claim in range(every, size + 1, every):
+        try:
+            client.call("memory.promote", {"id": claim, "reason": "bench: a trusted share for context to search"})  # type: ignore[attr-defined]
+            promoted += 1
+        except ConclaveError:
+            pass  # retired or disputed in the corpus: left as it is
+    return promoted
+
+
+def run_one(store: Path, root: Path, chosen: str, asked: list[str], verify_wait: float = 3600, trusted_every: int = 0, size: int = 0) -> dict[str, object]:
     if root.exists():
         shutil.rmtree(root)
     run = Run(root, [{"name": "reader"}], extra_toml=QUIET + f'embedder = "{chosen}"\n')
@@ -95,6 +111,7 @@ def run_one(store: Path, root: Path, chosen: str, asked: list[str], verify_wait:
     try:
         run.start(timeout=300)
         with run.operator() as client:
+            out["trusted"] = make_trusted(client, size, trusted_every) if trusted_every else 0
             for q in asked[:10]:  # warm the page cache, load the index
                 client.call("memory.context", {"query": q + " warmup"})
             passes = [("cold", asked)] if chosen == "none" else [("cold", asked), ("warm", asked)]
@@ -131,18 +148,20 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/conclave-bench"))
     parser.add_argument("--embedders", nargs="+", choices=("none", "local"), default=["none", "local"])
     parser.add_argument("--verify-wait", type=float, default=3600, help="seconds to wait for the first background verify (0: do not)")
+    parser.add_argument("--trusted-every", type=int, default=50, help="make every Nth claim trusted in each run's copy (0: none, as cached)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     source = ClaimText(99)
     asked = [source.query() for _ in range(args.queries)]
     rows = []
+    print(f"trusted in each run's copy: every {args.trusted_every}th claim" if args.trusted_every else "trusted: none (the cached corpus as it is)")
     print(f"{'claims':>9} {'embedder':>8} {'context p50':>12} {'warm p50':>9} {'recall p50':>11} {'warm p50':>9} {'broker MB':>10} {'index MB':>9} "
           f"{'walk MB':>8} {'walk s':>7}")
     for size in args.sizes:
         store = with_vectors(args.workdir, size, args.pool)
         for chosen in args.embedders:
-            r = run_one(store, args.workdir / f"meaning-run-{size}", chosen, asked, args.verify_wait)
+            r = run_one(store, args.workdir / f"meaning-run-{size}", chosen, asked, args.verify_wait, args.trusted_every, size)
             r["claims"] = size
             rows.append(r)
             warm_c = r.get("context_warm", {}).get("p50_ms", float("nan"))  # type: ignore[union-attr]

@@ -175,6 +175,7 @@ async def run_broker(
 
                         def stop(reason: str = "operator", why: str | None = None) -> None:
                             stopped_by.append(reason)
+                            core.store.hurry(STOP_PATIENCE)  # the agents' exits are recorded if the store takes them soon, else counted lost
                             view.stopping(why or reason, len(supervisor.known_pids), grace)
                             run_scope.cancel()
 

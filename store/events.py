@@ -100,6 +100,12 @@ MIGRATIONS: list[str] = [
     CREATE TRIGGER IF NOT EXISTS events_append_only_delete BEFORE DELETE ON events
         BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
     """,
+    # 2: what a decision reads of the log is a few subjects' events of a few kinds.  With only the
+    # one-column indexes, SQLite's planner took `kind IN (...)` and walked every memory.remember
+    # event of the store (37 ms at 100k claims, on every `context`); this one serves both columns.
+    """
+    CREATE INDEX IF NOT EXISTS events_by_subject_kind ON events(subject, kind);
+    """,
 ]
 SCHEMA = Schema(COMPONENT, MIGRATIONS)
 

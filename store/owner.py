@@ -170,6 +170,7 @@ class StoreOwner:
         self._head: events.Head | None = None
         self._anchor: anchor.AnchorFile | None = None
         self._refusing: str | None = None
+        self._hurried = math.inf  # no stop yet: persist waits its own patience
         self._lost = 0
         self._anchor_dirty = trio.Event()
         self._anchor_unsynced = False
@@ -289,6 +290,11 @@ class StoreOwner:
         assert job.result is not None
         return job.result.unwrap()
 
+    def hurry(self, patience: float) -> None:
+        """From now on :meth:`persist` waits at most ``patience`` seconds more (the broker is stopping: a full
+        disk or an unreachable server must not hold a SIGTERM for minutes)."""
+        self._hurried = min(self._hurried, trio.current_time() + patience)
+
     async def persist(self, fn: Callable[[apsw.Connection], Any], *, what: str, patience: float = PATIENCE) -> bool:
         """Run ``fn`` as a job that must not be dropped: wait out a store that is unavailable for a while.
 
@@ -300,7 +306,7 @@ class StoreOwner:
         False is returned.
         """
         waits = pauses()
-        deadline = trio.current_time() + patience
+        deadline = min(trio.current_time() + patience, self._hurried)
         while True:
             try:
                 await self.call(fn)

@@ -781,6 +781,10 @@ EVENTS_POSTGRESQL: Final = (
     CREATE POLICY events_append ON events FOR INSERT TO {BROKER_GROUP} WITH CHECK (conclave_owns(actor));
     GRANT SELECT, INSERT ON events TO {BROKER_GROUP};
     """,
+    # 2: a few subjects' events of a few kinds, as store/events.py's second migration says.
+    """
+    CREATE INDEX IF NOT EXISTS events_by_subject_kind ON events(subject, kind);
+    """,
 )
 
 
