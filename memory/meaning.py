@@ -46,8 +46,9 @@ log = logging.getLogger("conclave.memory.meaning")
 T = TypeVar("T")
 
 BATCH: Final = 32
-#: Texts a worker thread embeds between looks at whether the broker is stopping.
-CHUNK: Final = 4
+#: Texts a worker thread embeds between looks at whether the broker is stopping.  One: the batch thread runs
+#: at a lower priority, and on a saturated machine four long texts took it more than 30 s.
+CHUNK: Final = 1
 QUERY_CACHE: Final = 1024
 #: How often an idle loop looks for claims it was not woken for (another broker's restart, a failed batch).
 IDLE_LOOK: Final = 30.0

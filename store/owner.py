@@ -306,13 +306,13 @@ class StoreOwner:
         False is returned.
         """
         waits = pauses()
-        deadline = min(trio.current_time() + patience, self._hurried)
+        deadline = trio.current_time() + patience
         while True:
             try:
                 await self.call(fn)
                 return True
             except (StoreUnavailable, events.ChainRefused) as exc:
-                left = deadline - trio.current_time()
+                left = min(deadline, self._hurried) - trio.current_time()  # a stop begun while this waited shortens it
                 # Files swapped behind the broker are refused until it restarts: waiting would only hold up its stop.
                 if left <= 0 or isinstance(exc, events.ChainRefused) or self._swapped is not None:
                     self.report_lost(1, f"{what}: {exc}")
