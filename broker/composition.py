@@ -87,11 +87,9 @@ def mount(app: typer.Typer, command: str | None = None) -> None:
     """Add the packages' commands to the root ``conclave`` app: only the package that owns ``command``
     when it is one of :data:`COMMANDS`, none for a command of ``broker/cli.py`` itself, all of them
     otherwise (no command, ``--help``, a word nobody owns: typer's listing and its suggestions)."""
-    import broker.cli
-
     if command is not None and command in COMMANDS:
         _mount_package(app, COMMANDS[command])
-    elif command is None or command not in _own_commands(broker.cli.app):
+    elif command is None or command not in _own_commands(app):
         for package in dict.fromkeys(COMMANDS.values()):
             _mount_package(app, package)
 

@@ -324,9 +324,7 @@ class StoreOwner:
         """Run ``fn`` on a fresh read-only connection in a worker thread (WAL: it sees committed data)."""
 
         def run() -> T:
-            swapped = self._files_changed()
-            if swapped is not None:
-                raise StoreUnavailable(swapped)
+            self.check_files()
             conn = self.backend.open_reader()
             try:
                 if self._key is not None:
