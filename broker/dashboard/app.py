@@ -124,6 +124,21 @@ def _texts(*values: Any) -> list[str]:
     return [clean(str(v)) if v is not None else "" for v in values]
 
 
+class KeyedTabs(TabbedContent):
+    """Tabs that follow the keys (and clicks on their headers) only, never the focus.
+
+    Textual's ``TabbedContent`` also switches to a pane when something inside it takes the focus, by a
+    message that arrives a moment later.  The dashboard focuses a pane's table after each switch, so on a
+    busy machine a key pressed meanwhile was undone: ``4`` showed the claims, then the late focus message
+    from the agents table switched back (and the two could ping-pong).  Hidden widgets cannot take the
+    focus from the keyboard, so nothing a person does needs the focus to choose the tab.
+    """
+
+    def _on_tab_pane_focused(self, event: TabPane.Focused) -> None:
+        event.stop()
+        event.prevent_default()  # not TabbedContent's own handler either
+
+
 def _table(table_id: str, *, share: float | None = None) -> FittedTable:
     return FittedTable(COLUMNS[table_id], share=share, id=table_id, cursor_type="row", zebra_stripes=True)
 
@@ -212,7 +227,7 @@ class DashboardApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(Text("conclave dashboard: connecting to the broker..."), id="banner")
-        with TabbedContent(initial="agents-tab", id="tabs"):
+        with KeyedTabs(initial="agents-tab", id="tabs"):
             with TabPane("1 Agents", id="agents-tab"):
                 with Vertical():
                     # As tall as its rows, up to two thirds of the tab: the output pane keeps the rest.

@@ -439,3 +439,24 @@ def test_the_output_tail_ends_quietly_when_the_app_unmounts_between_two_polls(te
             assert loop.state is not WorkerState.ERROR and not isinstance(loop.error, RuntimeError), (loop.name, loop.state, loop.error)
 
     drive(app, scenario)
+
+
+def test_a_tab_key_is_not_undone_by_a_focus_that_lands_after_it(team: Run) -> None:
+    """A late focus inside another pane does not switch the tabs back (a busy machine lost the ``4``)."""
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        app = pilot.app
+        agents = app.main.query_one("#agents")
+        for _ in range(5):
+            # The focus lands a moment after the call; the tab key is handled before it lands.
+            app.set_focus(None)
+            agents.focus()
+            await pilot.press("4")
+            await pilot.pause(0.3)
+            assert app._tab() == "claims", "the late focus in the agents pane switched the tabs back"
+            assert app.focused is app.main.query_one("#claims")
+            # Control: the keys still switch the tabs, both ways, and the focus follows them.
+            await pilot.press("1")
+            await until(pilot, lambda: app._tab() == "agents" and app.focused is agents, "the agents tab and its table")
+
+    drive(app_for(team), scenario)
