@@ -92,7 +92,7 @@ def test_a_snapshot_renamed_over_the_live_files_is_refused_and_named_live_and_at
     # SIGTERM still stops it, at once: the agents' exits it cannot record are counted lost, not waited on for
     # minutes (the harness SIGKILLs a broker still running after 30 s, and then there is no summary).
     summary = run.stop()
-    assert summary is not None and summary["stopped_by"] == "SIGTERM"
+    assert summary is not None and summary["stopped_by"] == "SIGTERM", run.stderr
     # The next start: the copy ends before what this state directory has seen.
     refused = start(run, tmp_path)
     assert refused.returncode != 0
