@@ -21,8 +21,11 @@ def conclave(*args: str, cwd=None) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def alice_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     """One broker with one agent, for the tests that only ask it questions."""
-    with Run(tmp_path_factory.mktemp("cli"), [{"name": "alice"}]) as run:
-        yield run
+    run = Run(tmp_path_factory.mktemp("cli"), [{"name": "alice"}])
+    try:  # closed even when it fails to start: no broker outlives the module
+        yield run.start()
+    finally:
+        run.close()
 
 
 def test_without_a_broker_or_state_commands_say_so(tmp_path):

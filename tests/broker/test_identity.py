@@ -35,8 +35,11 @@ TEAM = [
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     """One broker for the tests that neither stop it nor need a team of their own.  Each test uses
     its own agents, claim texts and files, and passes alone (``-k``) on a broker started the same way."""
-    with Run(tmp_path_factory.mktemp("identity"), TEAM) as run:
-        yield run
+    run = Run(tmp_path_factory.mktemp("identity"), TEAM)
+    try:  # closed even when it fails to start: no broker outlives the module
+        yield run.start()
+    finally:
+        run.close()
 
 
 def outside_pid(agent_pid: int, inner: int) -> int:

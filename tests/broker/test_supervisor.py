@@ -24,8 +24,11 @@ TEAM = [
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     """One broker for the tests that do not end it (a test alone with ``-k`` starts it the same way)."""
-    with Run(tmp_path_factory.mktemp("supervisor"), TEAM) as run:
-        yield run
+    run = Run(tmp_path_factory.mktemp("supervisor"), TEAM)
+    try:  # closed even when it fails to start: no broker outlives the module
+        yield run.start()
+    finally:
+        run.close()
 
 
 def test_spawn_is_limited_to_may_spawn_and_records_the_parent(run):

@@ -47,8 +47,11 @@ def exchange(sock: socket.socket, payload: bytes) -> dict:
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     """One broker for the module: each test's bad input is its own, and each shows the broker and
     its connections unharmed afterwards (a test alone with ``-k`` starts it the same way)."""
-    with Run(tmp_path_factory.mktemp("wire"), [{"name": "alice"}]) as run:
-        yield run
+    run = Run(tmp_path_factory.mktemp("wire"), [{"name": "alice"}])
+    try:  # closed even when it fails to start: no broker outlives the module
+        yield run.start()
+    finally:
+        run.close()
 
 
 def test_malformed_requests_get_specific_errors_and_the_connection_goes_on(run):
