@@ -41,8 +41,14 @@ def test_privilege_dependent_tests_pass_as_an_ordinary_uid(venv: tuple[Path, Pat
         "LANG": "C.UTF-8",
         "XDG_STATE_HOME": str(base / "home" / "state"),
     }
-    argv = as_user([str(base / "venv" / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *SUITES])
-    done = subprocess.run(argv, cwd=source, env=env, capture_output=True, text=True, timeout=600)
+    # -v: each test's name is printed as it starts, so a run cut short by the timeout still names the
+    # test it was in (the last line of its output); -ra names every failure in the summary.
+    argv = as_user([str(base / "venv" / "bin" / "python"), "-m", "pytest", "-v", "-p", "no:cacheprovider", "-x", *SUITES])
+    try:
+        done = subprocess.run(argv, cwd=source, env=env, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired as exc:
+        partial = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        pytest.fail(f"the run as an ordinary uid took over {exc.timeout:.0f} s; it was in the last test named here:\n{partial[-6000:]}")
     report = done.stdout[-6000:] + done.stderr[-3000:]
     assert done.returncode == 0, f"as uid {UID if os.geteuid() == 0 else os.geteuid()}:\n{report}"
     passed = int(done.stdout.strip().splitlines()[-1].split(" passed")[0].split()[-1])

@@ -6,6 +6,9 @@ import json
 import os
 import subprocess
 import sys
+from typing import Iterator
+
+import pytest
 
 from agents.harness import Run
 
@@ -13,6 +16,16 @@ from agents.harness import Run
 def conclave(*args: str, cwd=None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
     return subprocess.run([sys.executable, "-m", "broker.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def alice_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """One broker with one agent, for the tests that only ask it questions."""
+    run = Run(tmp_path_factory.mktemp("cli"), [{"name": "alice"}])
+    try:  # closed even when it fails to start: no broker outlives the module
+        yield run.start()
+    finally:
+        run.close()
 
 
 def test_without_a_broker_or_state_commands_say_so(tmp_path):
@@ -38,8 +51,8 @@ def test_after_the_run_the_operator_reads_history_without_a_broker(tmp_path):
     assert spawn.returncode == 1 and "inside an agent" in spawn.stderr
 
 
-def test_agents_cli_json_and_human_agree_inside_a_run(start_run):
-    run = start_run([{"name": "alice"}])
+def test_agents_cli_json_and_human_agree_inside_a_run(alice_run):
+    run = alice_run
     whoami = run.puppet("alice").conclave("whoami", "--json")
     assert json.loads(whoami.stdout)["agent"] == "alice"
     human = run.puppet("alice").conclave("whoami")
@@ -63,14 +76,13 @@ def test_stop_ends_the_run_as_the_operator(start_run):
     assert summary["stopped_by"] == "operator"
 
 
-def test_ops_lists_every_op_with_or_without_a_broker(start_run, tmp_path):
+def test_ops_lists_every_op_with_or_without_a_broker(alice_run, tmp_path):
     offline = conclave("ops", "--json", "--state-dir", str(tmp_path / "none"), "--repo", str(tmp_path))
     assert offline.returncode == 0, offline.stderr
     names = {o["op"] for o in json.loads(offline.stdout)}
     assert {"whoami", "memory.remember", "lock.acquire", "msg.send"} <= names
     # Control: a running broker answers the same list.
-    run = start_run([{"name": "alice"}])
-    assert {o["op"] for o in json.loads(run.cli("ops", "--json").stdout)} == names
+    assert {o["op"] for o in json.loads(alice_run.cli("ops", "--json").stdout)} == names
 
 
 def test_with_json_an_error_is_a_json_object_on_stderr(tmp_path):

@@ -9,14 +9,37 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
+
+from agents.harness import Run
 
 from broker.client import BlockingClient, NoIdentityError
 from broker.errors import ConclaveError, ErrorCode
 from broker.sandbox import machine as sandbox_machine
 
 MACHINE = sandbox_machine.probe()
+
+#: The shared run's team.  ``alice`` and ``bob`` are boxed (the default, the strongest box this
+#: machine offers); ``olive`` is unboxed (``sandbox = "off"``: she reads every file of her uid, the
+#: operator key included).  ``leaver``, ``orphaner`` and ``hider`` each belong to the one test that
+#: makes them exit, so no other test loses an agent it uses.
+TEAM = [
+    {"name": "alice"}, {"name": "bob"}, {"name": "olive", "sandbox": "off"},
+    {"name": "leaver"}, {"name": "orphaner", "sandbox": "off"}, {"name": "hider", "sandbox": "off"},
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """One broker for the tests that neither stop it nor need a team of their own.  Each test uses
+    its own agents, claim texts and files, and passes alone (``-k``) on a broker started the same way."""
+    run = Run(tmp_path_factory.mktemp("identity"), TEAM)
+    try:  # closed even when it fails to start: no broker outlives the module
+        yield run.start()
+    finally:
+        run.close()
 
 
 def outside_pid(agent_pid: int, inner: int) -> int:
@@ -42,8 +65,7 @@ def environ_of(pid: int) -> dict[str, str]:
     return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
 
 
-def test_identity_is_what_the_broker_issued_even_from_a_grandchild(start_run):
-    run = start_run([{"name": "alice"}, {"name": "bob"}])
+def test_identity_is_what_the_broker_issued_even_from_a_grandchild(run):
     alice = run.puppet("alice")
     issued = {r["principal"]: r for r in run.op("agents")}
     # The broker registered alice's launcher, which keeps her (in a PID namespace of her own where
@@ -62,8 +84,7 @@ def test_identity_is_what_the_broker_issued_even_from_a_grandchild(start_run):
     assert json.loads(run.puppet("bob").sh("sh", "-c", f"{sys.executable} -m broker.cli whoami --json").stdout)["agent"] == "bob"
 
 
-def test_sibling_presenting_a_stolen_ticket_is_refused(start_run):
-    run = start_run([{"name": "alice"}, {"name": "bob"}])
+def test_sibling_presenting_a_stolen_ticket_is_refused(run):
     alice, bob = run.puppet("alice"), run.puppet("bob")
     stolen = environ_of(alice.pid)["CONCLAVE_TICKET"]
     assert stolen != environ_of(bob.pid)["CONCLAVE_TICKET"]
@@ -82,29 +103,28 @@ def test_sibling_presenting_a_stolen_ticket_is_refused(start_run):
 
 
 @pytest.mark.parametrize(
-    "sandbox, refusal",
+    "name, refusal",
     [
-        # Unsandboxed, the agent reads the operator key like any file of its uid: its lineage refuses it.
-        ("off", "cannot act as the operator"),
-        # In its box (the default) it cannot even see the key.
-        (None, "cannot see it (an agent in a sandbox cannot)"),
+        # Unsandboxed (olive), the agent reads the operator key like any file of its uid: its lineage refuses it.
+        ("olive", "cannot act as the operator"),
+        # In its box (alice: the default) it cannot even see the key.
+        ("alice", "cannot see it (an agent in a sandbox cannot)"),
     ],
 )
-def test_agent_dropping_its_ticket_is_not_the_operator(start_run, sandbox, refusal):
-    run = start_run([{"name": "alice", **({"sandbox": sandbox} if sandbox else {})}])
-    alice = run.puppet("alice")
+def test_agent_dropping_its_ticket_is_not_the_operator(run, name, refusal):
+    agent = run.puppet(name)
     # The attack: unset the ticket and point the CLI at the socket, hoping to be taken for the operator.
-    attack = alice.sh(
+    attack = agent.sh(
         "env", "-u", "CONCLAVE_TICKET", "-u", "CONCLAVE_SOCKET",
         sys.executable, "-m", "broker.cli", "stop", "--json", "--state-dir", str(run.state), "--repo", str(run.repo),
     )
     assert attack.returncode != 0
     assert refusal in attack.stderr, attack.stderr
     # Operator-only ops are refused to the agent through its own identity too.
-    assert alice.try_call("broker.stats")["error"]["code"] == "forbidden"
+    assert agent.try_call("broker.stats")["error"]["code"] == "forbidden"
     # Control: this test process, outside every agent's tree and holding the key, is the operator.
     assert run.op("whoami")["role"] == "operator"
-    assert run.op("broker.stats")["live_agents"] == 1
+    assert run.op("broker.stats")["live_agents"] == len([a for a in run.op("agents") if a["live"]]) >= 1
 
 
 ORPHAN = """
@@ -134,50 +154,47 @@ def _leave_orphan(alice, tmp_path, delay: float) -> tuple[Path, Path]:
     return out, pid_file
 
 
-def test_an_orphan_inside_a_live_agent_has_its_ticket_but_never_the_operator(start_run, tmp_path):
-    """While alice lives, her setsid'd daemon stays in her tree (she adopts her orphans): her ticket
+def test_an_orphan_inside_a_live_agent_has_its_ticket_but_never_the_operator(run, tmp_path):
+    """While olive lives, her setsid'd daemon stays in her tree (she adopts her orphans): her ticket
     works for it, as for any of her processes; the operator key, which it can read unsandboxed, does not."""
-    run = start_run([{"name": "alice", "sandbox": "off"}])
-    out, _ = _leave_orphan(run.puppet("alice"), tmp_path, delay=0)
+    out, _ = _leave_orphan(run.puppet("olive"), tmp_path, delay=0)
     result = run.wait_for_json(out, timeout=15, what="orphan result")
     assert result == {"ticket": "agent", "operator": "auth_failed"}
 
 
-def test_nothing_an_agent_left_behind_outlives_it(start_run, tmp_path):
-    """The attack: a daemon that waits for alice to exit, then tries both doors as an orphan.
-    It never gets to: everything alice started is killed when she exits, and counted."""
-    run = start_run([{"name": "alice", "sandbox": "off"}, {"name": "bob"}])  # bob keeps the run alive
-    out, pid_file = _leave_orphan(run.puppet("alice"), tmp_path, delay=1.5)
+def test_nothing_an_agent_left_behind_outlives_it(run, tmp_path):
+    """The attack: a daemon that waits for orphaner (unboxed) to exit, then tries both doors as an orphan.
+    It never gets to: everything orphaner started is killed when she exits, and counted."""
+    out, pid_file = _leave_orphan(run.puppet("orphaner"), tmp_path, delay=1.5)
     pid = int(run.wait_until(lambda: pid_file.exists() and pid_file.read_text(), what="the daemon to start"))
-    run.puppet("alice").exit(0)
+    run.puppet("orphaner").exit(0)
     run.wait_until(lambda: not Path(f"/proc/{pid}").exists() or _is_zombie(pid), timeout=10, what="the daemon to be killed")
     time.sleep(2)  # past the daemon's own wake-up: it must not have written anything
     assert not out.exists()
     from store.database import connect
 
     conn = connect(run.state / "conclave.db", readonly=True)
-    [payload] = [json.loads(p) for (p,) in conn.execute("SELECT payload FROM events WHERE kind = 'agent.exit' AND subject LIKE 'alice:%'")]
+    [payload] = [json.loads(p) for (p,) in conn.execute("SELECT payload FROM events WHERE kind = 'agent.exit' AND subject LIKE 'orphaner:%'")]
     assert payload["leftovers_killed"] >= 1
     # Control: bob, who left nothing behind, is untouched and still answers.
     assert run.puppet("bob").call("whoami")["agent"] == "bob"
 
 
-def test_a_daemon_hidden_in_a_cgroup_named_like_an_agents_still_dies_with_its_agent(start_run, tmp_path):
+def test_a_daemon_hidden_in_a_cgroup_named_like_an_agents_still_dies_with_its_agent(run, tmp_path):
     """Where the broker kills agents by cgroup, an exit's sweep leaves alone what sits in another live
-    agent's cgroup.  An unboxed agent can make directories in the delegated hierarchy: its daemon,
+    agent's cgroup.  An unboxed agent (hider) can make directories in the delegated hierarchy: its daemon,
     moved into one *named* like an agent's cgroup, is still killed when the agent exits."""
-    run = start_run([{"name": "alice", "sandbox": "off"}, {"name": "bob"}])
-    out, pid_file = _leave_orphan(run.puppet("alice"), tmp_path, delay=1.5)
+    out, pid_file = _leave_orphan(run.puppet("hider"), tmp_path, delay=1.5)
     pid = int(run.wait_until(lambda: pid_file.exists() and pid_file.read_text(), what="the daemon to start"))
     decoy = None
     if MACHINE.cgroup is not None:  # without a delegated cgroup there is nothing to hide in; the sweep alone decides
         decoy = MACHINE.cgroup / f"decoy-{os.getpid()}" / "conclave-1" / "agent-0123456789ab"
-        moved = run.puppet("alice").sh("sh", "-c", f"mkdir -p {decoy} && echo {pid} > {decoy}/cgroup.procs")
+        moved = run.puppet("hider").sh("sh", "-c", f"mkdir -p {decoy} && echo {pid} > {decoy}/cgroup.procs")
         assert moved.returncode == 0, moved.stderr
         assert str(decoy.relative_to(MACHINE.cgroup)) in Path(f"/proc/{pid}/cgroup").read_text()  # it is in the decoy
     try:
-        assert Path(f"/proc/{pid}").exists() and not _is_zombie(pid)  # control: alive while alice lives
-        run.puppet("alice").exit(0)
+        assert Path(f"/proc/{pid}").exists() and not _is_zombie(pid)  # control: alive while hider lives
+        run.puppet("hider").exit(0)
         run.wait_until(lambda: not Path(f"/proc/{pid}").exists() or _is_zombie(pid), timeout=10, what="the hidden daemon to be killed")
         time.sleep(2)
         assert not out.exists()
@@ -205,8 +222,7 @@ def _is_zombie(pid: int) -> bool:
     return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] == b"Z"
 
 
-def test_request_naming_an_identity_is_refused_and_logged(start_run):
-    run = start_run([{"name": "alice"}])
+def test_request_naming_an_identity_is_refused_and_logged(run):
     alice = run.puppet("alice")
     reply = alice.raw('{"id": 7, "op": "whoami", "args": {"source_agent": "bob", "session": "x"}}\n')
     assert reply["id"] == 7 and not reply["ok"]
@@ -214,26 +230,30 @@ def test_request_naming_an_identity_is_refused_and_logged(start_run):
     assert "identity comes from the connection" in reply["error"]["message"]
     # Control: the same request without the fields is answered.
     assert alice.raw('{"id": 8, "op": "whoami", "args": {}}\n')["result"]["agent"] == "alice"
-    run.stop()
     from store.database import connect
 
-    conn = connect(run.state / "conclave.db", readonly=True)
-    rows = list(conn.execute("SELECT actor, subject, payload FROM events WHERE kind = 'wire.identity_field_refused'"))
+    def logged() -> list[tuple]:
+        conn = connect(run.state / "conclave.db", readonly=True)
+        try:
+            return list(conn.execute("SELECT actor, subject, payload FROM events WHERE kind = 'wire.identity_field_refused'"))
+        finally:
+            conn.close()
+
+    rows = run.wait_until(logged, what="the refusal's event")
     assert rows == [(alice.key, "whoami", json.dumps({"fields": ["session", "source_agent"]}, separators=(",", ":")))]
 
 
-def test_ticket_stops_working_when_its_agent_exits(start_run):
-    run = start_run([{"name": "alice"}, {"name": "bob"}])
-    alice = run.puppet("alice")
-    ticket = environ_of(alice.pid)["CONCLAVE_TICKET"]
-    # Control: while alice lives, her tree authenticates with it.
-    assert json.loads(alice.conclave("whoami", "--json").stdout)["agent"] == "alice"
-    alice.exit(0)
-    run.wait_until(lambda: not any(a["live"] for a in run.op("agents") if a["agent"] == "alice"), what="alice to end")
+def test_ticket_stops_working_when_its_agent_exits(run):
+    leaver = run.puppet("leaver")
+    ticket = environ_of(leaver.pid)["CONCLAVE_TICKET"]
+    # Control: while leaver lives, her tree authenticates with it.
+    assert json.loads(leaver.conclave("whoami", "--json").stdout)["agent"] == "leaver"
+    leaver.exit(0)
+    run.wait_until(lambda: not any(a["live"] for a in run.op("agents") if a["agent"] == "leaver"), what="leaver to end")
     with pytest.raises(ConclaveError) as refused:
         BlockingClient(run.socket_path(), ticket=ticket)
     assert refused.value.code is ErrorCode.REVOKED
-    ended = next(a for a in run.op("agents") if a["agent"] == "alice")
+    ended = next(a for a in run.op("agents") if a["agent"] == "leaver")
     assert ended["exit_code"] == 0 and ended["ended_at"]
 
 
@@ -278,11 +298,11 @@ def test_principal_requires_both_halves():
     assert Principal(agent="a", session="s", role=Role.AGENT, domain="a").key == "a:s"
 
 
-def test_a_connection_whose_opener_exited_is_not_the_operator(start_run, tmp_path):
+def test_a_connection_whose_opener_exited_is_not_the_operator(run, tmp_path):
     # The attack: a child connects (the kernel records the child's pid), exits and is
-    # reaped; the parent, still inside alice's tree, then says hello without a ticket,
-    # hoping the broker finds no ancestry for the dead pid and takes it for the operator.
-    run = start_run([{"name": "alice", "sandbox": "off"}])  # unsandboxed: it can read the operator key
+    # reaped; the parent, still inside olive's tree (unsandboxed: she can read the operator key),
+    # then says hello without a ticket, hoping the broker finds no ancestry for the dead pid and
+    # takes it for the operator.
     script = tmp_path / "fork_connect.py"
     script.write_text(textwrap.dedent(
         f"""
@@ -308,25 +328,24 @@ def test_a_connection_whose_opener_exited_is_not_the_operator(start_run, tmp_pat
         print(json.dumps(results))
         """
     ))
-    out = run.puppet("alice").sh(sys.executable, str(script))
+    out = run.puppet("olive").sh(sys.executable, str(script))
     assert json.loads(out.stdout) == {"attack": "auth_failed", "control": "auth_failed"}
     # Control: the same hello from the test process (outside every agent's tree) is the operator.
     assert run.op("whoami")["role"] == "operator"
 
 
-def test_hiding_the_broker_socket_does_not_open_the_store_to_an_agent(start_run):
-    # The attack: alice points <state>/socket-path at nothing, drops her ticket, and runs an
+def test_hiding_the_broker_socket_does_not_open_the_store_to_an_agent(run):
+    # The attack: olive points <state>/socket-path at nothing, drops her ticket, and runs an
     # operator command, hoping the CLI concludes "no broker" and opens the store as the operator.
-    # Unsandboxed (in her box she could neither see the state nor read the key), lineage refuses her.
-    run = start_run([{"name": "alice", "sandbox": "off"}, {"name": "bob"}])
-    alice = run.puppet("alice")
-    claim = alice.call("memory.remember", kind="discovery", text="The linker needs the gold flag on arm64 builds.")
+    # Unsandboxed (in a box she could neither see the state nor read the key), lineage refuses her.
+    olive = run.puppet("olive")
+    claim = olive.call("memory.remember", kind="discovery", text="The linker needs the gold flag on arm64 builds.")
     pointer = run.state / "socket-path"
     real = pointer.read_text()
     promote = ["memory", "promote", str(claim["id"]), "--json", "--state-dir", str(run.state), "--repo", str(run.repo)]
     try:
         pointer.write_text("/nonexistent/broker.sock")
-        attack = alice.sh("env", "-u", "CONCLAVE_TICKET", "-u", "CONCLAVE_SOCKET", sys.executable, "-m", "broker.cli", *promote)
+        attack = olive.sh("env", "-u", "CONCLAVE_TICKET", "-u", "CONCLAVE_SOCKET", sys.executable, "-m", "broker.cli", *promote)
         assert attack.returncode != 0 and "descends from a running conclave broker" in attack.stderr
         # Even the real operator's command refuses to open the store behind a live broker.
         hidden = run.cli(*promote[:3], "--json")
@@ -338,11 +357,10 @@ def test_hiding_the_broker_socket_does_not_open_the_store_to_an_agent(start_run)
     assert json.loads(run.cli(*promote[:3], "--json").stdout)["tier"] == "trusted"
 
 
-def test_an_agent_will_not_talk_to_a_fake_broker(start_run, tmp_path):
+def test_an_agent_will_not_talk_to_a_fake_broker(run, tmp_path):
     # The attack: bob serves a socket of his own and alice's client is pointed at it
     # (as if bob had replaced the broker's socket file), hoping to collect her ticket
-    # and feed her forged answers.
-    run = start_run([{"name": "alice"}, {"name": "bob"}])
+    # and feed her forged answers.  Both are boxed.
     # The one place both may write, even in their boxes: the shared work tree.
     fake = run.repo / "fake.sock"
     seen = run.repo / "seen"
@@ -397,9 +415,8 @@ def _hello(run, args: dict) -> dict:
         return json.loads(s.makefile("rb").readline())
 
 
-def test_the_operator_proves_it_with_the_key_and_nothing_else_will_do(start_run):
+def test_the_operator_proves_it_with_the_key_and_nothing_else_will_do(run):
     """A process outside every agent's tree is *not* the operator by that alone: it must present the key."""
-    run = start_run([{"name": "alice"}])
     key = run.operator_key()
     assert len(key) >= 32 and (run.state / "operator.key").stat().st_mode & 0o777 == 0o600
     no_proof = _hello(run, {})
@@ -451,14 +468,13 @@ def test_a_second_state_dir_linking_the_live_database_finds_it_held(start_run, t
     assert json.loads(promoted.stdout)["tier"] == "trusted"
 
 
-def test_an_agent_that_execs_itself_clean_and_daemonizes_is_still_not_the_operator(start_run, tmp_path):
+def test_an_agent_that_execs_itself_clean_and_daemonizes_is_still_not_the_operator(run, tmp_path):
     """The attack (sandbox off: the agent can read every file of its uid): drop the ticket by exec'ing
     with an empty environment, double-fork a daemon in a new session, copy the operator key into a
     fresh state directory whose database links to the live one, and run an operator command there.
-    Lineage decides, not the environment: the daemon still descends from the broker."""
-    run = start_run([{"name": "alice", "sandbox": "off"}, {"name": "bob"}])
-    alice = run.puppet("alice")
-    claim = alice.call("memory.remember", kind="discovery", text="The cache key must include the locale.")
+    Lineage decides, not the environment: the daemon still descends from the broker.  (olive: unboxed.)"""
+    olive = run.puppet("olive")
+    claim = olive.call("memory.remember", kind="discovery", text="The cache key must include the locale.")
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     (fresh / "conclave.db").symlink_to(run.state / "conclave.db")
@@ -468,7 +484,7 @@ def test_an_agent_that_execs_itself_clean_and_daemonizes_is_still_not_the_operat
         *(f"'{a}'" for a in (sys.executable, "-I", "-m", "broker.cli")),
         "memory", "promote", str(claim["id"]), "--json", "--repo", f"'{run.repo}'", "--state-dir", f"'{fresh}'",
     ])
-    alice.sh("sh", "-c", f"setsid env -i PATH=/usr/bin:/bin sh -c \"{command} >'{out}' 2>&1; echo rc=\\$? >>'{out}'\" </dev/null >/dev/null 2>&1 &")
+    olive.sh("sh", "-c", f"setsid env -i PATH=/usr/bin:/bin sh -c \"{command} >'{out}' 2>&1; echo rc=\\$? >>'{out}'\" </dev/null >/dev/null 2>&1 &")
     text = run.wait_until(lambda: out.exists() and "rc=" in out.read_text() and out.read_text(), timeout=30, what="the daemon's attempt")
     assert "rc=0" not in text and "descends from a running conclave broker" in text, text
     assert run.op("memory.show", id=claim["id"])["tier"] == "unverified"

@@ -4,15 +4,34 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from agents.harness import Run, puppet_command
 from broker.errors import ConclaveError, ErrorCode
 
+#: The shared run's team: each test drives agents of its own (a quota one test fills is not
+#: another's), so none depends on what ran before it.
+TEAM = [
+    {"name": "alice", "may_spawn": 1}, {"name": "bob"},  # quotas and parents
+    {"name": "ann", "may_spawn": 2},  # spawn names
+    {"name": "gus", "may_spawn": 1},  # a child whose program does not exist
+    {"name": "carol", "restart": "on-failure"}, {"name": "dave"},  # restarts
+]  # fmt: skip
 
-def test_spawn_is_limited_to_may_spawn_and_records_the_parent(start_run):
-    run = start_run([{"name": "alice", "may_spawn": 1}, {"name": "bob"}])
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """One broker for the tests that do not end it (a test alone with ``-k`` starts it the same way)."""
+    run = Run(tmp_path_factory.mktemp("supervisor"), TEAM)
+    try:  # closed even when it fails to start: no broker outlives the module
+        yield run.start()
+    finally:
+        run.close()
+
+
+def test_spawn_is_limited_to_may_spawn_and_records_the_parent(run):
     kid = run.spawn_puppet("alice", "kid")
     assert kid.identity["parent"] == run.puppet("alice").key
     assert kid.identity["domain"] == "alice"
@@ -36,30 +55,27 @@ def test_spawn_is_limited_to_may_spawn_and_records_the_parent(start_run):
     assert tree[again.key] == run.puppet("alice").key
 
 
-def test_spawn_names_are_checked(start_run):
-    run = start_run([{"name": "alice", "may_spawn": 2}])
-    alice = run.puppet("alice")
-    assert alice.try_call("spawn", name="../x", command=["true"])["error"]["code"] == "invalid_args"
-    assert alice.try_call("spawn", name="ok", command=[])["error"]["code"] == "invalid_args"
-    assert alice.try_call("spawn", name="operator", command=["true"])["error"]["code"] == "invalid_args"
+def test_spawn_names_are_checked(run):
+    ann = run.puppet("ann")
+    assert ann.try_call("spawn", name="../x", command=["true"])["error"]["code"] == "invalid_args"
+    assert ann.try_call("spawn", name="ok", command=[])["error"]["code"] == "invalid_args"
+    assert ann.try_call("spawn", name="operator", command=["true"])["error"]["code"] == "invalid_args"
     # The operator is not an agent and cannot spawn.
     with pytest.raises(ConclaveError) as refused:
         run.op("spawn", name="x", command=["true"])
     assert refused.value.code is ErrorCode.FORBIDDEN
 
 
-def test_a_child_command_that_does_not_exist_is_reported_and_the_broker_goes_on(start_run):
-    run = start_run([{"name": "alice", "may_spawn": 1}])
-    alice = run.puppet("alice")
-    child = alice.call("spawn", name="ghost", command=["/no/such/program"])
+def test_a_child_command_that_does_not_exist_is_reported_and_the_broker_goes_on(run):
+    gus = run.puppet("gus")
+    child = gus.call("spawn", name="ghost", command=["/no/such/program"])
     assert child["live"] is False
-    ghost = next(a for a in run.op("agents") if a["agent"] == "alice/ghost")
+    ghost = next(a for a in run.op("agents") if a["agent"] == "gus/ghost")
     assert ghost["exit_code"] == 127
-    assert alice.call("whoami")["agent"] == "alice"
+    assert gus.call("whoami")["agent"] == "gus"
 
 
-def test_restart_on_failure_gives_a_new_session_in_the_same_domain(start_run):
-    run = start_run([{"name": "carol", "restart": "on-failure"}, {"name": "dave"}])
+def test_restart_on_failure_gives_a_new_session_in_the_same_domain(run):
     first = run.puppet("carol").identity
     run.puppet("carol").exit(3)
     run.forget("carol")
@@ -114,9 +130,8 @@ def test_a_deep_state_directory_still_gets_a_socket(tmp_path):
     assert not sock.exists()
 
 
-def test_one_broker_per_state_directory(start_run):
-    run = start_run([{"name": "alice"}])
+def test_one_broker_per_state_directory(run):
     second = run.cli("run", "--team", str(run.team_file))
     assert second.returncode == 4  # could not start: distinct from 1, an agent failed
     assert "is in use by a broker" in second.stderr
-    assert run.puppet("alice").call("whoami")["agent"] == "alice"
+    assert run.puppet("bob").call("whoami")["agent"] == "bob"

