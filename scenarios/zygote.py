@@ -22,6 +22,12 @@ forks the broker, reports its pid, waits for it, and reports its exit code.
 :class:`Forked`, which the harness's ``Run`` drives as it would a
 ``subprocess.Popen``.  A command that is not ``conclave run`` on this
 interpreter is started by ``subprocess.Popen`` as before.
+
+What is not the same as an exec'd broker: the kernel's record of the exec,
+``/proc/PID/cmdline`` and ``/proc/PID/environ``, shows the zygote's (the
+broker's ``os.environ`` and what its children inherit are the request's).
+A test about the broker's own command line or environment block starts it
+with ``subprocess.Popen`` (tests/multihost/test_passfile.py does).
 """
 
 from __future__ import annotations
