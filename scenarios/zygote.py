@@ -39,6 +39,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -139,9 +140,11 @@ class Zygote:
         self.python = python or sys.executable
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+        # A file, not a pipe nobody reads while it runs: what the zygote says (only if it fails) never blocks it.
+        self._stderr = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
             python_argv("scenarios.zygote", str(theirs.fileno()), python=self.python),
-            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stderr=self._stderr, env=env,
         )
         theirs.close()
         self._control = mine
@@ -153,8 +156,11 @@ class Zygote:
             ready = b""
         if ready != b"ready":
             self.process.kill()
-            _, err = self.process.communicate()
-            raise RuntimeError(f"the scenario runner's broker zygote did not start: {err.decode(errors='replace').strip()[-2000:]}")
+            self.process.wait()
+            self._stderr.seek(0)
+            err = self._stderr.read().decode(errors="replace").strip()[-2000:]
+            self._stderr.close()
+            raise RuntimeError(f"the scenario runner's broker zygote did not start: {err}")
         mine.settimeout(None)
 
     def serves(self, argv: Sequence[str]) -> bool:
@@ -196,8 +202,7 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        if self.process.stderr is not None:
-            self.process.stderr.close()
+        self._stderr.close()
 
     def __enter__(self) -> Zygote:
         return self
