@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from broker.client import BlockingClient
 from broker.entry import conclave_argv, python_argv
@@ -180,8 +180,11 @@ class Run:
         python: str | None = None,
         accept_team: bool = True,
         wrap: Sequence[str] = (),
+        launch: Callable[..., Any] | None = None,
     ) -> None:
         self.root = root
+        #: What starts the broker: ``subprocess.Popen``, or something with its interface (the scenario runner's zygote).
+        self.launch = launch or subprocess.Popen
         #: A command the broker is started under (``unshare ... sh -c '...; exec "$@"'``): a test's own namespace.
         self.wrap = list(wrap)
         # ``repo``: an existing checkout (a clone, for a second broker on another "host").
@@ -220,7 +223,7 @@ class Run:
             raise RuntimeError("this run's broker is already started; `with Run(...) as run` starts it once")
         env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
         state = [] if self.default_state else ["--state-dir", str(self.state)]
-        self.process = subprocess.Popen(
+        self.process = self.launch(
             [*self.wrap, *conclave_argv("run", "--team", str(self.team_file), "--repo", str(self.repo),
                           *state, "--grace", str(self.grace), "--json", *(["--accept-team"] if self.accept_team else []),
                           python=self.python)],

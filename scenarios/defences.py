@@ -5,7 +5,10 @@ source that disables the defence the scenario exercises.  For each pair this
 copies the working tree to a scratch directory, applies the change there (the
 real tree is never touched), runs the scenario against the weakened copy, and
 expects it to **fail**; it also runs the scenario against the copy before the
-change and expects it to pass.
+change and expects it to pass.  The copy before any change is the same for
+every defence, so the scenarios' runs with their defences happen once, together,
+on one unpatched copy (one batch: its brokers share a warm interpreter, see
+``scenarios/zygote.py``); each defence then gets a copy of its own to patch.
 
     python -m scenarios.defences [--only NAME] [--json]
 
@@ -42,31 +45,44 @@ def copy_tree(dest: Path) -> None:
             shutil.copy2(source, target)
 
 
-def run_scenario(tree: Path, python: Path, scenario: str) -> str:
+def run_scenarios(tree: Path, python: Path, scenarios: list[str], jobs: int = 1) -> dict[str, str]:
+    """Each scenario's verdict (``passed``, or ``failed at ...``) on ``tree``, run by ``python``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
     # The copy's own interpreter: everything the broker starts (-I) imports the patched tree too.
     out = subprocess.run(
-        [str(python), "-I", "-m", "broker.cli", "scenario", "run", str(tree / "scenarios" / scenario), "--json", "-j", "1"],
-        capture_output=True, text=True, cwd=tree, env=env, timeout=600,
+        [str(python), "-I", "-m", "broker.cli", "scenario", "run", *(str(tree / "scenarios" / s) for s in scenarios), "--json", "-j", str(jobs)],
+        capture_output=True, text=True, cwd=tree, env=env, timeout=600 * len(scenarios),
     )
     try:
-        [outcome] = json.loads(out.stdout)
-    except (json.JSONDecodeError, ValueError):
-        return f"error: {out.stderr.strip()[-300:]}"
-    return outcome["verdict"] + (f" at {outcome['detail']}" if outcome.get("detail") else "")
+        outcomes = json.loads(out.stdout)
+        assert len(outcomes) == len(scenarios)
+    except (json.JSONDecodeError, ValueError, AssertionError):
+        return dict.fromkeys(scenarios, f"error: {out.stderr.strip()[-300:]}")
+    return {s: o["verdict"] + (f" at {o['detail']}" if o.get("detail") else "") for s, o in zip(scenarios, outcomes)}
 
 
-def check(defence: dict[str, Any]) -> dict[str, Any]:
+def run_scenario(tree: Path, python: Path, scenario: str) -> str:
+    return run_scenarios(tree, python, [scenario])[scenario]
+
+
+def with_defences(scenarios: list[str], jobs: int) -> dict[str, str]:
+    """The scenarios' verdicts on one unpatched copy of the tree (what every defence's copy is before its change)."""
     with tempfile.TemporaryDirectory(prefix="cvd-") as tmp:
         tree = Path(tmp) / "tree"
         copy_tree(tree)
-        python = source_venv(Path(tmp), tree)
-        with_defence = run_scenario(tree, python, defence["scenario"])
+        return run_scenarios(tree, source_venv(Path(tmp), tree), scenarios, jobs)
+
+
+def check(defence: dict[str, Any], with_defence: str) -> dict[str, Any]:
+    """Switch ``defence`` off in a copy of its own and run its scenario there; ``with_defence`` is the verdict before."""
+    with tempfile.TemporaryDirectory(prefix="cvd-") as tmp:
+        tree = Path(tmp) / "tree"
+        copy_tree(tree)
         try:
             switch_off_in(defence, tree)
         except PatchError as exc:
             return {**defence, "with": with_defence, "without": str(exc), "ok": False}
-        without = run_scenario(tree, python, defence["scenario"])
+        without = run_scenario(tree, source_venv(Path(tmp), tree), defence["scenario"])
     ok = with_defence == "passed" and without.startswith("failed")
     return {**defence, "with": with_defence, "without": without, "ok": ok}
 
@@ -122,8 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     defences = catalogue()
     if args.only:
         defences = [d for d in defences if d["name"] in args.only]
+    before = with_defences(sorted({d["scenario"] for d in defences}), args.jobs)
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        results = list(pool.map(check, defences))
+        results = list(pool.map(lambda d: check(d, before[d["scenario"]]), defences))
     if args.json:
         print(json.dumps(results, indent=2))
     else:

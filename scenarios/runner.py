@@ -20,7 +20,7 @@ import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Final, final
+from typing import Any, Callable, Final, final
 
 import attrs
 
@@ -99,11 +99,13 @@ def team_tables(scenario: Scenario, policy: dict[str, Any] | None = None) -> str
 class ScenarioRun:
     """The state of one scenario while it runs."""
 
-    def __init__(self, scenario: Scenario, root: Path) -> None:
+    def __init__(self, scenario: Scenario, root: Path, launch: Callable[..., Any] | None = None) -> None:
         self.scenario = scenario
         self.root = root
         self.policy = dict(scenario.policy)
-        self.run = Run(root, [dict(a) for a in scenario.agents], files=scenario.files or None, extra_toml=team_tables(scenario), grace=2.0)
+        #: What starts each broker (``subprocess.Popen`` unless given: the zygote's fork, see scenarios/zygote.py).
+        self.launch = launch
+        self.run = Run(root, [dict(a) for a in scenario.agents], files=scenario.files or None, extra_toml=team_tables(scenario), grace=2.0, launch=launch)
         self.bindings: dict[str, Any] = {}
         self.tickets: dict[str, str] = {}
 
@@ -237,7 +239,7 @@ class ScenarioRun:
         self.run.close()
         scenario = self.scenario
         self.policy = {**self.policy, **(policy or {})}
-        self.run = Run(self.root, [dict(a) for a in scenario.agents], reuse=True, extra_toml=team_tables(scenario, self.policy), grace=2.0)
+        self.run = Run(self.root, [dict(a) for a in scenario.agents], reuse=True, extra_toml=team_tables(scenario, self.policy), grace=2.0, launch=self.launch)
         self.run.start()
         for agent in scenario.agents:
             self._remember_ticket(agent["name"])
@@ -393,10 +395,11 @@ def _describe(reply: dict[str, Any]) -> str:
     return f"error {error.get('code')}: {error.get('message')}"
 
 
-def run_scenario(scenario: Scenario, *, workdir: Path | None = None, keep: bool = False) -> Outcome:
+def run_scenario(scenario: Scenario, *, workdir: Path | None = None, keep: bool = False, launch: Callable[..., Any] | None = None) -> Outcome:
+    """Replay ``scenario`` on a fresh broker (started by ``launch``, default ``subprocess.Popen``) and real agents."""
     root = Path(tempfile.mkdtemp(prefix="cvs-", dir=workdir))
     started = time.monotonic()
-    state = ScenarioRun(scenario, root)
+    state = ScenarioRun(scenario, root, launch)
     done = 0
     # A background step runs on its own thread; its actor's next step (and the
     # checks) first wait for it and judge it.  An agent does one thing at a time.

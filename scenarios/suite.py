@@ -10,6 +10,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from scenarios.format import ScenarioInvalid, load
 from scenarios.runner import FAILED, INVALID, PASSED, Outcome, run_scenario
+from scenarios.zygote import Zygote
 
 
 def known_ops() -> frozenset[str]:
@@ -56,8 +57,11 @@ def run_all(
             if on_done:
                 on_done(outcome)
     workers = jobs or max(1, min(4, (os.cpu_count() or 1)))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(run_scenario, s, workdir=workdir): s for s in runnable}
+    if not runnable:
+        return [outcomes[p] for p in files]
+    # One warm interpreter forks every scenario's broker (each still its own process): scenarios/zygote.py.
+    with Zygote() as zygote, ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(run_scenario, s, workdir=workdir, launch=zygote.popen): s for s in runnable}
         for future in as_completed(futures):
             outcome = future.result()
             outcomes[futures[future].path] = outcome

@@ -16,7 +16,8 @@ the features -- the root CLI (``broker.cli``, and ``broker.clikit`` for a
 command run with no broker, so it runs the same core as the broker), the
 scenario suite (which checks a file's ops against every feature's) and the
 process ``verify`` walks the store in (``memory.walk_child``: every feature's
-projector).
+projector), and the scenario runner's broker zygote (``scenarios.zygote``:
+it imports what ``conclave run`` imports, every feature, before forking brokers).
 Imports inside functions and under ``TYPE_CHECKING`` count like any other.
 """
 
@@ -28,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("store", "broker", "memory", "locks", "agents", "scenarios")
 COMPOSITION = "broker.composition"
-CALLS_THE_ROOT = frozenset({"broker.cli", "broker.clikit", "scenarios.suite", "memory.walk_child"})
+CALLS_THE_ROOT = frozenset({"broker.cli", "broker.clikit", "scenarios.suite", "scenarios.zygote", "memory.walk_child"})
 FEATURES = ("memory", "locks", "broker.mail")
 
 

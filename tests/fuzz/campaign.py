@@ -33,6 +33,7 @@ from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition
 from hypothesis.internal.conjecture import engine
 from hypothesis.stateful import run_state_machine_as_test
 
+from scenarios.zygote import Zygote
 from tests.fuzz import machine
 from tests.fuzz.checks import INVARIANTS, Violation
 from tests.fuzz.driver import Fuzz
@@ -152,6 +153,10 @@ def run(make_world: Callable[[], World], *, backend: str, seconds: float, seeds:
     queue = list(seeds or [])
     fuzz: Fuzz | None = None
     stepping = 0.0
+    # Every world's brokers (shrinking starts many) are forks of one warm interpreter, each its own process.
+    zygote = Zygote()
+    warm_world = make_world
+    make_world = lambda: warm_world().forking(zygote.popen)  # noqa: E731
     try:
         while True:
             elapsed = time.monotonic() - started
@@ -186,6 +191,7 @@ def run(make_world: Callable[[], World], *, backend: str, seconds: float, seeds:
             if keep_last is not None and fuzz.log is not None and not report.findings:
                 keep_last.write_text(fuzz.log.render(name="the fuzzer's last example", description="The last example of a clean fuzzing run."))
             fuzz.close()
+        zygote.close()
         report.seconds = time.monotonic() - started
     return report
 

@@ -75,6 +75,8 @@ class Host:
         self.may_spawn = may_spawn
         self.max_restarts = max_restarts
         self.run: Run | None = None
+        #: What starts the broker (``subprocess.Popen`` unless :meth:`World.forking` says otherwise).
+        self.launch: Callable[..., Any] | None = None
         self.agents: dict[str, Agent] = {}
         self._operator: BlockingClient | None = None
         self.last_ops: list[tuple[str, dict[str, Any], str]] = []
@@ -94,7 +96,7 @@ class Host:
 
     def start(self, policy: dict[str, Any], *, timeout: float = 120) -> None:
         reuse = self.starts > 0
-        self.run = Run(self.root, self.team(), files=FILES, reuse=reuse, repo=self.repo, extra_toml=self.extra_toml(policy), grace=1.0)
+        self.run = Run(self.root, self.team(), files=FILES, reuse=reuse, repo=self.repo, extra_toml=self.extra_toml(policy), grace=1.0, launch=self.launch)
         self.run.start(timeout=timeout)
         self.starts += 1
         self.agents = {}
@@ -261,6 +263,12 @@ class World:
         }
         self.may_spawn, self.max_restarts = may_spawn, max_restarts
         self.on_first_start: Callable[[Host], None] | None = None
+
+    def forking(self, launch: Callable[..., Any]) -> World:
+        """Start every broker of this world with ``launch`` (a zygote's ``popen``: scenarios/zygote.py); returns the world."""
+        for host in self.hosts.values():
+            host.launch = launch
+        return self
 
     def start(self, policy: dict[str, Any]) -> None:
         first = True

@@ -1,0 +1,323 @@
+"""Brokers forked from a warm interpreter: the scenario runner's ``conclave run`` without the imports.
+
+A broker spends about three quarters of a second of CPU importing itself
+(trio, the attrs classes, every feature's ops) before it reads its team file,
+and the scenario catalogue starts a fresh broker for each of its scenarios.
+The zygote is one process per batch of scenarios, started as a broker is
+(``python -I -m scenarios.zygote``: the same interpreter, isolated mode, the
+same ``sys.path``), that imports what a broker imports and then waits.  Each
+broker is a fork of it that runs ``conclave run`` the way
+``python -I -m broker.cli run ...`` would: ``broker.cli.main`` with the same
+arguments, environment, working directory and standard streams (every other
+descriptor closed), then the at-exit handlers.  Only the import work is
+shared; each scenario still gets its own broker process, state directory,
+socket and agents.
+
+The zygote is reached only through a socket pair its starter holds (no name
+an agent could connect to).  A request carries the command line, the
+environment, the working directory and four descriptors (stdin, stdout,
+stderr, and a socket for the answer); the zygote forks a monitor, the monitor
+forks the broker, reports its pid, waits for it, and reports its exit code.
+:class:`Zygote` is the starter's side; :meth:`Zygote.popen` returns a
+:class:`Forked`, which the harness's ``Run`` drives as it would a
+``subprocess.Popen``.  A command that is not ``conclave run`` on this
+interpreter is started by ``subprocess.Popen`` as before.
+
+What is not the same as an exec'd broker: the kernel's record of the exec,
+``/proc/PID/cmdline`` and ``/proc/PID/environ``, shows the zygote's (the
+broker's ``os.environ`` and what its children inherit are the request's).
+A test about the broker's own command line or environment block starts it
+with ``subprocess.Popen`` (tests/multihost/test_passfile.py does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from broker.entry import conclave_argv, python_argv
+
+#: How long the zygote may take to import the broker, and a fork to report its pid (generous: a loaded machine).
+READY_TIMEOUT = 120.0
+MAX_FDS = 4
+
+
+class Forked:
+    """A broker forked by the zygote, with the part of ``subprocess.Popen``'s interface the harness uses."""
+
+    def __init__(self, args: list[str], pid: int, report: socket.socket, stdout: int, stderr: int, *, text: bool) -> None:
+        self.args = args
+        self.pid = pid
+        self.returncode: int | None = None
+        self._report = report
+        self._text = text
+        self._fds = {"stdout": stdout, "stderr": stderr}
+        self._chunks: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
+        self._pending = b""
+
+    def _status(self, timeout: float | None) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        self._report.settimeout(timeout)
+        try:
+            while b"\n" not in self._pending:
+                data = self._report.recv(64)
+                if not data:
+                    raise RuntimeError(f"the zygote's monitor of broker {self.pid} went away without its exit code")
+                self._pending += data
+        except (TimeoutError, BlockingIOError):
+            return None
+        self.returncode = int(self._pending.split(b"\n", 1)[0])
+        self._report.close()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        return self._status(0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self._status(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout: float | None = None) -> tuple[Any, Any]:
+        """Read stdout and stderr to their end, then wait for the exit; what ``Popen.communicate`` returns."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> float | None:
+            if deadline is None:
+                return None
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            return remaining
+
+        with selectors.DefaultSelector() as selector:
+            for name, fd in self._fds.items():
+                if fd >= 0:
+                    selector.register(fd, selectors.EVENT_READ, name)
+            while selector.get_map():
+                for key, _ in selector.select(left()):
+                    data = os.read(key.fd, 65536)
+                    if data:
+                        self._chunks[key.data].append(data)
+                    else:
+                        selector.unregister(key.fd)
+                        os.close(key.fd)
+                        self._fds[key.data] = -1
+        self.wait(left())
+        out, err = (b"".join(self._chunks[name]) for name in ("stdout", "stderr"))
+        return (out.decode(), err.decode()) if self._text else (out, err)
+
+
+class Zygote:
+    """The starter's side: one warm interpreter, forking brokers on request (see the module's docstring)."""
+
+    def __init__(self, python: str | None = None) -> None:
+        self.python = python or sys.executable
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+        # A file, not a pipe nobody reads while it runs: what the zygote says (only if it fails) never blocks it.
+        self._stderr = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            python_argv("scenarios.zygote", str(theirs.fileno()), python=self.python),
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stderr=self._stderr, env=env,
+        )
+        theirs.close()
+        self._control = mine
+        self._lock = threading.Lock()
+        mine.settimeout(READY_TIMEOUT)
+        try:
+            ready = mine.recv(16)
+        except TimeoutError:
+            ready = b""
+        if ready != b"ready":
+            self.process.kill()
+            self.process.wait()
+            self._stderr.seek(0)
+            err = self._stderr.read().decode(errors="replace").strip()[-2000:]
+            self._stderr.close()
+            raise RuntimeError(f"the scenario runner's broker zygote did not start: {err}")
+        mine.settimeout(None)
+
+    def serves(self, argv: Sequence[str]) -> bool:
+        """Is ``argv`` a ``conclave run`` on this zygote's interpreter (what it can fork)?"""
+        prefix = conclave_argv("run", python=self.python)
+        return list(argv[: len(prefix)]) == prefix
+
+    def popen(self, argv: Sequence[str], *, stdout: int, stderr: int, text: bool = False, env: dict[str, str] | None = None) -> Forked | subprocess.Popen[Any]:
+        """``subprocess.Popen(argv, stdout=PIPE, stderr=PIPE, text=text, env=env)``, forked when :meth:`serves` says so."""
+        argv = list(argv)
+        if not self.serves(argv) or stdout != subprocess.PIPE or stderr != subprocess.PIPE:
+            return subprocess.Popen(argv, stdout=stdout, stderr=stderr, text=text, env=env)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        report, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        null = os.open(os.devnull, os.O_RDONLY)
+        request = {"argv": argv[len(python_argv("broker.cli", python=self.python)):], "cwd": os.getcwd(),
+                   "env": dict(os.environ if env is None else env)}
+        try:
+            with self._lock:
+                socket.send_fds(self._control, [json.dumps(request).encode()], [null, out_w, err_w, theirs.fileno()])
+        finally:
+            for fd in (null, out_w, err_w):
+                os.close(fd)
+            theirs.close()
+        report.settimeout(READY_TIMEOUT)
+        line = b""
+        while not line.endswith(b"\n"):
+            data = report.recv(1)
+            if not data:
+                raise RuntimeError(f"the broker zygote did not fork the broker (zygote exit status {self.process.poll()})")
+            line += data
+        return Forked(argv, int(line), report, out_r, err_r, text=text)
+
+    def close(self) -> None:
+        self._control.close()  # the zygote's read ends: it exits
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._stderr.close()
+
+    def __enter__(self) -> Zygote:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- the zygote's side ------------------------------------------------------------
+
+
+def _warm() -> None:
+    """Import what ``conclave run`` imports before it reads its team file."""
+    import broker.cli  # noqa: F401
+    import broker.main  # noqa: F401
+    from broker import composition
+
+    composition.schemas()
+    composition.team_rules()
+
+
+def _serve(control: socket.socket) -> None:
+    control.sendall(b"ready")
+    while True:
+        message, fds, _, _ = socket.recv_fds(control, 1 << 20, MAX_FDS)
+        _reap(os.WNOHANG)
+        if not message:
+            _reap(0)  # the starter closed its end: wait for the last monitors, then exit
+            return
+        if len(fds) != MAX_FDS:
+            for fd in fds:
+                os.close(fd)
+            continue
+        if os.fork() == 0:
+            control.close()
+            _monitor(json.loads(message), fds)
+        for fd in fds:
+            os.close(fd)
+
+
+def _reap(options: int) -> None:
+    """Wait for the monitors that ended (all of them, with ``options`` 0): waited for, not left to the kernel,
+    so each broker's CPU time is counted up the tree to whoever started the zygote (``time make test``)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, options)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _monitor(request: dict[str, Any], fds: list[int]) -> None:
+    """Fork the broker, report its pid, wait for it, report its exit code; never returns."""
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C to the process group is the broker's to handle
+        report = socket.socket(fileno=fds[3])
+        pid = os.fork()
+        if pid == 0:
+            report.close()
+            _broker(request, fds[:3])
+        for fd in fds[:3]:
+            os.close(fd)
+        report.sendall(f"{pid}\n".encode())
+        _, status = os.waitpid(pid, 0)
+        report.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+    finally:
+        os._exit(0)
+
+
+def _broker(request: dict[str, Any], streams: list[int]) -> None:
+    """Become ``python -I -m broker.cli ARGV``: the streams, the directory, the environment, then ``main``."""
+    code = 1
+    try:
+        for target, fd in enumerate(streams):
+            os.dup2(fd, target)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # what Popen's close_fds leaves a fresh broker
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        import broker.cli
+
+        sys.argv = [str(Path(broker.cli.__file__)), *request["argv"]]
+        code = _exit_code(broker.cli.main)
+        threading._shutdown()  # type: ignore[attr-defined]  # as the interpreter does at exit
+        import atexit
+
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001 -- reported on the broker's stderr, as an uncaught exception would be
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
+def _exit_code(main: Any) -> int:
+    try:
+        main()
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0
+        if isinstance(exc.code, int):
+            return exc.code
+        print(exc.code, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    _warm()
+    _serve(socket.socket(fileno=int(sys.argv[1])))

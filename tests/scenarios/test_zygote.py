@@ -1,0 +1,39 @@
+"""The scenario runner's brokers forked from a warm interpreter behave as exec'd ones (scenarios/zygote.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from agents.harness import Run
+from broker.entry import conclave_argv
+from scenarios.zygote import Forked, Zygote
+
+
+def test_a_forked_broker_answers_as_an_execd_one_and_holds_none_of_the_zygotes_descriptors(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    missing = conclave_argv("run", "--team", str(tmp_path / "no-such-team.toml"), "--repo", str(tmp_path), "--state-dir", str(tmp_path / "state"))
+    with Zygote() as zygote:
+        # A refusal: the same exit code and the same sentence on stderr as the exec'd broker (the control).
+        forked = zygote.popen(missing, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        assert isinstance(forked, Forked)
+        _, forked_err = forked.communicate(timeout=120)
+        execd = subprocess.run(missing, capture_output=True, text=True, env=env, timeout=120)
+        assert execd.returncode != 0 and "no-such-team.toml" in execd.stderr
+        assert (forked.returncode, forked_err) == (execd.returncode, execd.stderr)
+        # What is not `conclave run` on this interpreter is exec'd as before.
+        other = zygote.popen(conclave_argv("whoami"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        assert isinstance(other, subprocess.Popen)
+        other.communicate(timeout=120)
+
+        # A running broker with an agent: its descriptors are its own, none of them the zygote's socket.
+        control = {os.readlink(f"/proc/{zygote.process.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{zygote.process.pid}/fd")}
+        with Run(tmp_path / "run", [{"name": "alice"}], launch=zygote.popen) as run:
+            assert isinstance(run.process, Forked)
+            assert run.puppet("alice").call("whoami")["agent"] == "alice"
+            held = {os.readlink(f"/proc/{run.process.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{run.process.pid}/fd")}
+            sockets = {link for link in control if link.startswith("socket:")}
+            assert sockets and not (held & sockets), (held, sockets)
+            summary = run.stop()
+        assert summary is not None and [a["agent"] for a in summary["agents"]] == ["alice"]  # its stdout, read to the end
