@@ -70,8 +70,9 @@ class StandIn:
         self.server.server_close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def standin() -> Iterator[StandIn]:
+    """One stand-in (one load of the local model) for the module; each test reads only the requests it made."""
     server = StandIn()
     yield server
     server.close()
@@ -119,6 +120,7 @@ def test_the_embedder_table_is_validated(table: dict[str, Any], fragment: str) -
 
 def test_a_broker_with_the_http_embedder_retrieves_by_meaning(standin: StandIn, start_run, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("EMBED_STANDIN_KEY", KEY)  # the broker inherits it; the team file names only the variable
+    first = len(standin.requests)  # the requests before this test's are another test's
     team = f'\n[memory]\nembedder = "http"\nembedder_url = "{standin.url}"\nembedder_model = "{MODEL}"\nembedder_key_env = "EMBED_STANDIN_KEY"\n'
     run = start_run([{"name": "alice"}, {"name": "bob"}], extra_toml=team)
     target = run.puppet("alice").call("memory.remember", kind="discovery", text="The store tests are flaky on arm64 CI because two workers share one temp directory.")["id"]
@@ -128,7 +130,7 @@ def test_a_broker_with_the_http_embedder_retrieves_by_meaning(standin: StandIn, 
     assert settled["settled"] and settled["model"] == f"http:{MODEL}" and settled["embedded"] == 2, settled
     found = run.puppet("bob").call("memory.recall", query="pourquoi les tests de stockage échouent-ils sur ARM", limit=1)
     assert [c["id"] for c in found] == [target]
-    assert all(r["auth"] == f"Bearer {KEY}" for r in standin.requests)
+    assert standin.requests[first:] and all(r["auth"] == f"Bearer {KEY}" for r in standin.requests[first:])
     recorded = run.op("memory.stats")["meaning"]
     assert recorded["embedder"].startswith(f"http: {MODEL} at {standin.url}") and KEY not in json.dumps(recorded)
 
