@@ -70,7 +70,6 @@ class StandIn:
                 self.wfile.write(raw)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.served = 0  # texts answered from the shipped vectors
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -80,7 +79,6 @@ class StandIn:
 
         fresh = [t for t in texts if t not in self.known]
         made = dict(zip(fresh, self.model.embed(fresh, "passage"))) if fresh else {}
-        self.served += len(texts) - len(fresh)
         return np.stack([self.known[t] if t in self.known else made[t] for t in texts])
 
     def close(self) -> None:
