@@ -9,21 +9,33 @@ rows as edited would give the attacker what it wants under the trust policy
 way, and on the code before decisions read the keyed events (rows only) each
 attack succeeded -- a keyed ``memory.tier`` TRUSTED event, pushed to every
 agent; a message shown "from: the operator".
+
+One broker serves the attacks that edit rows of different claims and mail
+(``shared``); an attack that needs its own policy, a background verify every
+second, a broken chain or a restart starts its own.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import apsw
+import pytest
 
 from agents.harness import Run
 from memory.policy import TrustPolicy, Witness, judge
 from tests.memory.memory_support import FACT, REDISCOVERED, vouch
 
 TEAM = [{"name": n} for n in ("alice", "bob", "carol")]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """One broker for the attacks that edit rows of their own claims (or mail) and read nothing of another test's."""
+    with Run(tmp_path_factory.mktemp("decisions"), TEAM) as run:
+        yield run
 
 
 def attacker(state: Path) -> apsw.Connection:
@@ -70,7 +82,7 @@ def test_a_witness_row_rewritten_to_another_domain_does_not_make_a_claim_trusted
     shown = carol.call("memory.context", query="ledger tests flaky arm64")
     assert f"#{claim} " not in shown["block"]
     # verify names the rewritten row, column by column.
-    report = json.loads(run.cli("memory", "verify", "--json").stdout)
+    report = run.op("memory.verify")  # what `conclave memory verify --json` prints
     assert not report["ok"]
     assert {(p["table"], p["column"]) for p in report["problems"]} >= {("corroborations", "domain"), ("corroborations", "blind")}
     # Control: an independent, blind witness really is a second domain.
@@ -78,11 +90,11 @@ def test_a_witness_row_rewritten_to_another_domain_does_not_make_a_claim_trusted
     assert trusted["tier"] == "trusted" and any(t["to"] == "trusted" for t in tier_events(run, claim))
 
 
-def test_a_tier_and_search_index_edited_to_trusted_are_not_pushed_as_trusted(start_run) -> None:  # type: ignore[no-untyped-def]
+def test_a_tier_and_search_index_edited_to_trusted_are_not_pushed_as_trusted(shared: Run) -> None:
     """``UPDATE claims SET tier = 'trusted'`` and the trusted index to match: before this fix, context pushed the claim
     badged [TRUSTED] to every agent.  Now a claim is shown only with the tier its keyed events gave it, and a
     decision on it is refused by name.  Control: a claim made trusted by two domains is pushed."""
-    run: Run = start_run(TEAM)
+    run = shared
     alice, bob, carol = run.puppet("alice"), run.puppet("bob"), run.puppet("carol")
     honest = alice.call("memory.remember", kind="discovery", text=FACT.format("ledger"))["id"]
     vouch(bob, honest)
@@ -104,11 +116,11 @@ def test_a_tier_and_search_index_edited_to_trusted_are_not_pushed_as_trusted(sta
     assert f"claim {planted}'s tier is 'trusted' in its row but 'unverified' by its keyed events" in refused["error"]["message"]
 
 
-def test_a_mail_row_forged_from_the_operator_is_never_shown_as_the_operators(start_run) -> None:  # type: ignore[no-untyped-def]
+def test_a_mail_row_forged_from_the_operator_is_never_shown_as_the_operators(shared: Run) -> None:
     """A row INSERTed into mail_messages "from the operator", delivered to bob: before this fix bob's inbox showed
     it as the operator's mail.  Now what bob is shown is what a keyed msg.send event vouches for, and verify names
     the row.  Control: the operator's real message is shown as the operator's."""
-    run: Run = start_run(TEAM)
+    run = shared
     bob = run.puppet("bob")
     real = run.op("msg.send", to="bob", body="please review the ledger fix")
     conn = attacker(run.state)
@@ -124,7 +136,7 @@ def test_a_mail_row_forged_from_the_operator_is_never_shown_as_the_operators(sta
     inbox = bob.call("msg.inbox")
     assert [(m["id"], m["sender_agent"]) for m in inbox] == [(real["id"], "operator")]  # the control is shown, the forgery is not
     assert all("production" not in m["body"] for m in inbox)
-    report = json.loads(run.cli("memory", "verify", "--json").stdout)
+    report = run.op("memory.verify")  # what `conclave memory verify --json` prints
     assert any(p["table"] == "mail_messages" and p["row"] == [real["id"] + 100] and "no event" in p["problem"] for p in report["problems"])
 
 
@@ -196,7 +208,7 @@ def test_a_vector_row_edited_does_not_make_a_claim_a_blind_rediscovery(start_run
         assert [(w["domain"], w["witness"], w["counted"]) for w in witnesses] == [("carol", "blind", True)]
 
 
-def test_a_claim_text_edited_to_match_a_witness_evidence_is_not_judged(start_run) -> None:  # type: ignore[no-untyped-def]
+def test_a_claim_text_edited_to_match_a_witness_evidence_is_not_judged(shared: Run) -> None:
     """The attack: a witness never shown a claim counts as *blind* when its own evidence says what the claim
     says -- measured against the claim's text as the row holds it.  The attacker rewrites alice's claim's text
     (no event, no key) to what carol's domain will state, and carol vouches with that evidence: on the code before
@@ -204,7 +216,7 @@ def test_a_claim_text_edited_to_match_a_witness_evidence_is_not_judged(start_run
     something else.  The text the evidence is measured against must hash to what the claim's keyed event
     recorded: the vouch is refused as unavailable, naming the claim.  Control: the same evidence against an
     untouched claim that says it is blind and counts."""
-    run: Run = start_run(TEAM)
+    run = shared
     alice, carol = run.puppet("alice"), run.puppet("carol")
     said = "I timed it: a deploy rebuilds the whole image, which is why it needs roughly ten minutes."
     target = alice.call("memory.remember", kind="discovery", text="The billing export runs at midnight UTC.")["id"]

@@ -59,6 +59,12 @@ def evaluate(run: Run, path: Path, *more: str) -> dict[str, Any]:
     return json.loads(out.stdout)
 
 
+def scored(run: Run, queries: list[dict[str, Any]], budget: int | None = None) -> dict[str, Any]:
+    """The op ``conclave memory eval`` sends for an exam of ``queries``, on the operator's connection (no new
+    interpreter); its reply is the command's report without the fixture's own fields (its path and hash)."""
+    return run.op("memory.eval", queries=queries, **({} if budget is None else {"budget": budget}))
+
+
 def misses(report: dict[str, Any], path: str) -> dict[tuple[str, int], dict[str, Any]]:
     return {(q["q"], m["claim"]): m for q in report["queries"] for m in q[path]["misses"]}
 
@@ -106,11 +112,11 @@ def test_eval_scores_both_paths_per_category_and_classifies_every_miss(run, corp
 
 
 def test_a_claim_ranked_between_5_and_15_is_a_ranking_loss_at_5_only(run, corpus, tmp_path):
-    report = evaluate(run, exam(tmp_path, [{"q": "retry queue cache cold deploy billing", "expect": [corpus["buried"]], "cat": "c"}]))
+    report = scored(run, [{"q": "retry queue cache cold deploy billing", "expect": [corpus["buried"]], "cat": "c"}])
     assert report["summary"]["recall"]["by_category"]["c"]["recall@5"] == 1.0  # its own words lift it to the top
     # The fillers' words alone bury it: the rank is the one recall --limit 200 would show.
     deep = report_rank(run, "retry queue", corpus["buried"])
-    report = evaluate(run, exam(tmp_path, [{"q": "retry queue", "expect": [corpus["buried"]], "cat": "c"}]))
+    report = scored(run, [{"q": "retry queue", "expect": [corpus["buried"]], "cat": "c"}])
     assert misses(report, "recall")[("retry queue", corpus["buried"])]["rank"] == deep
 
 
@@ -121,19 +127,19 @@ def report_rank(run: Run, query: str, claim: int) -> int:
 
 def test_eval_writes_nothing_and_shows_no_one_anything(run, corpus, tmp_path):
     """An eval must not count as use or make a later witness 'informed': it logs no exposure and no event."""
-    path = exam(tmp_path, [{"q": "nightly backup archive", "expect": [corpus["unverified"]], "cat": "c"}])
+    queries = [{"q": "nightly backup archive", "expect": [corpus["unverified"]], "cat": "c"}]
     before = run.op("memory.stats")
-    first = evaluate(run, path)
-    evaluate(run, path, "--budget", "50")
+    first = scored(run, queries)
+    scored(run, queries, budget=50)
     after = run.op("memory.stats")
     assert (after["exposures"], after["events"]) == (before["exposures"], before["events"])
     # Control: the production recall of the same query does log what it showed.
     run.puppet("bob").call("memory.recall", query="nightly backup archive")
     assert run.op("memory.stats")["exposures"] > after["exposures"]
     # Reads leave the corpus fingerprint alone; a new claim changes it.
-    assert evaluate(run, path)["corpus"] == first["corpus"]
+    assert scored(run, queries)["corpus"] == first["corpus"]
     run.puppet("carol").call("memory.remember", kind="discovery", text="The nightly backup job skips the scratch volume on holidays.")
-    assert evaluate(run, path)["corpus"]["sha256"] != first["corpus"]["sha256"]
+    assert scored(run, queries)["corpus"]["sha256"] != first["corpus"]["sha256"]
 
 
 def test_an_agent_cannot_run_the_eval(run, corpus):
@@ -155,18 +161,26 @@ UNUSABLE = [
 
 
 def test_an_unusable_fixture_is_refused_saying_what_is_wrong(run, corpus, tmp_path):
+    from memory import evaluation
+
     path = tmp_path / "bad.json"
-    for body, says in UNUSABLE:
+    # The command reads and checks the exam before it asks the broker: refused with exit 2 (usage), in words or --json ...
+    for body, says in (UNUSABLE[0], UNUSABLE[-1]):
         path.write_bytes(body)
         out = run.cli("memory", "eval", str(path))
         assert out.returncode == 2 and says in out.stderr and out.stdout == "", (says, out.stderr)
     as_json = run.cli("memory", "eval", str(path), "--json")
     assert as_json.returncode == 2 and json.loads(as_json.stderr)["error"]["code"] == "usage"
+    # ... with the check the command runs (evaluation.check_fixture) naming each fault.
+    for body, says in UNUSABLE[1:]:
+        with pytest.raises(ValueError) as refused:
+            evaluation.check_fixture(json.loads(body))
+        assert says in str(refused.value), (says, refused.value)
     # The op checks the same when a client of the wire sends it directly.
     with pytest.raises(Exception, match="query 1: .q. must be a non-empty string"):
         run.op("memory.eval", queries=[{"q": " ", "expect": [1], "cat": "c"}])
     # Control: the same store scores a well-formed exam.
-    assert evaluate(run, exam(tmp_path, [{"q": "config loader", "expect": [corpus["demo"]], "cat": "c"}]))["summary"]
+    assert scored(run, [{"q": "config loader", "expect": [corpus["demo"]], "cat": "c"}])["summary"]
 
 
 def test_a_missing_fixture_is_a_usage_error(run, tmp_path):
@@ -190,10 +204,10 @@ def test_the_shipped_demo_fixture_scores_the_demos_corpus(run, corpus):
 def test_a_private_claim_is_a_scope_exclusion_until_shared(run, corpus, tmp_path):
     alice = run.puppet("alice")
     secret = alice.call("memory.remember", kind="discovery", text="The private eval note says the flaky runner is number seven.", private=True)["id"]
-    path = exam(tmp_path, [{"q": "flaky runner number seven", "expect": [secret], "cat": "pool"}])
-    report = evaluate(run, path)
+    queries = [{"q": "flaky runner number seven", "expect": [secret], "cat": "pool"}]
+    report = scored(run, queries)
     miss = misses(report, "recall")[("flaky runner number seven", secret)]
     assert miss["class"] == "scope_exclusion" and "private pool" in miss["why"]
     # Control: shared, the same query finds it.
     alice.call("memory.share", id=secret)
-    assert evaluate(run, path)["summary"]["recall"]["by_category"]["pool"]["recall@5"] == 1.0
+    assert scored(run, queries)["summary"]["recall"]["by_category"]["pool"]["recall@5"] == 1.0

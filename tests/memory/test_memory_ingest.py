@@ -65,6 +65,13 @@ def ingested(run: Run, *args: str) -> dict[str, Any]:
     return json.loads(done.stdout)
 
 
+def staged(run: Run, *names: str, apply: bool = False) -> dict[str, Any]:
+    """What ``conclave memory ingest NAMES... [--yes]`` sends (each file's name and UTF-8 text) and gets back, on the
+    operator's connection without a new interpreter; the command itself is held in the first test (its plan, its human form) and its usage errors."""
+    files = [{"name": name, "text": Path(name).read_text(encoding="utf-8")} for name in names]
+    return run.op("memory.ingest", files=files, kind="discovery", scope="repo", apply=apply)
+
+
 def test_ingest_is_a_dry_run_that_shows_what_it_would_store_and_refuse_then_stores_with_yes(run, tmp_path):
     twin = run.puppet("alice").call("memory.remember", kind="discovery", text="The settings reader accepts UTF-8 only and rejects every other encoding.")["id"]
     note = tmp_path / "incident-42.md"
@@ -92,7 +99,7 @@ def test_ingest_is_a_dry_run_that_shows_what_it_would_store_and_refuse_then_stor
     human = run.cli("memory", "ingest", name)
     assert human.returncode == 0 and "dry run: nothing stored" in human.stdout and "refused by the prefilter (directive)" in human.stdout
 
-    done = ingested(run, name, "--yes")
+    done = staged(run, name, apply=True)
     assert done["dry_run"] is False and len(done["store"]) == 3
     for entry in done["store"]:
         claim = run.op("memory.show", id=entry["id"])
@@ -103,7 +110,7 @@ def test_ingest_is_a_dry_run_that_shows_what_it_would_store_and_refuse_then_stor
     assert event["detail"]["stored"] == [e["id"] for e in done["store"]] and event["actor"].split("/")[-1].startswith("operator:")
     assert run.op("memory.verify")["problems"] == []  # every stored claim matches its event
     # Ingesting the same file again stores nothing: every fact is now a duplicate.
-    again = ingested(run, name)
+    again = staged(run, name)
     assert again["store"] == [] and sum("a duplicate of claim" in e["reason"] for e in again["refused"]) == 5
 
 
@@ -114,7 +121,7 @@ def test_an_ingested_twin_of_a_claim_is_never_its_witness(run, tmp_path):
     claim = run.puppet("alice").call("memory.remember", kind="discovery", text="The nightly export job writes its archive under /srv/exports.")["id"]
     note = tmp_path / "notes.md"
     note.write_text("- The nightly export job writes its archive under /srv/exports.\n- Export archives under /srv/exports come from the nightly job.\n")
-    done = ingested(run, str(note), "--yes")
+    done = staged(run, str(note), apply=True)
     assert [e["text"] for e in done["store"]] == ["Export archives under /srv/exports come from the nightly job."]
     assert "a duplicate of claim" in done["refused"][0]["reason"]
     shown = run.op("memory.show", id=claim)
@@ -129,7 +136,7 @@ def test_an_agent_cannot_ingest(run, tmp_path):
     assert refused["error"]["code"] == "forbidden", refused
     note = tmp_path / "x.md"
     note.write_text("The cache warms in ninety seconds after a deploy.\n")
-    assert ingested(run, str(note))["store"][0]["text"] == "The cache warms in ninety seconds after a deploy."  # control
+    assert staged(run, str(note))["store"][0]["text"] == "The cache warms in ninety seconds after a deploy."  # control
 
 
 def test_unreadable_files_are_usage_errors(run, tmp_path):
@@ -168,7 +175,7 @@ def test_an_ingested_restatement_is_linked_never_counted_as_a_rediscovery(meanin
     settled(run, 1)
     note = tmp_path / "postmortem.md"
     note.write_text(f"## Root cause\n\n{RESTATED}\n")
-    (stored,) = ingested(run, str(note), "--yes")["store"]
+    (stored,) = staged(run, str(note), apply=True)["store"]
     settled(run, 2)
     copy = run.op("memory.show", id=stored["id"])
     assert copy["tier"] == "retired" and "never a witness" in copy["retired"]["reason"], copy

@@ -11,6 +11,7 @@ from typing import Any, Iterator
 import pytest
 
 from agents.harness import Run
+from broker.errors import ConclaveError
 from tests.memory.memory_support import BACKENDS, started_run, vouch
 
 MANIFEST = "conclave-vault.json"
@@ -33,23 +34,45 @@ def trusted(run: Run, text: str) -> int:
     return claim
 
 
-def export(run: Run, out: Path, *flags: str) -> dict[str, Any]:
+def cli_export(run: Run, out: Path, *flags: str) -> dict[str, Any]:
+    """``conclave memory vault export --json``, the command itself."""
     done = run.cli("memory", "vault", "export", "--out", str(out), "--json", *flags)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
 
+def export(run: Run, out: Path, *flags: str) -> dict[str, Any]:
+    """What the command sends (the op it calls, on the operator's connection), without a new interpreter."""
+    return run.op("memory.vault_export", out=str(out.absolute()), force="--force" in flags)
+
+
+def export_(run: Run, out: Path, *flags: str) -> Any:
+    """The export's reply, or the broker's refusal."""
+    try:
+        return export(run, out, *flags)
+    except ConclaveError as exc:
+        return exc
+
+
 def import_(run: Run, folder: Path, *flags: str) -> Any:
-    return run.cli("memory", "vault", "import", str(folder), "--json", *flags)
+    """What ``conclave memory vault import DIR [--yes]`` sends: the reply, or the broker's refusal."""
+    try:
+        return run.op("memory.vault_import", dir=str(folder.absolute()), apply="--yes" in flags)
+    except ConclaveError as exc:
+        return exc
 
 
 def imported(run: Run, folder: Path, *flags: str) -> dict[str, Any]:
     done = import_(run, folder, *flags)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    assert not isinstance(done, ConclaveError), done
+    return done
 
 
 def refusal(done: Any) -> str:
+    """The refusal's sentence: from the broker's error, or from the command's --json error on stderr (exit 1, nothing on stdout)."""
+    if isinstance(done, ConclaveError):
+        assert done.code.value != "unavailable", done  # the command exits 1 (refused), not 3 (no broker)
+        return done.message
     assert done.returncode == 1 and done.stdout == "", (done.returncode, done.stdout, done.stderr)
     error = json.loads(done.stderr)["error"]
     return error["message"] + (f"; {error['fix']}" if error["fix"] else "")
@@ -74,7 +97,7 @@ def test_export_is_deterministic_one_note_per_live_claim(run, tmp_path):
     kept = trusted(run, "The vault exporter test claim says the cache warms in ninety seconds.")
     gone = remember(run, "The old queue dashboard lives on port 8081.")
     run.op("memory.retire", id=gone, reason="dashboard moved")
-    first, second = export(run, tmp_path / "a"), export(run, tmp_path / "b")
+    first, second = cli_export(run, tmp_path / "a"), export(run, tmp_path / "b")  # the command, and the op it sends
     assert tree(tmp_path / "a") == tree(tmp_path / "b")  # byte-identical, manifest included
     assert first["snapshot"] == second["snapshot"]
     files = tree(tmp_path / "a")
@@ -121,7 +144,7 @@ def test_export_refuses_to_replace_a_vault_with_edits_not_imported(run, tmp_path
     out = tmp_path / "v"
     export(run, out)
     edit_text(out, claim, "nightly build host", "nightly build hosts")
-    message = refusal(run.cli("memory", "vault", "export", "--out", str(out), "--json"))
+    message = refusal(export_(run, out))
     assert "has edits not imported" in message and f"claims/claim-{claim}.md" in message
     assert "nightly build hosts" in note(out, claim).read_text()
     forced = export(run, out, "--force")
@@ -132,7 +155,7 @@ def test_a_vault_where_agents_write_is_refused(run, tmp_path):
     """The attack: the operator keeps the vault in the work tree; an agent edits a note there, and the
     operator's import would store the agent's words as the operator's own edition."""
     inside = run.repo / "vault"
-    message = refusal(run.cli("memory", "vault", "export", "--out", str(inside), "--json"))
+    message = refusal(export_(run, inside))
     assert "inside the repository's work tree" in message and not inside.exists()
     assert "inside the repository's work tree" in refusal(import_(run, inside))
     # Control: a folder of the operator's own is fine.

@@ -2,8 +2,9 @@
 
 Every agent here is a real process the broker spawned; every author and
 witness is the principal of the connection the request came on.  One run
-serves the module (the tests use disjoint claims); attacks that restart or
-revoke an agent start their own run.
+serves the module (the tests use disjoint claims); the agents an attack
+restarts or revokes are its own (frank, grace: nobody else's test uses them);
+the attack under another trust policy starts its own run.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         {"name": "carol"},
         {"name": "dave"},
         {"name": "erin"},
+        {"name": "frank", "restart": "on-failure"},  # revoked by test_revoke_cascades_a_demotion
+        {"name": "grace", "restart": "on-failure"},  # crashed and restarted by test_restarted_author_cannot_corroborate
     ]
     with Run(tmp_path_factory.mktemp("witnesses"), team) as r:
         yield r
@@ -183,21 +186,22 @@ def test_agents_cannot_promote_retire_or_revoke(run: Run) -> None:
     assert json.loads(done.stdout)["tier"] == "trusted"
 
 
-def test_restarted_author_cannot_corroborate(start_run) -> None:  # type: ignore[no-untyped-def]
-    """carol authors, crashes, is restarted with a new session, and vouches for her own claim."""
-    run = start_run([{"name": "carol", "restart": "on-failure"}, {"name": "bob"}])
-    carol = run.puppet("carol")
-    first_session = carol.key
-    claim = carol.call("memory.remember", kind="failure", text=FACT.format("uploader"))["id"]
-    carol.exit(1)
-    # Wait for the broker to restart carol under a new session before reconnecting to her puppet.
+def test_restarted_author_cannot_corroborate(run: Run) -> None:
+    """grace authors, crashes, is restarted with a new session, and vouches for her own claim."""
+    grace = run.puppet("grace")
+    first_session = grace.key
+    # A text like no other test's here: the others' FACT claims are alice's, and one of them restated by another
+    # domain never shown it would be retired as that claim's rediscovery (tests/memory/test_memory_meaning.py).
+    claim = grace.call("memory.remember", kind="failure", text="The uploader gives up after five failed chunk retries and drops the file.")["id"]
+    grace.exit(1)
+    # Wait for the broker to restart grace under a new session before reconnecting to her puppet.
     run.wait_until(
-        lambda: any(a["agent"] == "carol" and a["principal"] != first_session for a in run.op("agents", live_only=True)),
+        lambda: any(a["agent"] == "grace" and a["principal"] != first_session for a in run.op("agents", live_only=True)),
         timeout=20,
-        what="carol's restart",
+        what="grace's restart",
     )
-    reborn = run.puppet("carol", fresh=True)
-    assert reborn.key != first_session and reborn.identity["domain"] == "carol"
+    reborn = run.puppet("grace", fresh=True)
+    assert reborn.key != first_session and reborn.identity["domain"] == "grace"
     result = vouch(reborn, claim)
     assert (result["counted"], result["reason_not_counted"]) == (False, "author_domain")
     # Control: bob is independent.
@@ -229,31 +233,30 @@ def test_informed_only_quorum_under_require_blind_is_refused(start_run) -> None:
     assert run.puppet("dave").call("memory.corroborate", id=claim2, evidence=REDISCOVERED.format("linker"))["tier"] == "trusted"
 
 
-def test_revoke_cascades_a_demotion(start_run) -> None:  # type: ignore[no-untyped-def]
-    """bob's session turns out to be compromised; what it vouched for must not stay trusted on its word."""
-    run = start_run([{"name": "alice"}, {"name": "bob", "restart": "on-failure"}, {"name": "carol"}, {"name": "dave"}])
-    bob = run.puppet("bob")
-    needs_bob = run.puppet("alice").call("memory.remember", kind="discovery", text=FACT.format("vm"))["id"]
-    without_bob = run.puppet("alice").call("memory.remember", kind="discovery", text=FACT.format("gc"))["id"]
-    vouch(bob, needs_bob)
-    assert vouch(run.puppet("carol"), needs_bob)["tier"] == "trusted"
-    vouch(run.puppet("carol"), without_bob)
-    assert vouch(run.puppet("dave"), without_bob)["tier"] == "trusted"
+def test_revoke_cascades_a_demotion(run: Run) -> None:
+    """frank's session turns out to be compromised; what it vouched for must not stay trusted on its word."""
+    frank = run.puppet("frank")
+    needs_frank = run.puppet("alice").call("memory.remember", kind="discovery", text=FACT.format("vm"))["id"]
+    without_frank = run.puppet("alice").call("memory.remember", kind="discovery", text=FACT.format("gc"))["id"]
+    vouch(frank, needs_frank)
+    assert vouch(run.puppet("carol"), needs_frank)["tier"] == "trusted"
+    vouch(run.puppet("carol"), without_frank)
+    assert vouch(run.puppet("dave"), without_frank)["tier"] == "trusted"
 
-    result = run.op("memory.revoke", target=bob.key, reason="prompt-injected")
-    assert result["changes"] == [{"id": needs_bob, "from": "trusted", "to": "unverified"}] and result["ended"] is True
-    demoted = run.op("memory.show", id=needs_bob)
+    result = run.op("memory.revoke", target=frank.key, reason="prompt-injected")
+    assert result["changes"] == [{"id": needs_frank, "from": "trusted", "to": "unverified"}] and result["ended"] is True
+    demoted = run.op("memory.show", id=needs_frank)
     assert demoted["tier"] == "unverified"
-    assert (bob.key, False, "revoked") in witnesses(demoted)
-    tier_events = [e for e in memory_events(run.state, subject=str(needs_bob), kind="memory.tier")]
-    assert tier_events[-1].payload["cause"] == f"revoked {bob.key}" and tier_events[-1].payload["to"] == "unverified"
-    # Control: a claim that never needed bob stays trusted.
-    assert run.op("memory.show", id=without_bob)["tier"] == "trusted"
-    # bob's live process was ended and, although restart = on-failure, not restarted.
-    run.wait_until(lambda: not [a for a in run.op("agents", live_only=True) if a["agent"] == "bob"], timeout=15, what="bob to end")
-    assert [a["revoked_at"] is not None for a in run.op("agents") if a["agent"] == "bob"] == [True]
+    assert (frank.key, False, "revoked") in witnesses(demoted)
+    tier_events = [e for e in memory_events(run.state, subject=str(needs_frank), kind="memory.tier")]
+    assert tier_events[-1].payload["cause"] == f"revoked {frank.key}" and tier_events[-1].payload["to"] == "unverified"
+    # Control: a claim that never needed frank stays trusted.
+    assert run.op("memory.show", id=without_frank)["tier"] == "trusted"
+    # frank's live process was ended and, although restart = on-failure, not restarted.
+    run.wait_until(lambda: not [a for a in run.op("agents", live_only=True) if a["agent"] == "frank"], timeout=15, what="frank to end")
+    assert [a["revoked_at"] is not None for a in run.op("agents") if a["agent"] == "frank"] == [True]
     # Clear errors for the operator, for an unknown principal, and for a second revoke.
-    for target, code in (("operator:uid0", "forbidden"), ("nobody:123", "not_found"), (bob.key, "conflict"), ("no-colon", "invalid_args")):
+    for target, code in (("operator:uid0", "forbidden"), ("nobody:123", "not_found"), (frank.key, "conflict"), ("no-colon", "invalid_args")):
         with pytest.raises(ConclaveError) as refused:
             run.op("memory.revoke", target=target)
         assert refused.value.code.value == code, target

@@ -5,6 +5,12 @@ SQL on the file and the append-only triggers dropped first, the way an agent's
 shell (or any process with the user's uid) would.  Then ``conclave memory
 verify`` runs as the operator with no broker (it opens the store itself).
 Every attack is paired with the untouched copy verifying clean.
+
+The command itself -- its exit codes, its JSON, its sentences on stderr, its
+human form -- is checked through a real ``conclave memory verify`` process in a
+few tests; the rest ask the same ``memory.verify`` op the command runs when no
+broker is up (``clikit.call_local``: the store opened by this process, the
+walk in its own child) without a new interpreter per check.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ import apsw
 import pytest
 
 from agents.harness import Run
+from broker.clikit import Target, call_local
 from broker.entry import conclave_argv
+from broker.errors import ConclaveError
 from store import anchor, events
 from store.chainkey import ChainKey
 from store.database import connect
@@ -53,6 +61,13 @@ def verify(run: Run, state: Path, *extra: str) -> tuple[int, dict[str, Any], str
     )
     report = json.loads(done.stdout) if done.stdout.strip() else {}
     return done.returncode, report, done.stderr
+
+
+def check(repo: Path, state: Path, expect_head: str | None = None) -> dict[str, Any]:
+    """The report ``conclave memory verify`` prints, from the op it calls with no broker running, in this process."""
+    report = call_local(Target(True, repo, state), "memory.verify", {} if expect_head is None else {"expect_head": expect_head})
+    assert isinstance(report, dict) and "ok" in report, report
+    return report
 
 
 def copy_of(run: Run, tmp_path: Path) -> Path:
@@ -160,7 +175,7 @@ def test_the_key_is_an_hmac_sha256() -> None:
 def test_a_forged_promotion_chained_with_plain_sha256_is_named(history, tmp_path: Path) -> None:
     run, ids = history
     state = copy_of(run, tmp_path)
-    assert verify(run, state)[0] == 0  # control
+    assert check(run.repo, state)["ok"] is True  # control
     forged = forge_promotion(state, ids["target"], events.unkeyed_digest)
     code, report, stderr = verify(run, state)
     assert code == 1 and report["ok"] is False
@@ -173,10 +188,10 @@ def test_a_forged_promotion_keyed_with_a_guessed_key_is_named(history, tmp_path:
     """The attacker knows the scheme but not the key: it makes one up."""
     run, ids = history
     state = copy_of(run, tmp_path)
-    assert verify(run, state)[0] == 0  # control
+    assert check(run.repo, state)["ok"] is True  # control
     forged = forge_promotion(state, ids["target"], functools.partial(events.keyed_digest, ChainKey.generate()))
-    code, report, _ = verify(run, state)
-    assert code == 1 and report["first_bad_event"] == forged
+    report = check(run.repo, state)
+    assert report["ok"] is False and report["first_bad_event"] == forged
     assert f"event {forged} (memory.promote) fails its keyed hash: it was forged or altered without the chain key" in problems(report)
 
 
@@ -185,8 +200,8 @@ def test_a_promotion_forged_with_the_stolen_key_is_named_by_the_anchor(history, 
     run, ids = history
     state = copy_of(run, tmp_path)
     forged = forge_promotion(state, ids["target"], functools.partial(events.keyed_digest, the_key(state)))
-    code, report, _ = verify(run, state)
-    assert code == 1
+    report = check(run.repo, state)
+    assert report["ok"] is False
     text = problems(report)
     assert "fails its keyed hash" not in text and "plain SHA-256" not in text  # every link verifies
     assert f"past the anchored head (event {forged - 1}): 1 event(s) were appended behind the broker's back" in text
@@ -198,7 +213,7 @@ def test_a_promotion_forged_with_the_stolen_key_is_named_by_the_anchor(history, 
 def test_deleting_the_operators_retirement_and_rehashing_the_rest_is_named(history, tmp_path: Path) -> None:
     run, ids = history
     state = copy_of(run, tmp_path)
-    assert verify(run, state)[0] == 0  # control
+    assert check(run.repo, state)["ok"] is True  # control
     conn = attacker(state)
     with conn:
         retire = conn.execute("SELECT seq FROM events WHERE kind = 'memory.retire'").fetchone()[0]
@@ -207,8 +222,8 @@ def test_deleting_the_operators_retirement_and_rehashing_the_rest_is_named(histo
         conn.execute("DELETE FROM events WHERE seq = ?", (retire,))
         rehash_from(conn, retire, events.unkeyed_digest)
     conn.close()
-    code, report, _ = verify(run, state)
-    assert code == 1 and report["first_bad_event"] == retire
+    report = check(run.repo, state)
+    assert report["ok"] is False and report["first_bad_event"] == retire
     assert f"event {retire} " in problems(report) and "not the chain key" in problems(report)
     assert "the last 1 event(s) were cut" in problems(report)  # and the anchor saw the log shrink
 
@@ -223,8 +238,8 @@ def test_deleting_the_retirement_with_the_stolen_key_is_named_by_the_anchor(hist
         conn.execute("DELETE FROM events WHERE seq = ?", (retire,))
         rehash_from(conn, retire, functools.partial(events.keyed_digest, the_key(state)))
     conn.close()
-    code, report, _ = verify(run, state)
-    assert code == 1
+    report = check(run.repo, state)
+    assert report["ok"] is False
     assert "keyed hash" not in problems(report)
     assert "the last 1 event(s) were cut" in problems(report)
 
@@ -236,8 +251,8 @@ def test_deleting_the_retirement_with_the_stolen_key_is_named_by_the_anchor(hist
 def test_cutting_the_last_events_is_named(history, tmp_path: Path, cut: int) -> None:
     run, _ = history
     state = copy_of(run, tmp_path)
-    code, before, _ = verify(run, state)
-    assert code == 0  # control
+    before = check(run.repo, state)
+    assert before["ok"] is True  # control
     head = before["head"]["seq"]
     conn = attacker(state)
     with conn:
@@ -262,8 +277,8 @@ def test_a_cut_covered_up_by_rewriting_the_anchor_without_the_key_is_named(histo
     forged = anchor.AnchorFile(state / "chain-anchor", ChainKey.generate())
     forged.write(shorter, shorter)
     forged.close()
-    code, report, _ = verify(run, state)
-    assert code == 1
+    report = check(run.repo, state)
+    assert report["ok"] is False
     assert "the anchor file was written under key" in problems(report)
 
 
@@ -271,9 +286,9 @@ def test_a_cut_covered_up_with_the_stolen_key_is_named_only_by_a_head_kept_elsew
     """The limit, shown: with the key, both the chain and the anchor can be rewritten; a person's note cannot."""
     run, _ = history
     state = copy_of(run, tmp_path)
-    code, before, _ = verify(run, state)
+    before = check(run.repo, state)
     noted = f"{before['head']['seq']}:{before['head']['hash']}"
-    assert code == 0 and verify(run, state, "--expect-head", noted)[0] == 0  # control: the note matches
+    assert before["ok"] is True and check(run.repo, state, noted)["ok"] is True  # control: the note matches
     conn = attacker(state)
     with conn:
         cut = conn.execute("SELECT kind, subject FROM events WHERE seq > ?", (before["head"]["seq"] - 2,)).fetchall()
@@ -289,10 +304,10 @@ def test_a_cut_covered_up_with_the_stolen_key_is_named_only_by_a_head_kept_elsew
         rewritten = anchor.AnchorFile(path, the_key(state), tag=tag)
         rewritten.write(shorter, shorter)
         rewritten.close()
-    code, report, _ = verify(run, state)
-    assert code == 0, report["problems"]  # the attack succeeds against the chain, the anchor and the high-water ...
-    code, report, _ = verify(run, state, "--expect-head", noted)
-    assert code == 1  # ... and the head the person kept names it
+    report = check(run.repo, state)
+    assert report["ok"] is True, report["problems"]  # the attack succeeds against the chain, the anchor and the high-water ...
+    report = check(run.repo, state, noted)
+    assert report["ok"] is False  # ... and the head the person kept names it
     assert f"the head you expected (event {before['head']['seq']}) is not in the log" in problems(report)
 
 
@@ -302,18 +317,23 @@ def test_a_cut_covered_up_with_the_stolen_key_is_named_only_by_a_head_kept_elsew
 def test_expect_head_accepts_the_printed_head_and_names_a_rewritten_one(history, tmp_path: Path) -> None:
     run, _ = history
     state = copy_of(run, tmp_path)
-    _, report, _ = verify(run, state)
+    report = check(run.repo, state)
     seq, digest = report["head"]["seq"], report["head"]["hash"]
-    code, ok, _ = verify(run, state, "--expect-head", f"{seq - 2}:{rows(connect(state / 'conclave.db', readonly=True), f'seq = {seq - 2}')[0][-1][:16]}")
-    assert code == 0 and ok["chain"]["expected_head"] == {"seq": seq - 2, "hash": ok["chain"]["expected_head"]["hash"], "found": True, "events_after": 2}
-    code, bad, _ = verify(run, state, "--expect-head", f"{seq}:{'0' * 64}")
-    assert code == 1 and f"event {seq} is not the head you expected" in problems(bad)
+    ok = check(run.repo, state, f"{seq - 2}:{rows(connect(state / 'conclave.db', readonly=True), f'seq = {seq - 2}')[0][-1][:16]}")
+    assert ok["ok"] is True and ok["chain"]["expected_head"] == {"seq": seq - 2, "hash": ok["chain"]["expected_head"]["hash"], "found": True, "events_after": 2}
+    bad = check(run.repo, state, f"{seq}:{'0' * 64}")
+    assert bad["ok"] is False and f"event {seq} is not the head you expected" in problems(bad)
+    # A malformed head is refused saying what --expect-head wants: by the command (its exit code, its stderr) ...
+    done = subprocess.run(
+        [sys.executable, "-m", "broker.cli", "memory", "verify", "--expect-head", "12", "--repo", str(run.repo), "--state-dir", str(state)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode != 0 and "--expect-head" in done.stderr, done.stderr
+    # ... and by the op it runs, for each way of getting it wrong.
     for malformed in ("12", "x:abc", f"{seq}:{digest[:8]}"):
-        done = subprocess.run(
-            [sys.executable, "-m", "broker.cli", "memory", "verify", "--expect-head", malformed, "--repo", str(run.repo), "--state-dir", str(state)],
-            capture_output=True, text=True, timeout=60,
-        )
-        assert done.returncode != 0 and "--expect-head" in done.stderr, (malformed, done.stderr)
+        with pytest.raises(ConclaveError) as refused:
+            check(run.repo, state, malformed)
+        assert refused.value.code.value == "invalid_args" and "--expect-head" in refused.value.message, (malformed, refused.value)
 
 
 # -- the key itself --------------------------------------------------------------------
@@ -325,8 +345,8 @@ def test_a_replaced_key_file_is_named(history, tmp_path: Path) -> None:
     old = the_key(state)
     (state / "chain-key").unlink()
     new = ChainKey.create(state / "chain-key")
-    code, report, _ = verify(run, state)
-    assert code == 1
+    report = check(run.repo, state)
+    assert report["ok"] is False
     assert f"keyed with key {old.id}, but the chain key file holds key {new.id}" in problems(report)
 
 
@@ -334,8 +354,8 @@ def test_a_missing_key_is_named_and_the_broker_will_not_append_without_it(histor
     run, _ = history
     state = copy_of(run, tmp_path)
     (state / "chain-key").unlink()
-    code, report, _ = verify(run, state)
-    assert code == 1 and "chain key" in problems(report) and "is missing" in problems(report)
+    report = check(run.repo, state)
+    assert report["ok"] is False and "chain key" in problems(report) and "is missing" in problems(report)
     assert not (state / "chain-key").exists()  # no new key was made up over the old chain
     # A broker on this state directory refuses to run rather than append under no key (or a new one).
     team = tmp_path / "team.toml"
@@ -372,8 +392,8 @@ def test_an_unkeyed_log_is_keyed_from_a_switch_over_event_that_pins_its_history(
     repo.mkdir()
     StatePaths(repo=repo, state=state).ensure()  # the state directory as a broker of that older conclave left it
     unkeyed_store(state / "conclave.db")
-    code, report, _ = verify(_Where(repo), state)  # the first open keys it
-    assert code == 0, report
+    report = check(repo, state)  # the first open keys it
+    assert report["ok"] is True, report
     assert report["chain"]["keyed_from"] == 6 and report["chain"]["unkeyed_events"] == 5
     conn = connect(state / "conclave.db", readonly=True)
     switch = rows(conn, f"kind = '{events.KEYED}'")
@@ -389,14 +409,9 @@ def test_an_unkeyed_log_is_keyed_from_a_switch_over_event_that_pins_its_history(
             conn.execute("UPDATE events SET prev_hash = ?, hash = ? WHERE seq = ?", (prev, new, seq))
             prev = new
     conn.close()
-    code, report, _ = verify(_Where(repo), state)
-    assert code == 1 and report["first_bad_event"] == 6
+    report = check(repo, state)
+    assert report["ok"] is False and report["first_bad_event"] == 6
     assert "event 6 does not link to event 5" in problems(report)
-
-
-class _Where:
-    def __init__(self, repo: Path) -> None:
-        self.repo = repo
 
 
 def test_a_log_rewritten_without_the_key_and_stripped_of_its_keying_is_named(history, tmp_path: Path) -> None:
@@ -405,7 +420,7 @@ def test_a_log_rewritten_without_the_key_and_stripped_of_its_keying_is_named(his
     But the key file was there: the store is not re-keyed over the forgery in silence."""
     run, _ = history
     state = copy_of(run, tmp_path)
-    assert verify(run, state)[0] == 0  # control
+    assert check(run.repo, state)["ok"] is True  # control
     conn = attacker(state)
     with conn:
         kept = [r for r in rows(conn) if r[2] not in ("store.chain_keyed", "memory.retire")]
@@ -417,6 +432,6 @@ def test_a_log_rewritten_without_the_key_and_stripped_of_its_keying_is_named(his
             prev = digest
     conn.close()
     (state / "chain-anchor").unlink()
-    code, report, _ = verify(run, state)
-    assert code == 1
+    report = check(run.repo, state)
+    assert report["ok"] is False
     assert "exists but the event log has no record of being keyed" in problems(report)
