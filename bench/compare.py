@@ -64,6 +64,9 @@ def main() -> int:
     parser.add_argument("--keys", default=".", help="only leaves whose path matches this regex")
     parser.add_argument("--scripts", choices=("each", "this"), default="each",
                         help="run each tree's own bench/ scripts (default), or this tree's against both (the same driver for both sides)")
+    parser.add_argument("--same-interpreter", action="store_true",
+                        help="run this tree through a scratch interpreter made the same way as the base's (no editable-install finder "
+                        "in its site): for start-up costs, where that finder's imports would count against this tree alone")
     parser.add_argument("bench", nargs=argparse.REMAINDER, help="-- SCRIPT ARGS... (SCRIPT relative to the tree)")
     args = parser.parse_args()
     argv = args.bench[1:] if args.bench[:1] == ["--"] else args.bench
@@ -78,9 +81,10 @@ def main() -> int:
                 shutil.rmtree(base_tree / "bench")
                 shutil.copytree(ROOT / "bench", base_tree / "bench", ignore=shutil.ignore_patterns("__pycache__"))
             base_python = source_venv(scratch / "base-venv", base_tree)
+            this_python = source_venv(scratch / "this-venv", ROOT) if args.same_interpreter else Path(sys.executable)
             runs: dict[str, list[dict[str, float]]] = {"base": [], "this": []}
             for i in range(args.repeat):
-                for label, python, tree in (("base", base_python, base_tree), ("this", Path(sys.executable), ROOT)):
+                for label, python, tree in (("base", base_python, base_tree), ("this", this_python, ROOT)):
                     runs[label].append(run_once(python, tree, argv, scratch))
                     print(f"run {i + 1}/{args.repeat} {label} done", file=sys.stderr, flush=True)
         finally:

@@ -95,7 +95,14 @@ def run(
     those signals stops the run like Ctrl-C: every agent stopped, the
     summary printed (and kept in the run journal), the guard hooks removed.
     """
+    import gc
     import logging
+
+    # A broker's start imports every feature (trio, the ops' attrs classes, the store): tens of
+    # thousands of objects that live as long as it does, none of them garbage.  The collector
+    # would walk them over and over meanwhile (a tenth of the start's CPU); it is off until the
+    # broker runs, and they are then frozen out of its later passes (docs/BENCHMARKS.md).
+    gc.disable()
 
     import trio
 
@@ -176,6 +183,8 @@ def run(
     from store.events import ChainRefused
 
     started_ns = time.time_ns()
+    gc.freeze()
+    gc.enable()
     try:
         summary = trio.run(
             lambda: run_broker(

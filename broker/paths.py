@@ -31,9 +31,7 @@ import subprocess
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Final, Iterator, final
-
-import attrs
+from typing import Final, Iterator, NamedTuple, final
 
 SOCKET_NAME: Final = "broker.sock"
 SOCKET_POINTER: Final = "socket-path"
@@ -56,8 +54,10 @@ class StateError(RuntimeError):
 
 
 @final
-@attrs.frozen
-class StatePaths:
+class StatePaths(NamedTuple):
+    """Where one repository's conclave state lives.  A named tuple, not an attrs class: every
+    ``conclave`` command resolves one, and an agent's ``conclave whoami`` need not import attrs."""
+
     repo: Path
     state: Path
 

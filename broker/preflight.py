@@ -27,8 +27,6 @@ import concurrent.futures
 import re
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from typing import Any, Callable, Final, Iterable, Mapping, final
 
 import attrs
@@ -139,14 +137,17 @@ def _version(argv: tuple[str, ...], timeout: float) -> tuple[str | None, str]:
     return (m.group(0) if m else None), first[:200] or f"exit {done.returncode}, nothing printed"
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None  # a redirect is an answer; never follow it anywhere
-
-
 def _answers(url: str, proxies: dict[str, str], timeout: float) -> str | None:
     """None when ``url`` answers over HTTP (any status); else why not."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies), _NoRedirect())
+    # Imported here: urllib.request (http.client, email) costs every broker's start, and only an online check asks.
+    import urllib.error
+    import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None  # a redirect is an answer; never follow it anywhere
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies), NoRedirect())
     request = urllib.request.Request(url, method="GET", headers={"User-Agent": "conclave-preflight"})
     try:
         with opener.open(request, timeout=timeout) as response:

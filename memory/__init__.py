@@ -15,9 +15,18 @@ Read it in this order:
 * ``settings``, ``service``, ``ops``, ``cli`` -- configuration, the broker-side service, wire ops, commands.
 
 The store itself (``owner``, ``database``, ``events``) is shared by every package.
-Only light names are re-exported here: importing ``memory`` must stay cheap for the CLI.
+The names re-exported here load on first use: importing ``memory`` must stay cheap for the CLI.
 """
 
-from memory.policy import NotCounted, Tier, TrustPolicy, judge
+from store._lazy import lazy_getattr
 
-__all__ = ["NotCounted", "Tier", "TrustPolicy", "judge"]
+_EXPORTS = {
+    "NotCounted": "memory.policy",
+    "Tier": "memory.policy",
+    "TrustPolicy": "memory.policy",
+    "judge": "memory.policy",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -29,8 +29,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import urllib.error
-import urllib.request
 from typing import TYPE_CHECKING, Any, Final, Mapping, Protocol, Sequence, final
 
 import attrs
@@ -220,6 +218,10 @@ class HttpEmbedder:
         return unit(np.concatenate(chunks))
 
     def _post(self, texts: list[str]) -> np.ndarray:
+        # Imported here: urllib.request (http.client, email) costs every broker's start, and only an HTTP embedder posts.
+        import urllib.error
+        import urllib.request
+
         import numpy as np
 
         headers = {"Content-Type": "application/json"}

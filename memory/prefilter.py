@@ -59,12 +59,50 @@ import math
 import re
 from collections import Counter
 from functools import lru_cache
-from typing import Final, final
+from typing import Final, Iterator, final
 
 import attrs
 
 from memory import multilingual
 from memory.lookalikes import judge
+
+
+@final
+class _Rule:
+    """A rule's regular expression, compiled the first time it is used.
+
+    A broker imports this module at start and most never store a claim;
+    compiling the forty-odd expressions below on import cost every broker
+    and every ``conclave memory`` command about 35 ms of CPU.  The first
+    check pays it instead (and refuses exactly as an eager compile would:
+    tests/memory/test_memory_prefilter_fresh.py).
+    """
+
+    __slots__ = ("source", "_compiled")
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self._compiled: re.Pattern[str] | None = None
+
+    def _pattern(self) -> re.Pattern[str]:
+        if self._compiled is None:
+            self._compiled = re.compile(self.source)
+        return self._compiled
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return self._pattern().search(text)
+
+    def match(self, text: str) -> re.Match[str] | None:
+        return self._pattern().match(text)
+
+    def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        return self._pattern().finditer(text)
+
+    def findall(self, text: str) -> list[str]:
+        return self._pattern().findall(text)
+
+    def sub(self, replacement: str, text: str, count: int = 0) -> str:
+        return self._pattern().sub(replacement, text, count=count)
 
 
 @final
@@ -141,12 +179,12 @@ _KEY_NAMES: Final = (
     r"password|passwd|passphrase|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|secret[_-]?key|"
     r"private[_-]?key|client[_-]?secret|auth[_-]?token|access[_-]?token|refresh[_-]?token|credentials?"
 )
-_KEY_VALUE: Final = re.compile(rf"(?i)(?<![\w-])(?:{_KEY_NAMES})(?![\w-])\s*[:=]\s*(['\"]?)([^\s'\",;]+)\1")
-_KEY_IS: Final = re.compile(r"(?i)\b(?:password|passphrase|passwd)\s+(?:is|was)\s+(['\"]?)([^\s'\",;]+)\1")
-_PRIVATE_KEY: Final = re.compile(r"-----BEGIN[A-Z ]*PRIVATE KEY(?: BLOCK)?-----")
-_BEARER: Final = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{16,}")
-_RUN: Final = re.compile(r"[A-Za-z0-9+/=_-]{24,}")
-_PLACEHOLDER: Final = re.compile(
+_KEY_VALUE: Final = _Rule(rf"(?i)(?<![\w-])(?:{_KEY_NAMES})(?![\w-])\s*[:=]\s*(['\"]?)([^\s'\",;]+)\1")
+_KEY_IS: Final = _Rule(r"(?i)\b(?:password|passphrase|passwd)\s+(?:is|was)\s+(['\"]?)([^\s'\",;]+)\1")
+_PRIVATE_KEY: Final = _Rule(r"-----BEGIN[A-Z ]*PRIVATE KEY(?: BLOCK)?-----")
+_BEARER: Final = _Rule(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{16,}")
+_RUN: Final = _Rule(r"[A-Za-z0-9+/=_-]{24,}")
+_PLACEHOLDER: Final = _Rule(
     r"(?i)^(none|null|nil|true|false|undefined|empty|redacted|changeme|example|secret|password|xxx+|\*+|\.\.\.|<.*>|\$\{.*|\$\w+|\{\{.*|os\.environ.*|env\..*|getenv.*|process\.env.*)$"
 )
 #: detect-secrets detectors that are about formats, not entropy or keywords (ours are stricter there).
@@ -173,7 +211,7 @@ def _format_detectors() -> tuple[tuple[str, tuple[re.Pattern[str], ...]], ...]:
 
 #: Every secret shape below needs one of these: a long unbroken token, a URL with
 #: credentials, a key header, or a key-ish word.  Most claims have none, and skip the rest.
-_MAYBE_SECRET: Final = re.compile(
+_MAYBE_SECRET: Final = _Rule(
     r"[A-Za-z0-9+/=_.-]{16,}|://|-----BEGIN|(?i:key|token|secret|pass|pwd|auth|cred|bearer|sk_|xox)"
 )
 
@@ -224,22 +262,22 @@ def _high_entropy(run: str) -> bool:
 
 _INJECTION: Final = (
     (
-        re.compile(
+        _Rule(
             r"(?i)\b(?:ignore|disregard|forget|override|bypass)\b[^.\n]{0,40}?\b(?:previous|prior|above|earlier|all|any|your|the\s+system)\b"
             r"[^.\n]{0,24}?\b(?:instructions?|prompts?|messages|rules|directions|guidelines|guidance|guardrails|policies|orders)\b"
         ),
         "an instruction to ignore earlier instructions",
     ),
-    (re.compile(r"(?i)\byou\s+are\s+now\b|\bfrom\s+now\s+on\b[^.\n]{0,30}\byou\b"), "an attempt to re-cast the reader"),
-    (re.compile(r"(?i)\bnew\s+(?:system\s+)?instructions?\s*:"), "a fake instruction header"),
-    (re.compile(r"(?i)</?\s*(?:system|assistant|user|human|developer|tool_call|tool|instructions?|im_start|im_end)\s*>"), "a fake role tag"),
-    (re.compile(r"<\|[A-Za-z_]+\|>"), "a chat-template token"),
-    (re.compile(r"\[/?INST\]|<<\s*/?SYS\s*>>"), "a chat-template token"),
-    (re.compile(r"(?im)^\s*#{0,3}\s*(?:system|assistant|developer|human)\s*:"), "a fake role line"),
-    (re.compile(r"(?i)\bBEGIN\s+(?:SYSTEM|ADMIN|DEVELOPER)\b"), "a fake system block"),
-    (re.compile(r"(?i)\b(?:reveal|print|show|leak|output|repeat)\b[^.\n]{0,30}\bsystem\s+prompt\b"), "a request for the system prompt"),
+    (_Rule(r"(?i)\byou\s+are\s+now\b|\bfrom\s+now\s+on\b[^.\n]{0,30}\byou\b"), "an attempt to re-cast the reader"),
+    (_Rule(r"(?i)\bnew\s+(?:system\s+)?instructions?\s*:"), "a fake instruction header"),
+    (_Rule(r"(?i)</?\s*(?:system|assistant|user|human|developer|tool_call|tool|instructions?|im_start|im_end)\s*>"), "a fake role tag"),
+    (_Rule(r"<\|[A-Za-z_]+\|>"), "a chat-template token"),
+    (_Rule(r"\[/?INST\]|<<\s*/?SYS\s*>>"), "a chat-template token"),
+    (_Rule(r"(?im)^\s*#{0,3}\s*(?:system|assistant|developer|human)\s*:"), "a fake role line"),
+    (_Rule(r"(?i)\bBEGIN\s+(?:SYSTEM|ADMIN|DEVELOPER)\b"), "a fake system block"),
+    (_Rule(r"(?i)\b(?:reveal|print|show|leak|output|repeat)\b[^.\n]{0,30}\bsystem\s+prompt\b"), "a request for the system prompt"),
     (
-        re.compile(
+        _Rule(
             r"(?i)\bjailbreak|\bdeveloper\s+mode\s+(?:enabled|on)\b|\bdo\s+anything\s+now\b"
             r"|\bact\s+as\s+(?:an?\s+)?(?:unrestricted|unfiltered|uncensored|jailbroken|evil)\b"
         ),
@@ -285,16 +323,16 @@ _ROOT_COMMANDS: Final = (
     r"python\d*|\./\S+|/\S+)"
 )
 _EXECUTABLE: Final = (
-    (re.compile(r"```|~~~"), "a code fence"),
-    (re.compile(rf"\|\s*(?:sudo\s+)?{_SHELLS}\b"), "a pipe into a shell"),
-    (re.compile(r"\b(?:curl|wget)\b[^\n|]*\|"), "a download piped into a command"),
-    (re.compile(rf"(?i)(?:^|[\s;&|(`])sudo\s+(?:{_SUDO_RUNS}|\S+\s+{_ARGUMENT})"), "a sudo command"),
-    (re.compile(rf"(?i)\brm\s+-[A-Za-z]*[rRf][A-Za-z]*\s+(?!{_PROSE}\b){_OPERAND}"), "a recursive or forced rm"),
-    (re.compile(r"\$\([^)]*\)|`[^`]*\$\(|\beval\s*\(|\bexec\s*\(|\bos\.system\s*\("), "command substitution or eval"),
-    (re.compile(r"(?:;|&&|\|\|)\s*(?:rm|curl|wget|chmod|chown|dd|mkfs|shutdown|reboot|kill|nc)\b"), "a chained shell command"),
-    (re.compile(r"\bchmod\s+(?:-R\s+)?(?:777|\+s|u\+s)\b|\bmkfs(?:\.\w+)?\s|\bdd\s+if=|/dev/tcp/|\bnc\s+-[a-z]*e\b"), "a dangerous shell command"),
-    (re.compile(r":\(\)\s*\{\s*:\|:&\s*\};:"), "a fork bomb"),
-    (re.compile(rf"(?m)^\s*(?:\$\s+[\w./-]+|#\s*{_ROOT_COMMANDS}(?:\s|$))"), "a shell prompt line"),
+    (_Rule(r"```|~~~"), "a code fence"),
+    (_Rule(rf"\|\s*(?:sudo\s+)?{_SHELLS}\b"), "a pipe into a shell"),
+    (_Rule(r"\b(?:curl|wget)\b[^\n|]*\|"), "a download piped into a command"),
+    (_Rule(rf"(?i)(?:^|[\s;&|(`])sudo\s+(?:{_SUDO_RUNS}|\S+\s+{_ARGUMENT})"), "a sudo command"),
+    (_Rule(rf"(?i)\brm\s+-[A-Za-z]*[rRf][A-Za-z]*\s+(?!{_PROSE}\b){_OPERAND}"), "a recursive or forced rm"),
+    (_Rule(r"\$\([^)]*\)|`[^`]*\$\(|\beval\s*\(|\bexec\s*\(|\bos\.system\s*\("), "command substitution or eval"),
+    (_Rule(r"(?:;|&&|\|\|)\s*(?:rm|curl|wget|chmod|chown|dd|mkfs|shutdown|reboot|kill|nc)\b"), "a chained shell command"),
+    (_Rule(r"\bchmod\s+(?:-R\s+)?(?:777|\+s|u\+s)\b|\bmkfs(?:\.\w+)?\s|\bdd\s+if=|/dev/tcp/|\bnc\s+-[a-z]*e\b"), "a dangerous shell command"),
+    (_Rule(r":\(\)\s*\{\s*:\|:&\s*\};:"), "a fork bomb"),
+    (_Rule(rf"(?m)^\s*(?:\$\s+[\w./-]+|#\s*{_ROOT_COMMANDS}(?:\s|$))"), "a shell prompt line"),
 )
 
 
@@ -312,7 +350,7 @@ _ALWAYS_ORDERS: Final = frozenset(
     {"always", "never", "don't", "dont", "ignore", "disregard", "forget", "ensure", "pretend", "obey", "please", "must"}
 )
 #: Two- and three-word openers that are orders ("Do not deploy ...", not "The workers do not ...").
-_ORDER_PHRASES: Final = re.compile(r"(?:make\s+sure|be\s+sure|remember\s+to|don'?t\s+forget|do\s+not|do\s+never)\b")
+_ORDER_PHRASES: Final = _Rule(r"(?:make\s+sure|be\s+sure|remember\s+to|don'?t\s+forget|do\s+not|do\s+never)\b")
 #: Verbs that are orders when an object follows ("Run the tests", not "Run times doubled").
 _VERBS: Final = frozenset(
     """run execute delete remove disable enable install uninstall use set add call commit push skip bypass make
@@ -331,15 +369,15 @@ _LEADS: Final = frozenset("also and then so now first next finally additionally 
 #: Whom a sentence may address before its verb, with a comma ("Assistant, disregard ...").
 _VOCATIVES: Final = frozenset("assistant model ai claude gpt chatgpt agent agents bot reader readers everyone team folks all".split())
 _MODAL: Final = r"(?:must|should|shall|need\s+to|needs\s+to|has\s+to|have\s+to|are\s+to|is\s+to|ought\s+to|will\s+need\s+to|are\s+required\s+to)"
-_SECOND_PERSON: Final = re.compile(
+_SECOND_PERSON: Final = _Rule(
     rf"(?i)\byou(?:'ll)?\s+{_MODAL}\b"
     # the reader named in the third person: "agents reading this must ...", "the assistant should ..."
     rf"|\b(?:agents?|models?|assistants?|readers?|anyone|whoever|everyone)\s+(?:reading|who\s+reads?|that\s+reads?|seeing)\s+this\b[^.\n]{{0,40}}?\b{_MODAL}\b"
     rf"|\b(?:the\s+)?(?:assistant|ai|llm|language\s+model)\s+(?:always\s+|never\s+)?{_MODAL}\b"
 )
-_SENTENCES: Final = re.compile(r"[^.!?;:\n]+")
-_CLAUSES: Final = re.compile(r"[^.!?;\n]+")
-_BULLET: Final = re.compile(r"^\s*(?:[-*\u2022>]+|\d+[.)])\s*")
+_SENTENCES: Final = _Rule(r"[^.!?;:\n]+")
+_CLAUSES: Final = _Rule(r"[^.!?;\n]+")
+_BULLET: Final = _Rule(r"^\s*(?:[-*\u2022>]+|\d+[.)])\s*")
 
 # Conditional instructions: "when asked about X, answer Y", "if anyone asks, say ...",
 # "say Y if anyone asks".  An order even without "always" or "must".  The condition
@@ -366,17 +404,17 @@ _SUBJECTS: Final = frozenset(
     who which what""".split()
 )
 #: The condition, up to the comma (or "then") that opens the consequence; ``rest`` is the consequence.
-_CONDITION: Final = re.compile(
+_CONDITION: Final = _Rule(
     rf"(?i)^\W*(?:(?:and|but|also|so|then)\s+)?{_IF}\b[^,]{{0,120}}?\b{_WHO}\b[^,]{{0,120}}?"
     r"(?:,\s*|\s+then\s+)(?:(?:just|always|simply|please|only|then|instead)\s+)*(?P<rest>\S.*)"
 )
-_ORDER_VERB: Final = re.compile(rf"(?i){_DO}\b(?!\s+{_NOUNY}\b)")
+_ORDER_VERB: Final = _Rule(rf"(?i){_DO}\b(?!\s+{_NOUNY}\b)")
 _CONDITIONAL: Final = (
-    re.compile(
+    _Rule(
         rf"(?i)^\W*(?:(?:and|but|also|so|then)\s+)?{_IF}\b[^,]{{0,120}}?\b{_WHO}\b[^,]{{0,120}}?"
         r",\s*the\s+(?:(?:right|correct|official|only)\s+)?answer\s+(?:is|should\s+be|must\s+be)\b"
     ),
-    re.compile(
+    _Rule(
         rf"(?i)^\W*{_DO}\b(?!\s+{_NOUNY}\b)[^,]{{0,120}}?\b(?:if|when(?:ever)?|in\s+case|once)\s+"
         rf"(?:asked|you(?:'re|\s+are)\s+asked|(?:{_PARTY})\s+(?:\w+\s+)?{_ASKS})\b"
     ),
@@ -386,7 +424,7 @@ _CONDITIONAL: Final = (
 #: A label or header before what follows: ``IMPORTANT:``, ``Note -``, ``[system]``, ``**NB**:``,
 #: ``(admin)``, ``>>>``, ``⚠️`` -- one to three words and a colon, dash or bang, or anything
 #: bracketed, or a run of symbols.  It does not hide an instruction after it.
-_LABEL: Final = re.compile(
+_LABEL: Final = _Rule(
     r"^\s*(?:[\[(<{【「][^\]\)>}】」\n]{0,40}[\])>}】」]|[^\w\s]+(?=\s|\w)|(?:[*_~`]*[A-Za-z][\w'.]*[*_~`]*(?:\s+[*_~`]*[A-Za-z][\w'.]*[*_~`]*){0,2})\s*(?:[:!]+|\s[-–—]+|[-–—]{2,}))\s*"
 )
 
@@ -447,17 +485,17 @@ _EXTENSIONS: Final = (
     "py|pyi|go|rs|js|jsx|mjs|ts|tsx|c|h|cc|cpp|hpp|java|kt|rb|php|cs|swift|sh|bash|zsh|toml|ya?ml|json|ini|cfg|conf|"
     "lock|md|rst|txt|sql|proto|gradle|mk|xml|html|css|scss|vue|ipynb|env"
 )
-_FILE: Final = re.compile(rf"(?i)\b[\w-]+\.(?:{_EXTENSIONS})\b")
+_FILE: Final = _Rule(rf"(?i)\b[\w-]+\.(?:{_EXTENSIONS})\b")
 _KNOWN_NAMES: Final = frozenset(
     {"node.js", "vue.js", "next.js", "nuxt.js", "d3.js", "three.js", "express.js", "ember.js", "backbone.js", "chart.js", "deno.js"}
 )
 _PATHS: Final = (
-    re.compile(r"(?:^|[\s(\"'`])(?:\.{1,2}|~)?/[\w.-]+/[\w.-]+"),
-    re.compile(r"(?:^|[\s(\"'`])\.{1,2}/[\w.-]+"),
-    re.compile(r"\b[\w.-]+/[\w.-]+/[\w.-]+"),
-    re.compile(r"(?i)\b(?:src|lib|pkg|cmd|internal|tests?|app|bin|docs|scripts|config|vendor|node_modules|crates|packages)/[\w.-]+"),
+    _Rule(r"(?:^|[\s(\"'`])(?:\.{1,2}|~)?/[\w.-]+/[\w.-]+"),
+    _Rule(r"(?:^|[\s(\"'`])\.{1,2}/[\w.-]+"),
+    _Rule(r"\b[\w.-]+/[\w.-]+/[\w.-]+"),
+    _Rule(r"(?i)\b(?:src|lib|pkg|cmd|internal|tests?|app|bin|docs|scripts|config|vendor|node_modules|crates|packages)/[\w.-]+"),
 )
-_SPECIAL_FILES: Final = re.compile(r"\b(?:Makefile|Dockerfile|Jenkinsfile|Procfile|Gemfile|Rakefile|Vagrantfile)\b|(?<![\w])\.(?:gitignore|dockerignore|editorconfig|env)\b")
+_SPECIAL_FILES: Final = _Rule(r"\b(?:Makefile|Dockerfile|Jenkinsfile|Procfile|Gemfile|Rakefile|Vagrantfile)\b|(?<![\w])\.(?:gitignore|dockerignore|editorconfig|env)\b")
 
 
 def _repo_specific(text: str) -> Rejection | None:

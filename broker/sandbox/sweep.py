@@ -33,11 +33,17 @@ CGROUP_MOUNTS = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"))
 
 def _stat(pid: int) -> tuple[int, int, str] | None:
     """(ppid, pgid, state) from /proc/<pid>/stat, or None if it is gone."""
+    # os.read, not open(): this runs for every process on the machine, several times per broker.
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        raw = os.read(fd, 4096)  # one line, well under a page
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     rest = raw[raw.rindex(b")") + 2 :].split()
     return int(rest[1]), int(rest[2]), rest[0].decode()
 
