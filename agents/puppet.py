@@ -26,7 +26,8 @@ replying with one JSON line:
 ``{"ask": N, "line": "...", "timeout": T}``
     write one line to that command's stdin and reply with the next line it
     prints, ``{"ok": true, "line": "..."}``; when it prints none within
-    ``T`` seconds or exits, ``{"ok": false, ...}`` with the end of its stderr.
+    ``T`` seconds or exits, it is killed and the reply is ``{"ok": false, ...}``
+    with the end of its stderr.
 ``{"close": N}``
     close that command's stdin and wait for it (kill it after 30 s); reply
     ``returncode`` and ``stderr``.
@@ -79,19 +80,23 @@ class Puppet:
         return {"ok": True, "handle": proc.pid}
 
     def ask(self, handle: int, line: str, timeout: float) -> dict[str, Any]:
+        """One line in, one line out; a child that fails to answer is killed (a late answer would be read as the next one's)."""
         proc = self.children[handle]
         assert proc.stdin is not None and proc.stdout is not None
         try:
             proc.stdin.write(line.encode() + b"\n")
             proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], timeout)
+            answer = proc.stdout.readline() if ready else b""
         except BrokenPipeError:
-            return {"ok": False, "error": {"code": "internal", "message": f"puppet: child {handle} has exited: {self.stderr_of(proc)}"}}
-        ready, _, _ = select.select([proc.stdout], [], [], timeout)
-        answer = proc.stdout.readline() if ready else b""
-        if not answer.endswith(b"\n"):
-            why = f"printed no line within {timeout} s" if not ready else f"exited ({proc.poll()})"
-            return {"ok": False, "error": {"code": "internal", "message": f"puppet: child {handle} {why}: {self.stderr_of(proc)}"}}
-        return {"ok": True, "line": answer.decode()}
+            ready, answer = True, b""
+        if answer.endswith(b"\n"):
+            return {"ok": True, "line": answer.decode()}
+        del self.children[handle]
+        proc.kill()
+        code = proc.wait()
+        why = f"printed no line within {timeout} s" if not ready else f"exited ({code})"
+        return {"ok": False, "error": {"code": "internal", "message": f"puppet: child {handle} {why}: {self.stderr_of(proc)}"}}
 
     def close_child(self, handle: int) -> dict[str, Any]:
         proc = self.children.pop(handle)

@@ -23,7 +23,9 @@ _clients: weakref.WeakKeyDictionary[Puppet, int] = weakref.WeakKeyDictionary()
 def _tell(puppet: Puppet, command: dict[str, Any], timeout: float) -> dict[str, Any]:
     puppet.send_nowait(command)
     reply = puppet.receive(timeout + 10)
-    assert reply["ok"], f"the MCP client in {puppet.key}'s tree failed: {reply['error']['message']}"
+    if not reply["ok"]:
+        _clients.pop(puppet, None)  # the puppet killed it: the next probe starts another
+        raise AssertionError(f"the MCP client in {puppet.key}'s tree failed: {reply['error']['message']}")
     return reply
 
 
