@@ -340,8 +340,8 @@ def test_an_agent_that_drops_its_ticket_still_cannot_read_the_operators_view(tea
 
 def test_with_no_broker_it_says_so_shows_the_logs_and_connects_when_one_starts(tmp_path: Path) -> None:
     first = Run(tmp_path / "run", [{"name": "alice"}, {"name": "printer", "command": PRINTER}])
-    first.start(wait_for=["alice"])
     try:
+        first.start(wait_for=["alice"])  # inside the try: a start that times out still stops its broker
         logs = first.state / "logs"
         first.wait_until(lambda: any(p.name.startswith("printer-") and p.stat().st_size > 200 for p in logs.iterdir()), what="printer output")
     finally:
