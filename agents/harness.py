@@ -10,6 +10,7 @@ made; nothing is resolved from the running process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -234,8 +235,15 @@ class Run:
         )
         names = list(self.agent_names if wait_for is None else wait_for)
         deadline = time.monotonic() + timeout
-        for name in names:
-            self._wait_for_control(name, deadline)
+        try:
+            for name in names:
+                self._wait_for_control(name, deadline)
+        except BaseException:
+            # A test whose start fails seldom reaches its close: a broker still up would run on after it.
+            if self.process is not None and self.process.poll() is None:
+                with contextlib.suppress(Exception):
+                    self.stop()
+            raise
         return self
 
     def _check_alive(self) -> None:

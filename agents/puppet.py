@@ -19,6 +19,18 @@ replying with one JSON line:
 ``{"sh": [ARGV...], "stdin": "..."}``
     run a command as a child of the puppet (so it is in the agent's process
     tree) and return ``returncode``, ``stdout``, ``stderr``.
+``{"open": [ARGV...]}``
+    start a command as a child of the puppet that stays running (a client
+    a test asks many questions of, without a new interpreter per question);
+    reply ``{"ok": true, "handle": N}``.  Its stderr goes to a scratch file.
+``{"ask": N, "line": "...", "timeout": T}``
+    write one line to that command's stdin and reply with the next line it
+    prints, ``{"ok": true, "line": "..."}``; when it prints none within
+    ``T`` seconds or exits, it is killed and the reply is ``{"ok": false, ...}``
+    with the end of its stderr.
+``{"close": N}``
+    close that command's stdin and wait for it (kill it after 30 s); reply
+    ``returncode`` and ``stderr``.
 ``{"whoami": true}``
     the identity the broker gave this process.
 ``{"exit": CODE}``
@@ -37,8 +49,10 @@ import json
 import os
 import socket
 import struct
+import select
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +69,51 @@ class Puppet:
     def __init__(self) -> None:
         self.client = BlockingClient.for_agent()
         self.me = self.client.identity
+        self.children: dict[int, subprocess.Popen[bytes]] = {}
+
+    def open(self, argv: list[str]) -> dict[str, Any]:
+        """Start ``argv`` as a long-running child with pipes on stdin and stdout."""
+        stderr = tempfile.TemporaryFile()
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
+        proc.stderr = stderr  # read back by ask (on a failure) and close
+        self.children[proc.pid] = proc
+        return {"ok": True, "handle": proc.pid}
+
+    def ask(self, handle: int, line: str, timeout: float) -> dict[str, Any]:
+        """One line in, one line out; a child that fails to answer is killed (a late answer would be read as the next one's)."""
+        proc = self.children[handle]
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(line.encode() + b"\n")
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], timeout)
+            answer = proc.stdout.readline() if ready else b""
+        except BrokenPipeError:
+            ready, answer = True, b""
+        if answer.endswith(b"\n"):
+            return {"ok": True, "line": answer.decode()}
+        del self.children[handle]
+        proc.kill()
+        code = proc.wait()
+        why = f"printed no line within {timeout} s" if not ready else f"exited ({code})"
+        return {"ok": False, "error": {"code": "internal", "message": f"puppet: child {handle} {why}: {self.stderr_of(proc)}"}}
+
+    def close_child(self, handle: int) -> dict[str, Any]:
+        proc = self.children.pop(handle)
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+        return {"ok": True, "returncode": code, "stderr": self.stderr_of(proc)}
+
+    @staticmethod
+    def stderr_of(proc: subprocess.Popen[bytes]) -> str:
+        stderr: Any = proc.stderr
+        stderr.seek(0)
+        return stderr.read().decode(errors="replace")[-4000:]
 
     def handle(self, command: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
         if "call" in command:
@@ -73,6 +132,12 @@ class Puppet:
         if "sh" in command:
             proc = subprocess.run(command["sh"], input=command.get("stdin", ""), capture_output=True, text=True, timeout=command.get("timeout", 60))
             return {"ok": True, "returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}, None
+        if "open" in command:
+            return self.open(list(command["open"])), None
+        if "ask" in command:
+            return self.ask(int(command["ask"]), command["line"], float(command.get("timeout", 60))), None
+        if "close" in command:
+            return self.close_child(int(command["close"])), None
         if "whoami" in command:
             return {"ok": True, "result": self.me, "pid": os.getpid()}, None
         if "exit" in command:

@@ -271,15 +271,13 @@ def _watch(target: Target, interval: float) -> None:
     """
     import time
 
-    from broker.clikit import connect
-
-    client = connect(target)
+    client = _connect_once_keyed(target)
     if client is None:
         if not target.json:
             say(f"waiting for a broker on {target.paths().state} (start one with conclave run --team TEAM.toml); Ctrl-C stops")
         while client is None:
             time.sleep(interval)
-            client = connect(target)
+            client = _connect_once_keyed(target)
     with client:
         if target.json:
             # One JSON document per line, one line per refresh.
@@ -302,6 +300,22 @@ def _watch(target: Target, interval: float) -> None:
                     break
                 live.update(_board_renderable(value), refresh=True)
         say("the broker stopped; the run is over")
+
+
+def _connect_once_keyed(target: Target) -> Any:
+    """``connect``, after giving a broker that is starting the moment between making its state
+    directory and writing its operator key (``StatePaths.ensure``): a watch that looked in that
+    moment was refused as if no key would ever come.  A directory that has no key 5 s on is refused
+    as before (an agent's box hides the key)."""
+    import time
+
+    from broker.clikit import connect, in_agent
+
+    paths = target.paths()
+    deadline = time.monotonic() + 5
+    while not in_agent() and paths.state.is_dir() and not paths.operator_key_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return connect(target)
 
 
 def _board_or_none(client: Any) -> dict[str, Any] | None:

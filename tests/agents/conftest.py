@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import weakref
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -15,12 +16,38 @@ from tests.agents import realbin
 DRIVER = Path(__file__).with_name("mcp_driver.py")
 
 
-def probe(puppet: Puppet, calls: Iterable[tuple[str, dict[str, Any]]] = (), *, server_args: Iterable[str] = ()) -> dict[str, Any]:
-    """Have ``puppet`` start ``conclave mcp`` with the MCP SDK client and make ``calls``."""
-    plan = {"calls": [list(c) for c in calls], "server_args": list(server_args)}
-    done = puppet.sh(sys.executable, str(DRIVER), "probe", json.dumps(plan), timeout=120)
-    assert done.returncode == 0, f"probe failed ({done.returncode}): {done.stderr[-3000:]}"
-    return json.loads(done.stdout)
+#: Each puppet's MCP client (``mcp_driver.py serve``, a child of the puppet), by puppet handle.
+_clients: weakref.WeakKeyDictionary[Puppet, int] = weakref.WeakKeyDictionary()
+
+
+def _tell(puppet: Puppet, command: dict[str, Any], timeout: float) -> dict[str, Any]:
+    puppet.send_nowait(command)
+    reply = puppet.receive(timeout + 10)
+    if not reply["ok"]:
+        _clients.pop(puppet, None)  # the puppet killed it: the next probe starts another
+        raise AssertionError(f"the MCP client in {puppet.key}'s tree failed: {reply['error']['message']}")
+    return reply
+
+
+def probe(puppet: Puppet, calls: Iterable[tuple[str, dict[str, Any]]] = (), *, server_args: Iterable[str] = (), fresh: bool = False) -> dict[str, Any]:
+    """Have ``puppet`` ask ``conclave mcp`` over the MCP SDK's stdio client to make ``calls``.
+
+    The client runs in the puppet's tree, one per puppet for its whole life, and keeps one
+    server, as an agent keeps its MCP server; ``fresh`` (or ``server_args``) starts a server
+    for this probe alone, which has exited when this returns."""
+    plan = {"calls": [list(c) for c in calls], "server_args": list(server_args), "fresh": fresh}
+    if puppet not in _clients:
+        _clients[puppet] = _tell(puppet, {"open": [sys.executable, str(DRIVER), "serve"]}, 10)["handle"]
+    return json.loads(_tell(puppet, {"ask": _clients[puppet], "line": json.dumps(plan), "timeout": 120}, 120)["line"])
+
+
+def close_probes(*puppets: Puppet) -> None:
+    """Stop the MCP clients (and their servers) of ``puppets``."""
+    for puppet in puppets:
+        handle = _clients.pop(puppet, None)
+        if handle is not None:
+            closed = _tell(puppet, {"close": handle}, 40)
+            assert closed["returncode"] == 0, f"the MCP client in {puppet.key}'s tree exited {closed['returncode']}: {closed['stderr']}"
 
 
 def available_ops(run: Run) -> dict[str, list[str]]:

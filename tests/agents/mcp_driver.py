@@ -1,9 +1,15 @@
 """Scripts the agent tests run *inside* an agent's process tree.
 
-``python mcp_driver.py probe PLAN_JSON``
+``python mcp_driver.py serve``
     Start ``conclave mcp`` with the MCP SDK's own stdio client -- the way an
-    agent does, passing on its CONCLAVE_* variables -- list the tools, make
-    the calls in the plan, print one JSON document.
+    agent does, passing on its CONCLAVE_* variables -- and answer plans: read
+    one plan (JSON) per line on stdin, list the tools, make the calls in the
+    plan, print one JSON document per line.  The server started for the first
+    plan is kept for every later one (an agent keeps its MCP server for its
+    whole life); a plan with ``"fresh": true`` gets a server of its own that
+    has exited when its answer is printed.  The test's puppet runs this with
+    its ``open``/``ask`` commands, so it stays in that agent's tree and the
+    SDK client is imported once per agent rather than once per question.
 
 ``python mcp_driver.py fake claude|codex|aider ARGS...``
     A stand-in for a coding agent: no model, no network.  It reads the
@@ -21,32 +27,46 @@ import os
 import subprocess
 import sys
 import tomllib
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 
 import anyio
 
 
 async def session(command: str, args: list[str], env: dict[str, str], calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    from mcp import ClientSession, StdioServerParameters, stdio_client
+    from mcp import StdioServerParameters, stdio_client
 
     params = StdioServerParameters(command=command, args=args, env=env)
-    out: dict[str, Any] = {"calls": []}
     async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write) as s:
-            init = await s.initialize()
-            out["instructions"] = init.instructions
-            listed = await s.list_tools()
-            out["tools"] = [{"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in listed.tools]
-            names = {t.name for t in listed.tools}
-            for name, arguments in calls:
-                if name.endswith("?"):  # optional: only when the server offers it
-                    name = name[:-1]
-                    if name not in names:
-                        continue
-                result = await s.call_tool(name, arguments)
-                text = "".join(c.text for c in result.content if getattr(c, "type", "") == "text")
-                out["calls"].append({"name": name, "args": arguments, "is_error": result.is_error, "text": text, "structured": result.structured_content})
+        async with connected(read, write) as (s, instructions):
+            return await ask(s, instructions, calls)
+
+
+@asynccontextmanager
+async def connected(read: Any, write: Any) -> AsyncIterator[tuple[Any, str | None]]:
+    """An initialized SDK client session on the server's streams, and the server's instructions."""
+    from mcp import ClientSession
+
+    async with ClientSession(read, write) as s:
+        init = await s.initialize()
+        yield s, init.instructions
+
+
+async def ask(s: Any, instructions: str | None, calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """List the tools and make ``calls`` on an initialized session."""
+    out: dict[str, Any] = {"calls": [], "instructions": instructions}
+    listed = await s.list_tools()
+    out["tools"] = [{"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in listed.tools]
+    names = {t.name for t in listed.tools}
+    for name, arguments in calls:
+        if name.endswith("?"):  # optional: only when the server offers it
+            name = name[:-1]
+            if name not in names:
+                continue
+        result = await s.call_tool(name, arguments)
+        text = "".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+        out["calls"].append({"name": name, "args": arguments, "is_error": result.is_error, "text": text, "structured": result.structured_content})
     return out
 
 
@@ -54,10 +74,29 @@ def conclave_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("CONCLAVE_")}
 
 
-def probe(plan: dict[str, Any]) -> dict[str, Any]:
-    args = ["-m", "broker.cli", "mcp", *plan.get("server_args", [])]
-    calls = [(c[0], c[1]) for c in plan.get("calls", [])]
-    return anyio.run(session, sys.executable, args, conclave_env(), calls, backend="trio")
+def server_argv(plan: dict[str, Any]) -> list[str]:
+    return ["-m", "broker.cli", "mcp", *plan.get("server_args", [])]
+
+
+async def serve_plans() -> None:
+    """``serve``: one plan per stdin line, one answer per stdout line, on one kept server."""
+    from mcp import StdioServerParameters, stdio_client
+
+    async with AsyncExitStack() as kept:
+        current: tuple[Any, str | None] | None = None
+        while line := await anyio.to_thread.run_sync(sys.stdin.readline):
+            plan = json.loads(line)
+            calls = [(c[0], c[1]) for c in plan.get("calls", [])]
+            if plan.get("fresh") or plan.get("server_args"):
+                out = await session(sys.executable, server_argv(plan), conclave_env(), calls)
+            else:
+                if current is None:
+                    params = StdioServerParameters(command=sys.executable, args=server_argv(plan), env=conclave_env())
+                    read, write = await kept.enter_async_context(stdio_client(params))
+                    current = await kept.enter_async_context(connected(read, write))
+                out = await ask(*current, calls)
+            sys.stdout.write(json.dumps(out) + "\n")
+            sys.stdout.flush()
 
 
 # -- the fake agents ------------------------------------------------------------------
@@ -147,8 +186,8 @@ def run_hooks(settings: dict[str, Any], owned: str) -> dict[str, Any]:
 
 def main() -> int:
     mode = sys.argv[1]
-    if mode == "probe":
-        print(json.dumps(probe(json.loads(sys.argv[2]))))
+    if mode == "serve":
+        anyio.run(serve_plans, backend="trio")
         return 0
     if mode == "fake":
         if sys.argv[3:] == ["--version"]:

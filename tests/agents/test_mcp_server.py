@@ -1,8 +1,9 @@
 """`conclave mcp` driven by the MCP SDK's own client, inside real agents' process trees.
 
-One broker for the module: alice and bob are puppet agents; each test has
-one of them start the MCP server over stdio (so the server inherits that
-agent's identity) and call tools.  Tools whose ops are not served by this
+One broker for the module: alice and bob are puppet agents; each has one
+MCP SDK client in its tree for the module, which starts the MCP server over
+stdio (so the server inherits that agent's identity) and keeps it, as an
+agent does; the tests ask it to call tools.  Tools whose ops are not served by this
 broker yet are skipped by name, from the broker's own `ops` listing.
 """
 
@@ -20,7 +21,7 @@ from agents.harness import Run
 from agents.mcp_tools import TOOLS
 from broker.wire import IDENTITY_FIELDS
 from store.database import connect
-from tests.agents.conftest import available_ops, error_of, model_view, probe, require, result_of
+from tests.agents.conftest import available_ops, close_probes, error_of, model_view, probe, require, result_of
 
 #: The op arguments the other packages committed to (the issue's fixed table).
 FIXED_ARGS = {
@@ -48,6 +49,7 @@ FIXED_ARGS = {
 def run(tmp_path_factory):
     with Run(tmp_path_factory.mktemp("mcp"), [{"name": "alice"}, {"name": "bob"}], files={"src/a.py": "a = 1\n"}) as run:
         yield run
+        close_probes(run.puppet("alice"), run.puppet("bob"))
 
 
 def identity_refusals(run: Run) -> list[tuple[str, str, list[str]]]:
@@ -215,7 +217,7 @@ def test_memory_tool_cannot_name_a_witness(run):
 def test_lock_tools_hold_for_the_agent_after_the_mcp_server_exits(run):
     require(run, "lock.acquire", "lock.release", "lock.list")
     alice, bob = run.puppet("alice"), run.puppet("bob")
-    (taken,) = probe(alice, [("lock_acquire", {"resources": ["src/a.py"]})])["calls"]
+    (taken,) = probe(alice, [("lock_acquire", {"resources": ["src/a.py"]})], fresh=True)["calls"]
     result_of(taken)
     # The MCP server has exited; the lock belongs to alice the agent, not to that connection.
     holders = [h for h in run.op("lock.list")["holdings"] if h["holder"] == alice.key]

@@ -21,7 +21,7 @@ from broker.dashboard.screens import Ask
 from broker.errors import ConclaveError
 from tests.dashboard.dashtools import PRINTER, app_for, drive, output_lines, row_for, rows, select_row, shown, type_text, until
 
-TEAM = [{"name": "alice"}, {"name": "bob"}, {"name": "carol"}, {"name": "dave"}, {"name": "printer", "command": PRINTER}]
+TEAM = [{"name": "alice", "may_spawn": 1}, {"name": "bob"}, {"name": "carol"}, {"name": "dave"}, {"name": "printer", "command": PRINTER}]
 PUPPETS = ["alice", "bob", "carol", "dave"]
 
 
@@ -236,10 +236,10 @@ def test_claims_pane_searches_and_shows_biography_witnesses_and_trust_graph(team
     drive(app_for(team), scenario)
 
 
-def test_the_witness_column_and_the_biography_count_witnesses_alike(start_run: Any) -> None:
+def test_the_witness_column_and_the_biography_count_witnesses_alike(team: Run) -> None:
     """Three corroborations, one from the author's own child (never counted): the claims table said 2
     (the counted ones) while the biography said 3.  Both now read the memory's one tally."""
-    run = start_run([{"name": "alice", "may_spawn": 1}, {"name": "bob"}, {"name": "carol"}])
+    run = team
     cid = run.puppet("alice").call("memory.remember", kind="discovery", text="The lexer tests need the unicode tables.")["id"]
     for witness in (run.puppet("bob"), run.puppet("carol"), run.spawn_puppet("alice", "helper")):
         witness.call("memory.show", id=cid)  # read first: a vouch by id alone is unread and never counts
@@ -340,8 +340,8 @@ def test_an_agent_that_drops_its_ticket_still_cannot_read_the_operators_view(tea
 
 def test_with_no_broker_it_says_so_shows_the_logs_and_connects_when_one_starts(tmp_path: Path) -> None:
     first = Run(tmp_path / "run", [{"name": "alice"}, {"name": "printer", "command": PRINTER}])
-    first.start(wait_for=["alice"])
     try:
+        first.start(wait_for=["alice"])  # inside the try: a start that times out still stops its broker
         logs = first.state / "logs"
         first.wait_until(lambda: any(p.name.startswith("printer-") and p.stat().st_size > 200 for p in logs.iterdir()), what="printer output")
     finally:
@@ -374,9 +374,9 @@ def test_with_no_broker_it_says_so_shows_the_logs_and_connects_when_one_starts(t
         second.close()
 
 
-def test_a_wrong_operator_key_gets_no_view_and_the_right_one_does(start_run: Any) -> None:
+def test_a_wrong_operator_key_gets_no_view_and_the_right_one_does(team: Run) -> None:
     """The dashboard proves it is the operator exactly as the CLI does: with the state directory's key."""
-    run = start_run([{"name": "alice"}])
+    run = team
     run.puppet("alice").call("memory.remember", kind="discovery", text="The key file sits in the state directory.")
     key_file = run.state / "operator.key"
     real = key_file.read_text()

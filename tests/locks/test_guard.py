@@ -200,11 +200,17 @@ def test_no_hook_is_written_into_the_persons_repository_for_boxed_agents(tmp_pat
     assert not hook.exists()
 
 
-def test_an_existing_hook_is_chained_and_put_back_when_the_broker_stops(tmp_path: Path) -> None:
+def test_an_existing_hook_is_chained_a_failing_one_still_blocks_and_it_is_put_back_when_the_broker_stops(tmp_path: Path) -> None:
+    """The person's own reference-transaction hook keeps running during the run (it logs every phase);
+    when it fails (here: while a ``.deny`` file exists) the commit is blocked with its message; at the
+    stop it is put back as it was."""
     run = Run(tmp_path, [{"name": "carol", "sandbox": "off"}], files=FILES)
     hooks = guardhook.hooks_dir(gitlayout.check(run.repo))
-    # The person's own reference-transaction hook logs every phase; it keeps running during the run.
-    original = f"#!/bin/sh\necho \"$1\" >> {run.repo}/.chained.log\ncat >/dev/null\nexit 0\n"
+    original = (
+        f"#!/bin/sh\necho \"$1\" >> {run.repo}/.chained.log\n"
+        f"[ \"$1\" = prepared ] && [ -e {run.repo}/.deny ] && {{ echo 'policy says no' >&2; exit 1; }}\n"
+        "cat >/dev/null\nexit 0\n"
+    )
     (hooks / HOOK).write_text(original)
     (hooks / HOOK).chmod(0o755)
     run.start()
@@ -214,22 +220,14 @@ def test_an_existing_hook_is_chained_and_put_back_when_the_broker_stops(tmp_path
         carol.call("lock.acquire", resources=["a.txt", "git"])
         assert agent_commit(run, carol, "a.txt").returncode == 0
         assert (run.repo / ".chained.log").read_text().split() == ["prepared", "committed"]
+        # The same commit with the person's hook failing: blocked, with its message.
+        (run.repo / ".deny").write_text("")
+        refused = agent_commit(run, carol, "a.txt")
+        assert refused.returncode != 0 and "policy says no" in refused.stderr
     finally:
         run.close()
     assert (hooks / HOOK).read_text() == original
     assert not (hooks / guardhook.CHAINED).exists()
-
-
-def test_a_failing_chained_hook_still_blocks_the_commit(tmp_path: Path) -> None:
-    run = Run(tmp_path, [{"name": "carol", "sandbox": "off"}], files=FILES)
-    hooks = run.repo / ".git" / "hooks"
-    (hooks / HOOK).write_text("#!/bin/sh\n[ \"$1\" = prepared ] && { echo 'policy says no' >&2; exit 1; }\nexit 0\n")
-    (hooks / HOOK).chmod(0o755)
-    with run:
-        carol = run.puppet("carol")
-        carol.call("lock.acquire", resources=["a.txt", "git"])
-        refused = agent_commit(run, carol, "a.txt")
-        assert refused.returncode != 0 and "policy says no" in refused.stderr
 
 
 def test_an_unboxed_agents_commit_naming_a_missing_object_is_refused(run: Run) -> None:

@@ -8,14 +8,26 @@ import os
 import subprocess
 import threading
 import time
+from typing import Iterator
+
+import pytest
 
 from agents.harness import Run
 from broker.entry import conclave_argv
+from tests.mail.mailtools import start_module_run
 
 
-def test_a_broadcast_with_nobody_else_alive_is_recorded_and_says_nobody_heard_it(start_run):
-    run = start_run([{"name": "alice"}])
+def test_a_broadcast_reaches_whoever_is_alive_and_with_nobody_else_alive_is_recorded_and_says_nobody_heard_it(start_run):
+    run = start_run([{"name": "alice"}, {"name": "bob"}])
     alice = run.puppet("alice")
+    # With bob alive, bob receives it.
+    sent = json.loads(alice.conclave("msg", "send", "--to", "all", "hello bob", "--json").stdout)
+    assert sent["recipients"] == ["bob"]
+    assert [m["body"] for m in run.puppet("bob").call("msg.inbox")] == ["hello bob"]
+    # bob gone: nobody hears the next one, and the record says so.
+    run.puppet("bob").exit(0)
+    run.forget("bob")
+    run.wait_until(lambda: [a["agent"] for a in run.op("status.board")["agents"]] == ["alice"], what="bob to leave the board")
     out = alice.conclave("msg", "send", "--to", "all", "anyone there?")
     assert out.returncode == 0, out.stderr
     assert "no one received it: no other agent is alive" in out.stdout
@@ -25,16 +37,14 @@ def test_a_broadcast_with_nobody_else_alive_is_recorded_and_says_nobody_heard_it
     assert "all (no one else was alive: nobody received it)" in inbox.stdout
 
 
-def test_a_broadcast_reaches_whoever_is_alive(start_run):
-    """Control for the test above: with bob alive, bob receives it."""
-    run = start_run([{"name": "alice"}, {"name": "bob"}])
-    sent = json.loads(run.puppet("alice").conclave("msg", "send", "--to", "all", "hello bob", "--json").stdout)
-    assert sent["recipients"] == ["bob"]
-    assert [m["body"] for m in run.puppet("bob").call("msg.inbox")] == ["hello bob"]
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """alice and bob on one broker, for the tests below (none of them sends mail the other reads)."""
+    yield from start_module_run(tmp_path_factory, [{"name": "alice"}, {"name": "bob"}])
 
 
-def test_msg_export_writes_all_mail_with_every_delivery_and_marks_nothing_read(start_run):
-    run = start_run([{"name": "alice"}, {"name": "bob"}])
+def test_msg_export_writes_all_mail_with_every_delivery_and_marks_nothing_read(pair):
+    run = pair
     alice, bob = run.puppet("alice"), run.puppet("bob")
     alice.call("msg.send", to="bob", body="one\nwith a second line", subject="first")
     bob.call("msg.send", to="operator", body="two")
@@ -55,8 +65,8 @@ def test_msg_export_writes_all_mail_with_every_delivery_and_marks_nothing_read(s
     assert refused.returncode == 1 and "forbidden" in refused.stderr
 
 
-def test_the_board_shows_who_waits_for_what(start_run):
-    run = start_run([{"name": "alice"}, {"name": "bob"}])
+def test_the_board_shows_who_waits_for_what(pair):
+    run = pair
     alice, bob = run.puppet("alice"), run.puppet("bob")
     alice.call("lock.acquire", resources=["src/app.py"])
     waiting = threading.Thread(target=lambda: bob.try_call("lock.acquire", resources=["src/app.py"], wait=20))
