@@ -157,6 +157,11 @@ class Puppet:
         self._sock.close()
 
 
+#: What starts every Run's broker unless the Run names its own: ``None`` is ``subprocess.Popen``.  The test
+#: suite sets a zygote's ``popen`` here (tests/conftest.py: brokers forked from a warm interpreter).
+LAUNCH: Callable[..., Any] | None = None
+
+
 class Run:
     """A ``conclave run`` process on a scratch repository, with puppet agents.
 
@@ -185,7 +190,7 @@ class Run:
     ) -> None:
         self.root = root
         #: What starts the broker: ``subprocess.Popen``, or something with its interface (the scenario runner's zygote).
-        self.launch = launch or subprocess.Popen
+        self.launch = launch or LAUNCH or subprocess.Popen
         #: A command the broker is started under (``unshare ... sh -c '...; exec "$@"'``): a test's own namespace.
         self.wrap = list(wrap)
         # ``repo``: an existing checkout (a clone, for a second broker on another "host").

@@ -9,6 +9,7 @@ for everyone but its owner.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -72,7 +73,9 @@ def test_verify_walks_with_the_brokers_password_without_showing_it(password_clus
     postgres.add_broker(password_cluster.url(database), "desk", role="broker_desk", password=PASSWORD)
     monkeypatch.setenv("PGPASSWORD", PASSWORD)
     url = password_cluster.url(database, user="broker_desk")
-    run = Run(tmp_path / "desk", [{"name": "alice"}], extra_toml=f'\n[store]\nurl = "{url}"\nverify_every = 0\n')
+    # Started by exec, not forked from the suite's warm interpreter: /proc/PID/environ of a fork shows the
+    # environment its parent was started with, and the control below reads the broker's.
+    run = Run(tmp_path / "desk", [{"name": "alice"}], extra_toml=f'\n[store]\nurl = "{url}"\nverify_every = 0\n', launch=subprocess.Popen)
     try:
         run.start()
         assert run.process is not None
