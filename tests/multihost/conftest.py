@@ -9,20 +9,11 @@ from typing import Any, Callable, Iterator, Sequence
 import pytest
 
 from agents.harness import Run, make_repo
-from scenarios.zygote import Zygote
 from tests.pgtools import copy_chain_key
 
 
-@pytest.fixture(scope="session")
-def zygote() -> Iterator[Zygote]:
-    """One warm interpreter per test process that forks the brokers ``two_hosts`` starts (scenarios/zygote.py):
-    each broker is still its own ``conclave run`` process; only its imports are shared."""
-    with Zygote() as warm:
-        yield warm
-
-
 @pytest.fixture
-def two_hosts(pg_cluster: Any, tmp_path: Path, zygote: Zygote) -> Iterator[Callable[..., tuple[Run, Run]]]:
+def two_hosts(pg_cluster: Any, tmp_path: Path) -> Iterator[Callable[..., tuple[Run, Run]]]:
     """``two_hosts(agents_a, agents_b)``: brokers ``alpha`` and ``beta``, each on its own clone, one database.
 
     ``alpha`` starts first and keys the event log; its chain key is copied to
@@ -43,7 +34,7 @@ def two_hosts(pg_cluster: Any, tmp_path: Path, zygote: Zygote) -> Iterator[Calla
         out = []
         for host, clone, agents in (("alpha", clones[0], agents_a), ("beta", clones[1], agents_b)):
             url = pg_cluster.broker_url(database, host)
-            run = Run(tmp_path / host, agents, repo=clone, extra_toml=f'\n[store]\nurl = "{url}"\n{extra_toml}', launch=zygote.popen)
+            run = Run(tmp_path / host, agents, repo=clone, extra_toml=f'\n[store]\nurl = "{url}"\n{extra_toml}')
             run.database = database  # type: ignore[attr-defined]
             runs.append(run)
             if out and share_key:

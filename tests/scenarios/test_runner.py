@@ -7,22 +7,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator
 
 import pytest
 
 from scenarios import collect, known_ops, load, run_scenario
 from scenarios.format import ScenarioInvalid
-from scenarios.zygote import Zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 
-
-@pytest.fixture(scope="module")
-def launch() -> Iterator[Callable[..., Any]]:
-    """What starts this module's brokers: forks of one warm interpreter (scenarios/zygote.py), as ``run_all`` does."""
-    with Zygote() as zygote:
-        yield zygote.popen
 
 HEADER = 'name = "t"\ntier = "T2"\ndescription = "d"\n\n[[agents]]\nname = "alice"\n'
 
@@ -51,16 +43,16 @@ def test_a_mistake_in_a_scenario_is_invalid_and_names_the_line(tmp_path, body, m
     assert message in str(invalid.value)
 
 
-def test_a_correct_scenario_loads(tmp_path, launch):
+def test_a_correct_scenario_loads(tmp_path):
     scenario = load(write(tmp_path, '\n[[step]]\nactor = "alice"\nop = "whoami"\nbind = "me"\n\n[[step]]\nactor = "alice"\nop = "whoami"\nexpect_result = { agent = "${me.agent}" }\n'), known_ops())
     assert [s.line for s in scenario.steps] == [8, 13]
-    assert run_scenario(scenario, workdir=tmp_path, launch=launch).verdict == "passed"
+    assert run_scenario(scenario, workdir=tmp_path).verdict == "passed"
 
 
-def test_an_unexpected_outcome_fails_with_the_step_expected_and_got(tmp_path, launch):
+def test_an_unexpected_outcome_fails_with_the_step_expected_and_got(tmp_path):
     # The scenario wrongly expects bob's stolen-ticket attempt to succeed.
     path = write(tmp_path, '\n[[agents]]\nname = "bob"\n\n[[step]]\nactor = "bob"\naction = "steal-ticket"\nfrom = "alice"\nop = "whoami"\n')
-    outcome = run_scenario(load(path, known_ops()), workdir=tmp_path, launch=launch)
+    outcome = run_scenario(load(path, known_ops()), workdir=tmp_path)
     assert outcome.verdict == "failed"
     assert outcome.detail.startswith("step 1 (line 11: bob steal-ticket)")
     assert outcome.expected == "success" and "auth_failed" in outcome.got
@@ -161,12 +153,12 @@ tier = "trusted"
 '''
 
 
-def test_a_broker_killed_and_started_again_keeps_what_was_acknowledged_under_the_new_policy(tmp_path, launch):
+def test_a_broker_killed_and_started_again_keeps_what_was_acknowledged_under_the_new_policy(tmp_path):
     # SIGKILL the broker after bob's acknowledged vouch, start it again with quorum 1: the vouch is still
     # there and now makes the claim trusted; bob, killed mid-call afterwards, leaves alice able to act.
-    passed = run_scenario(load(write(tmp_path, RESTART % "policy = { quorum = 1 }"), known_ops()), workdir=tmp_path, launch=launch)
+    passed = run_scenario(load(write(tmp_path, RESTART % "policy = { quorum = 1 }"), known_ops()), workdir=tmp_path)
     assert passed.verdict == "passed", passed
     # The control: the same restart without the new policy leaves the claim one domain short of quorum 2.
     (tmp_path / "control").mkdir()
-    control = run_scenario(load(write(tmp_path / "control", RESTART % ""), known_ops()), workdir=tmp_path, launch=launch)
+    control = run_scenario(load(write(tmp_path / "control", RESTART % ""), known_ops()), workdir=tmp_path)
     assert control.verdict == "failed" and "trusted" in (control.expected or ""), control
