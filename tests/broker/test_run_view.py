@@ -55,7 +55,8 @@ def journal(state: Path, run: int = 1) -> list[dict]:
 STORY = """
 [[agent]]
 name = "holder"
-command = ["sh", "-c", "conclave lock acquire data.txt > /dev/null; echo holding; sleep 4.5"]
+# Holds the lock until the waiter is in line (lock list names it), then long enough for the run to announce the wait.
+command = ["sh", "-c", "conclave lock acquire data.txt > /dev/null; echo holding; for i in $(seq 100); do conclave lock list --json | grep -q waiter && break; sleep 0.2; done; sleep 4.5"]
 
 [[agent]]
 name = "waiter"
