@@ -74,11 +74,13 @@ def store_toml(url: str | None) -> str:
 
 
 def load_and_kill(root: Path, agents: int, load_seconds: float, *, round_no: int, probe: Callable[[Run], Any] | None = None,
-                  url: str | None = None) -> dict[str, Any]:
+                  url: str | None = None, at_least: int = 0) -> dict[str, Any]:
     """One round up to the kill: start (or restart) the broker with the writers, load, SIGKILL. Returns the round's facts.
 
     ``probe(run)``, when given, runs once under the load (its result is in the facts as ``probe``).
     ``url``: the broker's PostgreSQL store (None: the SQLite file in the state directory).
+    ``at_least``: after ``load_seconds``, the kill also waits (up to 60 s) until the writers hold that many
+    acknowledgements, so a slow machine still kills the broker in the middle of real load.
     """
     out = root / f"round{round_no}"
     out.mkdir()
@@ -91,6 +93,8 @@ def load_and_kill(root: Path, agents: int, load_seconds: float, *, round_no: int
         began = time.monotonic()
         probed = probe(run) if probe is not None else None
         time.sleep(max(0.0, load_seconds - (time.monotonic() - began)))
+        if at_least:
+            run.wait_until(lambda: acks_so_far(out) >= at_least, timeout=60, what=f"{at_least} acknowledged changes")
         assert run.process is not None
         killed_at = time.time()
         run.process.send_signal(signal.SIGKILL)
@@ -146,6 +150,11 @@ def restart_and_check(root: Path, facts: dict[str, Any], *, reader: Callable[[],
         load_seconds=facts["load_seconds"],
     )
     return found
+
+
+def acks_so_far(out: Path) -> int:
+    """How many acknowledgements the writers have recorded so far (whole lines only)."""
+    return sum(path.read_bytes().count(b"\n") for path in out.glob("*.acks"))
 
 
 def read_acks(out: Path) -> list[dict[str, Any]]:
