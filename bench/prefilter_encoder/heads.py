@@ -1,0 +1,230 @@
+"""Step 2/3: heads that read e5's per-token states, 5-fold CV on the training corpora (jax, one thread).
+
+    XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" OMP_NUM_THREADS=1 \
+      /work/ft-venv/bin/python bench/prefilter_encoder/heads.py --head attn --seeds 2
+
+Reads /work/ft-cache/states.npz (cache_states.py).  Writes the out-of-fold scores to
+/work/ft-cache/oof-<name>.npy; report.py turns them into the figures.
+Heads:
+  attn   token-wise projection (384->D, gelu), A attention-pooling heads + max-pool over tokens, plus the
+         mean-pooled vector (what the probe reads), then an MLP
+  conv   1-D convolution (width 3) over the token states, max-pool + attention pool, plus the mean, MLP
+  layer  one new transformer layer (trained from scratch, d=384) over the frozen states, then as attn
+  ft     the top (12 - split) e5 layers themselves trained (initialised from the 4-bit weights), then as attn
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import e5tok  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+
+def load_states(which: str):
+    z = np.load(e5tok.CACHE / "states.npz")
+    off = z["off"]
+    h = z["h_split"] if which == "split" else z["h_last"]
+    labels = (z["labels"] != "benign").astype(np.float32)
+    return h, off, labels, z["langs"], int(z["split"])
+
+
+def batches(h, off, idx, size, rng=None, pad_to=8):
+    """Yield (x [B,T,H] float32, mask [B,T], positions idx) in length-sorted buckets (shuffled order of buckets)."""
+    lens = off[idx + 1] - off[idx]
+    order = idx[np.argsort(lens, kind="stable")]
+    groups = [order[i : i + size] for i in range(0, len(order), size)]
+    if rng is not None:
+        rng.shuffle(groups)
+    for g in groups:
+        L = int((off[g + 1] - off[g]).max())
+        L = -(-L // pad_to) * pad_to
+        x = np.zeros((len(g), L, h.shape[1]), dtype=np.float32)
+        m = np.zeros((len(g), L), dtype=np.float32)
+        for j, i in enumerate(g):
+            a, b = off[i], off[i + 1]
+            x[j, : b - a] = h[a:b]
+            m[j, : b - a] = 1
+        yield x, m, g
+
+
+def glorot(key, shape):
+    return jax.random.normal(key, shape) * np.sqrt(2.0 / (shape[0] + shape[-1]))
+
+
+def layernorm(x, w, b, eps=1e-12):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / jnp.sqrt(var + eps) * w + b
+
+
+def encoder_layer(p, x, mask, nh):
+    """A BERT post-LN layer (e5's own shape); p holds q,k,v,ao [out,in] weights etc."""
+    B, T, H = x.shape
+    hd = H // nh
+    def proj(w, b):
+        return (x @ w.T + b).reshape(B, T, nh, hd)
+    q, k, v = proj(p["q.w"], p["q.b"]), proj(p["k.w"], p["k.b"]), proj(p["v.w"], p["v.b"])
+    s = jnp.einsum("bqhe,bkhe->bhqk", q, k) / np.sqrt(hd)
+    s = jnp.where(mask[:, None, None, :] > 0, s, -1e9)
+    a = jax.nn.softmax(s, -1)
+    ctx = jnp.einsum("bhqk,bkhe->bqhe", a, v).reshape(B, T, H)
+    x = layernorm(x + ctx @ p["ao.w"].T + p["ao.b"], p["aln.w"], p["aln.b"])
+    mid = jax.nn.gelu(x @ p["fi.w"].T + p["fi.b"], approximate=False)
+    return layernorm(x + mid @ p["fo.w"].T + p["fo.b"], p["oln.w"], p["oln.b"])
+
+
+NAMES = ["q.w", "k.w", "v.w", "ao.w", "fi.w", "fo.w", "q.b", "k.b", "v.b", "ao.b", "aln.w", "aln.b", "fi.b", "fo.b", "oln.w", "oln.b"]
+
+
+def e5_layers(first: int, last: int):
+    shim = e5tok.Shim()
+    return [{n: jnp.asarray(shim.weight(l, i)) for i, n in enumerate(NAMES)} for l in range(first, last)]
+
+
+def init(key, head, H, args):
+    ks = jax.random.split(key, 12)
+    D, A = args.dim, args.pool_heads
+    p = {}
+    if head == "conv":
+        p["conv.w"] = glorot(ks[0], (3 * H, D))
+    else:
+        p["tok.w"] = glorot(ks[0], (H, D))
+    p["tok.b"] = jnp.zeros(D)
+    p["att"] = jax.random.normal(ks[1], (D, A)) * 0.02
+    feat = A * D + D + H
+    p["m1.w"] = glorot(ks[2], (feat, args.hidden))
+    p["m1.b"] = jnp.zeros(args.hidden)
+    p["m2.w"] = glorot(ks[3], (args.hidden, 1))
+    p["m2.b"] = jnp.zeros(1)
+    if head == "layer":
+        L = e5_layers(11, 12)[0]  # shapes only; re-initialised at random
+        p["enc"] = [{n: (glorot(ks[4 + i % 6], v.shape) * 0.5 if v.ndim == 2 else (jnp.ones_like(v) if n.endswith("ln.w") else jnp.zeros_like(v))) for i, (n, v) in enumerate(L.items())}]
+    return p
+
+
+def features(p, x, mask, head, nh):
+    if "enc" in p:
+        for layer in p["enc"]:
+            x = encoder_layer(layer, x, mask, nh)
+    m = mask[..., None]
+    mean = (x * m).sum(1) / m.sum(1)
+    mean = mean / jnp.linalg.norm(mean, axis=-1, keepdims=True) * 10.0
+    if head == "conv":
+        xp = jnp.pad(x * m, ((0, 0), (1, 1), (0, 0)))
+        win = jnp.concatenate([xp[:, :-2], xp[:, 1:-1], xp[:, 2:]], -1)
+        t = jax.nn.gelu(win @ p["conv.w"] + p["tok.b"])
+    else:
+        t = jax.nn.gelu(x @ p["tok.w"] + p["tok.b"])
+    s = t @ p["att"]  # [B,T,A]
+    s = jnp.where(mask[..., None] > 0, s, -1e9)
+    w = jax.nn.softmax(s, 1)
+    att = jnp.einsum("bta,btd->bad", w, t).reshape(x.shape[0], -1)
+    mx = jnp.where(m > 0, t, -1e9).max(1)
+    return jnp.concatenate([att, mx, mean], -1)
+
+
+def logit(p, x, mask, head, nh, drop_key=None, rate=0.0):
+    f = features(p, x, mask, head, nh)
+    if drop_key is not None and rate > 0:
+        f = f * jax.random.bernoulli(drop_key, 1 - rate, f.shape) / (1 - rate)
+    hdn = jax.nn.gelu(f @ p["m1.w"] + p["m1.b"])
+    return (hdn @ p["m2.w"] + p["m2.b"])[:, 0]
+
+
+def run(args):
+    source = "split" if args.head == "ft" else "last"
+    h, off, labels, langs, split = load_states(source)
+    n, H = len(labels), h.shape[1]
+    fold = e5tok.folds(n, 5)
+    oof = np.zeros((args.seeds, n), dtype=np.float32)
+    nh = 12
+    for seed in range(args.seeds):
+        for k in range(5):
+            if args.only_fold is not None and k != args.only_fold:
+                continue
+            t0 = time.time()
+            key = jax.random.PRNGKey(seed * 10 + k)
+            p = init(key, args.head, H, args)
+            if args.head == "ft":
+                p["enc"] = e5_layers(split, 12)
+            lr_of = {kk: (args.ft_lr if kk == "enc" else args.lr) for kk in p}
+
+            def loss_fn(p, x, m, y, dk):
+                z = logit(p, x, m, args.head, nh, dk, args.dropout)
+                ce = jnp.mean(jnp.maximum(z, 0) - z * y + jnp.log1p(jnp.exp(-jnp.abs(z))))
+                l2 = sum(jnp.sum(v * v) for kk, v in p.items() if kk not in ("enc",) and v.ndim == 2)
+                return ce + args.l2 * l2
+
+            opt = {kk: (jax.tree_util.tree_map(jnp.zeros_like, v), jax.tree_util.tree_map(jnp.zeros_like, v)) for kk, v in p.items()}
+
+            @jax.jit
+            def step(p, opt, x, m, y, dk, t, scale):
+                loss, g = jax.value_and_grad(loss_fn)(p, x, m, y, dk)
+                newp, newopt = {}, {}
+                for kk in p:
+                    m1 = jax.tree_util.tree_map(lambda a, b: 0.9 * a + 0.1 * b, opt[kk][0], g[kk])
+                    m2 = jax.tree_util.tree_map(lambda a, b: 0.999 * a + 0.001 * b * b, opt[kk][1], g[kk])
+                    lr = lr_of[kk] * scale
+                    newp[kk] = jax.tree_util.tree_map(lambda w, a, b: w - lr * (a / (1 - 0.9**t)) / (jnp.sqrt(b / (1 - 0.999**t)) + 1e-8), p[kk], m1, m2)
+                    newopt[kk] = (m1, m2)
+                return newp, newopt, loss
+
+            @jax.jit
+            def predict(p, x, m):
+                return jax.nn.sigmoid(logit(p, x, m, args.head, nh))
+
+            tr = np.where(fold != k)[0]
+            te = np.where(fold == k)[0]
+            rng = np.random.default_rng(seed * 100 + k)
+            t = 0
+            total = args.epochs * (-(-len(tr) // args.batch))
+            for ep in range(args.epochs):
+                losses = []
+                for x, m, g in batches(h, off, tr, args.batch, rng):
+                    t += 1
+                    scale = 0.5 * (1 + np.cos(np.pi * t / total))  # cosine decay
+                    p, opt, loss = step(p, opt, x, m, labels[g], jax.random.PRNGKey(t + 1000 * seed + 100000 * k), t, scale)
+                    losses.append(float(loss))
+                if args.verbose:
+                    print(f"  seed {seed} fold {k} epoch {ep} loss {np.mean(losses):.4f} {time.time() - t0:.0f}s", file=sys.stderr, flush=True)
+            for x, m, g in batches(h, off, te, 128):
+                oof[seed, g] = np.asarray(predict(p, x, m))
+            y = labels[te]
+            sc = oof[seed, te]
+            thr = np.quantile(sc[y == 0], 0.98)
+            print(f"seed {seed} fold {k}: {time.time() - t0:.0f}s, orders {np.mean(sc[y == 1] > thr):.1%} at 2% benign (fold-internal)", file=sys.stderr, flush=True)
+    out = e5tok.CACHE / f"oof-{args.name or args.head}.npy"
+    np.save(out, oof)
+    print(f"-> {out}", file=sys.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--head", choices=["attn", "conv", "layer", "ft"], default="attn")
+    ap.add_argument("--name")
+    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--epochs", type=int, default=12)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--ft-lr", type=float, default=3e-5)
+    ap.add_argument("--l2", type=float, default=1e-4)
+    ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--pool-heads", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--only-fold", type=int)
+    ap.add_argument("--verbose", action="store_true")
+    run(ap.parse_args())
+
+
+if __name__ == "__main__":
+    main()
