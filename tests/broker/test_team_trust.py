@@ -13,12 +13,12 @@ field that is not trust-relevant (the prompt) runs without asking.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from agents.harness import make_repo
+from tests.conclave_run import conclave_run, operator_env
 
 BEFORE = """
 [[agent]]
@@ -32,8 +32,10 @@ quorum = 2
 
 
 def conclave(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
-    return subprocess.run([sys.executable, "-I", "-m", "broker.cli", *args], capture_output=True, text=True, env=env, timeout=120)
+    """The operator's `conclave` in a process of its own (`conclave run` forked warm: tests/conclave_run.py)."""
+    if args[0] == "run":
+        return conclave_run(*args[1:])
+    return subprocess.run([sys.executable, "-I", "-m", "broker.cli", *args], capture_output=True, text=True, env=operator_env(), timeout=120)
 
 
 def setup(tmp_path: Path) -> tuple[Path, Path, Path, list[str]]:
