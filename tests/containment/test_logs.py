@@ -35,6 +35,8 @@ from agents.harness import Run
 from broker.runlog import segments
 from tests.eventlog import events_of
 
+pytestmark = pytest.mark.uid_independent("an agent rewriting its log, a full file system in a user namespace: the same for root and uid 65534")
+
 REWRITE = textwrap.dedent(
     r"""
     import errno, glob, json, os, sys
