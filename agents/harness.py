@@ -160,6 +160,9 @@ class Puppet:
 #: What starts every Run's broker unless the Run names its own: ``None`` is ``subprocess.Popen``.  The test
 #: suite sets a zygote's ``popen`` here (tests/conftest.py: brokers forked from a warm interpreter).
 LAUNCH: Callable[..., Any] | None = None
+#: What runs every Run's operator command (:meth:`Run.cli`): ``None`` is ``subprocess.run``.  The test suite sets
+#: the same zygote's ``run`` here: each command is a fork of the warm interpreter running ``broker.cli.main``.
+COMMAND: Callable[..., subprocess.CompletedProcess[str]] | None = None
 
 
 class Run:
@@ -310,14 +313,10 @@ class Run:
     def cli(self, *args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         """Run ``conclave ARGS --state-dir STATE --repo REPO`` as the operator."""
         base = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
-        return subprocess.run(
-            conclave_argv(*args, "--repo", str(self.repo), "--state-dir", str(self.state)),
-            capture_output=True,
-            text=True,
-            env={**base, **(env or {})},
-            input=stdin,
-            timeout=60,
-        )
+        argv = conclave_argv(*args, "--repo", str(self.repo), "--state-dir", str(self.state))
+        if COMMAND is not None:
+            return COMMAND(argv, env={**base, **(env or {})}, input=stdin, timeout=60)
+        return subprocess.run(argv, capture_output=True, text=True, env={**base, **(env or {})}, input=stdin, timeout=60)
 
     def wait_until(self, predicate, timeout: float = 10, interval: float = 0.05, what: str = "condition"):  # type: ignore[no-untyped-def]
         deadline = time.monotonic() + timeout

@@ -20,8 +20,10 @@ stderr, and a socket for the answer); the zygote forks a monitor, the monitor
 forks the broker, reports its pid, waits for it, and reports its exit code.
 :class:`Zygote` is the starter's side; :meth:`Zygote.popen` returns a
 :class:`Forked`, which the harness's ``Run`` drives as it would a
-``subprocess.Popen``.  A command that is not ``conclave run`` on this
-interpreter is started by ``subprocess.Popen`` as before.
+``subprocess.Popen``.  Any other ``conclave`` command on this interpreter is
+forked the same way (:meth:`Zygote.run`: the test suite's operator commands,
+``agents.harness.Run.cli``); anything else is started by ``subprocess.Popen``
+as before.
 
 What is not the same as an exec'd broker: the kernel's record of the exec,
 ``/proc/PID/cmdline`` and ``/proc/PID/environ``, shows the zygote's (the
@@ -164,28 +166,39 @@ class Zygote:
         mine.settimeout(None)
 
     def serves(self, argv: Sequence[str]) -> bool:
-        """Is ``argv`` a ``conclave run`` on this zygote's interpreter (what it can fork)?"""
-        prefix = conclave_argv("run", python=self.python)
-        return list(argv[: len(prefix)]) == prefix
+        """Is ``argv`` a ``conclave`` command on this zygote's interpreter (what it can fork)?"""
+        prefix = conclave_argv(python=self.python)
+        return list(argv[: len(prefix)]) == prefix and len(argv) > len(prefix)
 
-    def popen(self, argv: Sequence[str], *, stdout: int, stderr: int, text: bool = False, env: dict[str, str] | None = None) -> Forked | subprocess.Popen[Any]:
-        """``subprocess.Popen(argv, stdout=PIPE, stderr=PIPE, text=text, env=env)``, forked when :meth:`serves` says so."""
+    def popen(self, argv: Sequence[str], *, stdout: int, stderr: int, text: bool = False, env: dict[str, str] | None = None,
+              input: bytes | None = None) -> Forked | subprocess.Popen[Any]:
+        """``subprocess.Popen(argv, stdout=PIPE, stderr=PIPE, text=text, env=env)``, forked when :meth:`serves` says so.
+
+        ``input``: what the command reads on its standard input (else it reads the null device).
+        """
         argv = list(argv)
         if not self.serves(argv) or stdout != subprocess.PIPE or stderr != subprocess.PIPE:
+            if input is not None:
+                raise ValueError("input is for a forked command only: use subprocess.run for anything else")
             return subprocess.Popen(argv, stdout=stdout, stderr=stderr, text=text, env=env)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         report, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        null = os.open(os.devnull, os.O_RDONLY)
-        request = {"argv": argv[len(python_argv("broker.cli", python=self.python)):], "cwd": os.getcwd(),
+        if input is None:
+            feed, source = None, os.open(os.devnull, os.O_RDONLY)
+        else:
+            source, feed = os.pipe()
+        request = {"argv": argv[len(conclave_argv(python=self.python)):], "cwd": os.getcwd(),
                    "env": dict(os.environ if env is None else env)}
         try:
             with self._lock:
-                socket.send_fds(self._control, [json.dumps(request).encode()], [null, out_w, err_w, theirs.fileno()])
+                socket.send_fds(self._control, [json.dumps(request).encode()], [source, out_w, err_w, theirs.fileno()])
         finally:
-            for fd in (null, out_w, err_w):
+            for fd in (source, out_w, err_w):
                 os.close(fd)
             theirs.close()
+        if feed is not None:
+            threading.Thread(target=_feed, args=(feed, input or b""), daemon=True).start()
         report.settimeout(READY_TIMEOUT)
         line = b""
         while not line.endswith(b"\n"):
@@ -194,6 +207,22 @@ class Zygote:
                 raise RuntimeError(f"the broker zygote did not fork the broker (zygote exit status {self.process.poll()})")
             line += data
         return Forked(argv, int(line), report, out_r, err_r, text=text)
+
+    def run(self, argv: Sequence[str], *, env: dict[str, str] | None = None, input: str | None = None,
+            timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+        """``subprocess.run(argv, capture_output=True, text=True, env=env, input=input, timeout=timeout)``,
+        forked when :meth:`serves` says so (an operator's ``conclave`` command without its interpreter's start)."""
+        if not self.serves(argv):
+            return subprocess.run(list(argv), capture_output=True, text=True, env=env, input=input, timeout=timeout)
+        process = self.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                             input=None if input is None else input.encode())
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()  # as subprocess.run does
+            process.wait()
+            raise
+        return subprocess.CompletedProcess(list(argv), process.wait(), out, err)
 
     def close(self) -> None:
         self._control.close()  # the zygote's read ends: it exits
@@ -222,6 +251,18 @@ def _warm() -> None:
 
     composition.schemas()
     composition.team_rules()
+
+
+def _feed(fd: int, data: bytes) -> None:
+    """Write a forked command's standard input, then close it (a thread: the command may not read it all)."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except BrokenPipeError:
+        pass  # it ended without reading everything, as a command may
+    finally:
+        os.close(fd)
 
 
 def _serve(control: socket.socket) -> None:

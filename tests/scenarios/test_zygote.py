@@ -22,8 +22,16 @@ def test_a_forked_broker_answers_as_an_execd_one_and_holds_none_of_the_zygotes_d
         execd = subprocess.run(missing, capture_output=True, text=True, env=env, timeout=120)
         assert execd.returncode != 0 and "no-such-team.toml" in execd.stderr
         assert (forked.returncode, forked_err) == (execd.returncode, execd.stderr)
-        # What is not `conclave run` on this interpreter is exec'd as before.
-        other = zygote.popen(conclave_argv("whoami"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        # Any other `conclave` command is forked too, and answers as the exec'd one: a refusal without a broker
+        # (control: the same command exec'd), and its standard input read to the end.
+        whoami = conclave_argv("whoami", "--json", "--state-dir", str(tmp_path / "nobody"))
+        forked_whoami = zygote.popen(whoami, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        assert isinstance(forked_whoami, Forked)
+        assert forked_whoami.communicate(timeout=120) == (lambda done: (done.stdout, done.stderr))(
+            execd_whoami := subprocess.run(whoami, capture_output=True, text=True, env=env, timeout=120))
+        assert forked_whoami.returncode == execd_whoami.returncode != 0
+        # What is not a conclave command on this interpreter is exec'd as before.
+        other = zygote.popen([str(Path(conclave_argv()[0])), "-c", "pass"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         assert isinstance(other, subprocess.Popen)
         other.communicate(timeout=120)
 
@@ -35,5 +43,11 @@ def test_a_forked_broker_answers_as_an_execd_one_and_holds_none_of_the_zygotes_d
             held = {os.readlink(f"/proc/{run.process.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{run.process.pid}/fd")}
             sockets = {link for link in control if link.startswith("socket:")}
             assert sockets and not (held & sockets), (held, sockets)
+            # An operator's command forked by Zygote.run reads what it is given on its standard input.
+            body = "a body read from standard input " * 400  # 12,800 bytes (the limit is 16,384)
+            sent = zygote.run(conclave_argv("msg", "send", "--to", "alice", "-", "--repo", str(run.repo), "--state-dir", str(run.state)),
+                              env=env, input=body, timeout=120)
+            assert sent.returncode == 0, sent.stderr
+            assert run.puppet("alice").call("msg.inbox")[-1]["body"] == body
             summary = run.stop()
         assert summary is not None and [a["agent"] for a in summary["agents"]] == ["alice"]  # its stdout, read to the end
