@@ -1,11 +1,11 @@
-"""``conclave run ...`` as a test's own command, started the way the suite starts every broker.
+"""The operator's ``conclave ...`` as a test's own command, started the way the suite starts every broker.
 
-A test about what `conclave run` prints, refuses or leaves behind runs the
-real command line in a process of its own; through ``agents.harness.LAUNCH``
-(the suite's warm interpreter, tests/conftest.py) that process is a fork that
-has imported the broker already, instead of an interpreter paying about
-three quarters of a second of CPU to import it again.  Outside the suite, or
-on another interpreter, it is ``subprocess.Popen`` as before.
+A test about what `conclave run` or `conclave doctor` prints, refuses or
+leaves behind runs the real command line in a process of its own; through
+``agents.harness.COMMAND`` (the suite's warm interpreter, tests/conftest.py)
+that process is a fork that has imported conclave already, instead of an
+interpreter paying up to three quarters of a second of CPU to import it
+again.  Outside the suite it is ``subprocess.run`` as before.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ def operator_env(**extra: str) -> dict[str, str]:
     return {**{k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}, **extra}
 
 
+def conclave(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``conclave ARGS`` to its end, as ``subprocess.run(..., capture_output=True, text=True)`` returns it."""
+    argv, env = conclave_argv(*args), env or operator_env()
+    if harness.COMMAND is not None:
+        return harness.COMMAND(argv, env=env, timeout=timeout)
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+
+
 def conclave_run(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """``conclave run ARGS`` to its end, as ``subprocess.run(..., capture_output=True, text=True)`` returns it."""
-    argv = conclave_argv("run", *args)
-    process = (harness.LAUNCH or subprocess.Popen)(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or operator_env())
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-        raise
-    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+    """``conclave run ARGS``."""
+    return conclave("run", *args, env=env, timeout=timeout)

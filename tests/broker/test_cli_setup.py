@@ -11,14 +11,15 @@ from pathlib import Path
 
 from agents.harness import Run, make_repo
 from broker.entry import conclave_argv
-from tests.conclave_run import conclave_run, operator_env
+from tests.conclave_run import conclave as conclave_command
+from tests.conclave_run import operator_env
 
 
 def conclave(*args: str, cwd: Path | None = None, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The operator's `conclave` in a process of its own (`conclave run` forked warm: tests/conclave_run.py)."""
+    """The operator's `conclave` in a process of its own (forked warm: tests/conclave_run.py; exec'd in ``cwd``)."""
     env = operator_env(**(extra_env or {}))
-    if args[0] == "run" and cwd is None:
-        return conclave_run(*args[1:], env=env)
+    if cwd is None:
+        return conclave_command(*args, env=env)
     return subprocess.run(conclave_argv(*args), capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
 
 

@@ -10,15 +10,16 @@ from pathlib import Path
 
 from agents.harness import make_repo
 from broker.sandbox import machine as sandbox_machine
+from tests.conclave_run import conclave as conclave_command
 from tests.conclave_run import conclave_run, operator_env
 
 MACHINE = sandbox_machine.probe()
 
 
 def conclave(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """A `conclave` command in an interpreter of its own (`conclave run` is forked warm: tests/conclave_run.py)."""
-    if args[0] == "run" and cwd is None:
-        return conclave_run(*args[1:])
+    """A `conclave` command in a process of its own (forked warm: tests/conclave_run.py; exec'd in ``cwd``)."""
+    if cwd is None:
+        return conclave_command(*args)
     return subprocess.run([sys.executable, "-I", "-m", "broker.cli", *args], capture_output=True, text=True, env=operator_env(), cwd=cwd, timeout=120)
 
 

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from agents.harness import make_repo
-from tests.conclave_run import conclave_run, operator_env
+from tests.conclave_run import conclave as conclave_command
 
 BEFORE = """
 [[agent]]
@@ -32,10 +31,8 @@ quorum = 2
 
 
 def conclave(*args: str) -> subprocess.CompletedProcess[str]:
-    """The operator's `conclave` in a process of its own (`conclave run` forked warm: tests/conclave_run.py)."""
-    if args[0] == "run":
-        return conclave_run(*args[1:])
-    return subprocess.run([sys.executable, "-I", "-m", "broker.cli", *args], capture_output=True, text=True, env=operator_env(), timeout=120)
+    """The operator's `conclave` in a process of its own (forked warm: tests/conclave_run.py)."""
+    return conclave_command(*args)
 
 
 def setup(tmp_path: Path) -> tuple[Path, Path, Path, list[str]]:
