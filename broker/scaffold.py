@@ -2,7 +2,8 @@
 
 The two files run as they are (``conclave run``, which reads ``team.toml``):
 three agents count the repository's tracked files under a shared lock; the
-first remembers the count as a claim, the other two corroborate it -- two
+first to take an exclusive lock remembers the count as a claim, the other two
+corroborate it (whoever starts first: no agent waits on a clock) -- two
 independent witnesses, the default quorum, so the run ends with a trusted
 claim -- and each tells the operator.  Every line a newcomer might change is
 commented.
@@ -34,12 +35,10 @@ command = ["bash", "agents/example.sh"]   # run from the repository root (or fro
 [[agent]]
 name = "bob"
 command = ["bash", "agents/example.sh"]
-env = { DELAY = "2" }                     # bob starts 2 s later, so he finds alice's claim
 
 [[agent]]
-name = "carol"                            # a second independent witness: with bob's, the quorum
+name = "carol"                            # whoever of the three is not first: two independent witnesses, the quorum
 command = ["bash", "agents/example.sh"]
-env = { DELAY = "4" }
 
 # A real coding agent instead of a script (see docs/AGENTS.md):
 # [[agent]]
@@ -58,7 +57,6 @@ SCRIPT = """\
 # identity in the environment: every `conclave` command below acts as this
 # agent -- there is no flag to act as anyone else.
 set -euo pipefail
-sleep "${DELAY:-0}"
 echo "hello from $(conclave whoami)"
 conclave status set "counting the tracked files"
 
@@ -70,7 +68,10 @@ echo "the repository tracks $count files at $head"
 # Share the finding.  A claim starts unverified; corroborations from
 # independent agents (quorum, default 2) make it trusted: the second witness
 # sees "[TRUSTED]" in the claim it gets back.
+# All three start at once: one at a time (an exclusive lock, waited for) looks
+# for the claim, so the first remembers it and the others corroborate it.
 text="At commit $head the repository tracks $count files."
+conclave lock acquire agents/example.claim --wait 60 > /dev/null
 found=$(conclave memory recall "repository tracks files commit $head" --json \\
         | python3 -c 'import json,sys; print(next((str(c["id"]) for c in json.load(sys.stdin) if c["text"] == sys.argv[1]), ""))' "$text")
 if [ -n "$found" ]; then
@@ -78,6 +79,7 @@ if [ -n "$found" ]; then
 else
   conclave memory remember --kind discovery --text "$text" --evidence "counted with git ls-files"
 fi
+conclave lock release agents/example.claim > /dev/null
 
 # Tell the operator (they read it with `conclave msg inbox`).
 conclave msg send --to operator "counted $count tracked files at $head"

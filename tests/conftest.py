@@ -12,6 +12,33 @@ import pytest
 from agents.harness import Run
 
 
+#: The test that reruns the privilege-dependent tests as uid 65534 (tests/ordinary_user.py RERUN).
+AS_USER = "tests/broker/test_as_user.py::"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "uid_independent(why): the ordinary-uid rerun (tests/broker/test_as_user.py) proves all this test proves as root; "
+        "in a session that runs that rerun, the test runs only there",
+    )
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m: a test they leave out does not count as rerun
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test marked ``uid_independent`` checks nothing root would check differently (no delegated cgroup, no
+    RLIMIT_NPROC exemption, no capabilities to drop on its path): where the session also runs the ordinary-uid
+    rerun, that rerun is its run, and the copy in this process is left out (as an ordinary user it is the same run twice)."""
+    from tests.ordinary_user import RERUN
+
+    rerun = [item for item in items if item.get_closest_marker("uid_independent") is not None]
+    if stray := [item.nodeid for item in rerun if not item.nodeid.startswith(RERUN)]:
+        raise pytest.UsageError(f"marked uid_independent but not rerun as an ordinary uid (tests/ordinary_user.py RERUN): {stray}")
+    if rerun and any(item.nodeid.startswith(AS_USER) for item in items):
+        config.hook.pytest_deselected(items=rerun)
+        items[:] = [item for item in items if item.get_closest_marker("uid_independent") is None]
+
+
 @pytest.fixture(autouse=True, scope="session")
 def no_real_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """A command run without --state-dir resolves its state under XDG_STATE_HOME:

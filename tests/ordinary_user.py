@@ -25,6 +25,8 @@ from agents.harness import source_venv
 
 ROOT = Path(__file__).resolve().parents[1]
 UID = GID = 65534
+#: What tests/broker/test_as_user.py reruns as that uid: every privilege-dependent test.
+RERUN = ("tests/containment", "tests/broker/test_identity.py", "tests/store/test_full_disk.py")
 
 
 def as_user(argv: list[str]) -> list[str]:

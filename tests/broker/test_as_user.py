@@ -20,9 +20,9 @@ from typing import Iterator
 
 import pytest
 
-from tests.ordinary_user import UID, as_user, scratch, user_python
+from tests.ordinary_user import RERUN, UID, as_user, scratch, user_python
 
-SUITES = ["tests/containment", "tests/broker/test_identity.py", "tests/store/test_full_disk.py"]
+SUITES = list(RERUN)
 
 
 @pytest.fixture(scope="module")

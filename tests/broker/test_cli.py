@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from typing import Iterator
 
 import pytest
 
 from agents.harness import Run
+from tests.conclave_run import conclave as conclave_command
 
 
-def conclave(*args: str, cwd=None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
-    return subprocess.run([sys.executable, "-m", "broker.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
+def conclave(*args: str) -> subprocess.CompletedProcess[str]:
+    """The operator's `conclave` in a process of its own (forked warm: tests/conclave_run.py)."""
+    return conclave_command(*args, timeout=60)
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,17 @@ from pathlib import Path
 
 from agents.harness import make_repo
 from broker.sandbox import machine as sandbox_machine
+from tests.conclave_run import conclave as conclave_command
+from tests.conclave_run import conclave_run, operator_env
 
 MACHINE = sandbox_machine.probe()
 
 
 def conclave(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
-    return subprocess.run([sys.executable, "-I", "-m", "broker.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+    """A `conclave` command in a process of its own (forked warm: tests/conclave_run.py; exec'd in ``cwd``)."""
+    if cwd is None:
+        return conclave_command(*args)
+    return subprocess.run([sys.executable, "-I", "-m", "broker.cli", *args], capture_output=True, text=True, env=operator_env(), cwd=cwd, timeout=120)
 
 
 def team(tmp_path: Path, body: str) -> Path:
@@ -112,10 +116,11 @@ def test_deputies_variables_never_reach_an_agent(tmp_path: Path) -> None:
     repo = make_repo(tmp_path)
     report = repo / "env.txt"
     path = team(tmp_path, f'[[agent]]\nname = "alice"\ncommand = ["sh", "-c", "env > {report}"]\n')
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    env = operator_env()
     env.update(TMUX="/tmp/tmux-0/default,1,0", DBUS_SESSION_BUS_ADDRESS="unix:path=/run/user/0/bus", SSH_AUTH_SOCK="/tmp/ssh-x/agent.1",
                VSCODE_IPC_HOOK_CLI="/run/user/0/vscode.sock", KEEP_ME="yes",
                PGPASSWORD="the-brokers-password", PGPASSFILE="/home/someone/broker.pgpass")  # the broker's own credentials
+    # Exec'd, not forked from the suite's warm interpreter: the environment a fresh `conclave run` starts with, whole.
     out = subprocess.run([sys.executable, "-I", "-m", "broker.cli", "run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / "s")],
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -149,7 +154,7 @@ def test_a_work_tree_that_is_conclaves_own_source_is_refused_while_any_agent_is_
     root = Path(__file__).resolve().parents[2]
     repo = make_repo(tmp_path)
     for package in ("store", "broker", "memory", "locks", "agents", "scenarios"):
-        shutil.copytree(root / package, repo / package, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(root / package, repo / package)
     import trio
 
     python = source_venv(tmp_path / "v", repo, packages=Path(trio.__file__).resolve().parents[1])  # its sys.path names the work tree itself
@@ -174,12 +179,10 @@ def test_a_state_dir_inside_what_every_box_reads_is_refused(tmp_path: Path) -> N
     home = tmp_path / "home"
     (home / ".cargo" / "bin").mkdir(parents=True)
     path = team(tmp_path, '[[agent]]\nname = "alice"\ncommand = ["true"]\n')
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
-    env["HOME"] = str(home)
+    env = operator_env(HOME=str(home))
 
     def run(state: Path) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-I", "-m", "broker.cli", "run", "--team", str(path), "--repo", str(repo), "--state-dir", str(state)]
-        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+        return conclave_run("--team", str(path), "--repo", str(repo), "--state-dir", str(state), env=env)
 
     for state in (Path("/srv") / f"conclave-refused-{os.getpid()}", home / ".cargo" / "bin" / "state"):
         out = run(state)
@@ -201,14 +204,12 @@ def test_a_box_whose_grants_would_hold_something_trusted_is_refused(tmp_path: Pa
     (tmp_path / "programs").mkdir()
     (home / ".local").mkdir()
     (home / ".local" / "bin").symlink_to(tmp_path / "programs")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
-    env.update(HOME=str(home), XDG_STATE_HOME=str(tmp_path / "xdg"))
+    env = operator_env(HOME=str(home), XDG_STATE_HOME=str(tmp_path / "xdg"))
     other = tmp_path / "shared" / "other-state"
 
     def run(body: str, state: str) -> subprocess.CompletedProcess[str]:
         path = team(tmp_path, '[[agent]]\nname = "alice"\ncommand = ["true"]\n' + body)
-        argv = [sys.executable, "-I", "-m", "broker.cli", "run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / state)]
-        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+        return conclave_run("--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / state), env=env)
 
     # Another project's broker registers its state directory.
     assert run('sandbox = "off"\n', str(other.relative_to(tmp_path))).returncode == 0
@@ -243,13 +244,12 @@ def test_a_write_grant_a_box_could_re_point_is_refused(tmp_path: Path) -> None:
     (repo / "build").mkdir()
     shared = tmp_path / "shared"
     (shared / "inner").mkdir(parents=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+    env = operator_env()
 
     def run(bob: str, alice: str = "", state: str = "s") -> subprocess.CompletedProcess[str]:
         body = f'[[agent]]\nname = "alice"\ncommand = ["true"]\n{alice}[[agent]]\nname = "bob"\ncommand = ["true"]\n{bob}'
         path = team(tmp_path, body)
-        argv = [sys.executable, "-I", "-m", "broker.cli", "run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / state)]
-        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+        return conclave_run("--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / state), env=env)
 
     refusals = {
         ('allow_write = ["build"]\n', ""): "lies inside the work tree",
@@ -329,12 +329,9 @@ def test_path_entries_agents_can_write_are_dropped_for_the_broker_and_its_agents
     path = team(tmp_path, f'[[agent]]\nname = "bob"\ncommand = ["sh", "-c", "command -v git > where.txt"]\nallow_read = ["{tools}"]\n')
     for where, state, dropped in [(repo / "bin", "s1", True), (tools, "s2", False)]:
         plant(where)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+        env = operator_env()
         env["PATH"] = f"{where}{os.pathsep}{env['PATH']}"
-        out = subprocess.run(
-            [sys.executable, "-I", "-m", "broker.cli", "run", "--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / state)],
-            capture_output=True, text=True, env=env, timeout=120,
-        )  # fmt: skip
+        out = conclave_run("--team", str(path), "--repo", str(repo), "--state-dir", str(tmp_path / state), env=env)
         assert out.returncode == 0, out.stderr
         agent_found = (repo / "where.txt").read_text().strip()
         if dropped:

@@ -13,12 +13,11 @@ field that is not trust-relevant (the prompt) runs without asking.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 from agents.harness import make_repo
+from tests.conclave_run import conclave as conclave_command
 
 BEFORE = """
 [[agent]]
@@ -32,8 +31,8 @@ quorum = 2
 
 
 def conclave(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
-    return subprocess.run([sys.executable, "-I", "-m", "broker.cli", *args], capture_output=True, text=True, env=env, timeout=120)
+    """The operator's `conclave` in a process of its own (forked warm: tests/conclave_run.py)."""
+    return conclave_command(*args)
 
 
 def setup(tmp_path: Path) -> tuple[Path, Path, Path, list[str]]:

@@ -24,6 +24,8 @@ from agents.harness import GIT_IDENTITY, Puppet, Run
 from broker.githook import HOOK
 from broker.sandbox import machine as sandbox_machine
 
+pytestmark = pytest.mark.uid_independent("the broker's git guard and the boxes' git grants: Landlock and mounts, the same for root (its capabilities dropped) and for uid 65534")
+
 MACHINE = sandbox_machine.probe()
 FILES = {
     "README.md": "scratch\n",

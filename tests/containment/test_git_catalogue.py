@@ -34,6 +34,8 @@ import pytest
 from agents.harness import GIT_IDENTITY, Run
 from broker.sandbox import machine as sandbox_machine
 
+pytestmark = pytest.mark.uid_independent("planted git programs against the boxes and the broker's own git: nothing on their path depends on root")
+
 MACHINE = sandbox_machine.probe()
 FILES = {
     "README.md": "scratch\n",

@@ -36,6 +36,8 @@ from broker.sandbox import grants
 from broker.sandbox import machine as sandbox_machine
 from tests.containment.test_attacks import PROBE
 
+pytestmark = pytest.mark.uid_independent("what each box may read and write: Landlock and mounts; no cgroup, process limit or capability on the path")
+
 MACHINE = sandbox_machine.probe()
 #: The levels that box an agent here, with the agent that runs at each.
 BOXED = {"alice": "strict", "dave": "landlock"}

@@ -26,6 +26,8 @@ from agents.harness import Run, make_repo, source_venv
 from broker.entry import conclave_argv
 from tests.containment.test_grants import agents_at_every_level
 
+pytestmark = pytest.mark.uid_independent("a boxed agent writing into conclave's installation: Landlock stops it whoever owns the files")
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("store", "broker", "memory", "locks", "agents", "scenarios")
 

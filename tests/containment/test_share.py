@@ -28,6 +28,8 @@ from broker.sandbox import machine as sandbox_machine
 from broker.sandbox.share import uid_tasks
 from tests.ordinary_user import as_user, scratch, user_python, user_uid
 
+pytestmark = pytest.mark.uid_independent("its broker runs as uid 65534 in both runs (root is exempt from RLIMIT_NPROC): the root copy is the same run")
+
 MACHINE = sandbox_machine.probe()
 
 #: Forks children that hold their slot until STOP exists; counts what it made and what was refused.

@@ -17,6 +17,8 @@ import pytest
 from agents.harness import GIT_IDENTITY, Run
 from broker.errors import ConclaveError, ErrorCode
 
+pytestmark = pytest.mark.uid_independent("the team file's locks and commits: nothing privileged on the path")
+
 
 def test_no_agent_locks_or_commits_the_team_file(tmp_path: Path) -> None:
     run = Run(tmp_path, [{"name": "alice"}], files={"README.md": "x\n", "src/x.py": "x = 1\n"})

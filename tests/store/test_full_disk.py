@@ -27,6 +27,8 @@ import pytest
 from agents.harness import Run
 from tests.memory.memory_support import FACT, remember_until_refused
 
+pytestmark = pytest.mark.uid_independent("a tmpfs in a user and mount namespace of its own: the same for root and uid 65534")
+
 SIZE = "1m"
 #: Mount a tmpfs on $0 of size $1 inside a new user and mount namespace, then run the rest.
 MOUNT = 'mount -t tmpfs -o "size=$1" tmpfs "$0" && shift && exec "$@"'
