@@ -31,8 +31,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-import anyio
-
 
 async def session(command: str, args: list[str], env: dict[str, str], calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     from mcp import StdioServerParameters, stdio_client
@@ -80,6 +78,7 @@ def server_argv(plan: dict[str, Any]) -> list[str]:
 
 async def serve_plans() -> None:
     """``serve``: one plan per stdin line, one answer per stdout line, on one kept server."""
+    import anyio
     from mcp import StdioServerParameters, stdio_client
 
     async with AsyncExitStack() as kept:
@@ -157,6 +156,8 @@ def fake(kind: str, argv: list[str]) -> dict[str, Any]:
     report["server"] = server
     owned = f"src/owned_by_{kind}.py"  # one path per fake: they run at once
     calls = [("whoami", {}), ("memory_context?", {"query": "parser"}), ("lock_acquire?", {"resources": [owned]})]
+    import anyio  # here, not at the top: a fake asked only for its --version (conclave's preflight) starts at once
+
     report["mcp"] = anyio.run(session, server["command"], server["args"], server.get("env") or {}, calls, backend="trio")
     if kind == "claude":
         report["hook"] = run_hooks(settings, owned)
@@ -187,6 +188,8 @@ def run_hooks(settings: dict[str, Any], owned: str) -> dict[str, Any]:
 def main() -> int:
     mode = sys.argv[1]
     if mode == "serve":
+        import anyio
+
         anyio.run(serve_plans, backend="trio")
         return 0
     if mode == "fake":
