@@ -22,6 +22,7 @@ from agents.harness import Run, make_repo
 from agents.hooks import command
 from tests.agents.conftest import DRIVER, available_ops
 from tests.agents.standins import AnthropicStandin
+from tests.forked import conclave_run
 
 TASK = "Speed up the tokenizer in src/a.py without changing its output"
 TRUSTED = "The tokenizer in src/a.py compiles its regular expressions once at import time."
@@ -236,10 +237,7 @@ def test_bad_preset_is_refused_at_team_load_naming_what_is_missing(tmp_path, ent
     team.write_text("\n".join(lines) + "\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
     env["PATH"] = os.path.dirname(sys.executable)  # conclave's own bin directory: no claude, no codex
-    done = subprocess.run(
-        [sys.executable, "-m", "broker.cli", "run", "--team", str(team), "--repo", str(repo), "--state-dir", str(tmp_path / "state")],
-        capture_output=True, text=True, env=env, timeout=60,
-    )
+    done = conclave_run("--team", str(team), "--repo", str(repo), "--state-dir", str(tmp_path / "state"), env=env)
     assert done.returncode == 2, done.stderr
     for needle in needles:
         assert needle in done.stderr

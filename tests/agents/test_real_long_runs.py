@@ -37,6 +37,7 @@ from store.database import connect
 from tests.agents import realbin
 from tests.agents.standins import AnthropicStandin, ResponsesStandin
 from tests.eventlog import events_of
+from tests.forked import conclave_run
 from tests.agents.standins.responses import codex_overrides
 
 SESSION = r"[0-9a-f]{12}"
@@ -87,9 +88,8 @@ def test_preflight_names_a_missing_key_a_dead_endpoint_and_an_untested_version_b
         team_file = write_team(tmp_path / "team.toml", team)
         state = tmp_path / "state"
         env = base_env(binaries)
-        argv = conclave_argv("run", "--team", str(team_file), "--repo", str(repo), "--state-dir", str(state))
         started = time.monotonic()
-        refused = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+        refused = conclave_run("--team", str(team_file), "--repo", str(repo), "--state-dir", str(state), env=env)
         took = time.monotonic() - started
         checked = subprocess.run(conclave_argv("team", "check", str(team_file), "--online", "--repo", str(repo), "--state-dir", str(state), "--json"),
                                  capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
