@@ -170,9 +170,8 @@ def long_run(binaries, tmp_path_factory):
     state = root / "state"
     out_file = root / "view.txt"
     try:
-        with open(out_file, "w") as out:
-            done = subprocess.run(conclave_argv("run", "--team", str(team_file), "--repo", str(repo), "--state-dir", str(state), "--grace", "2"),
-                                  stdout=out, stderr=subprocess.PIPE, text=True, env=base_env(binaries), timeout=240)  # fmt: skip
+        done = conclave_run("--team", str(team_file), "--repo", str(repo), "--state-dir", str(state), "--grace", "2", env=base_env(binaries), timeout=240)
+        out_file.write_text(done.stdout)  # the view as a pipe gets it (a file gets the same: neither is a terminal)
         yield {"done": done, "view": out_file.read_text(), "state": state, "apis": {"ann": ann, "bud": bud, "ida": ida, "cole": cole, "tim": tim}}
     finally:
         for api in (ann, bud, ida, cole, tim):
