@@ -120,12 +120,24 @@ def wait_at_gate() -> None:
     sys.exit(3)
 
 
+def hold_until_gate() -> None:
+    """With FAKE_AGENT_HOLD set, wait for that file before doing anything (no restart): the fakes' MCP
+    sessions then start after the puppets the test needs first are up, not competing with them."""
+    import time
+
+    gate = os.environ.get("FAKE_AGENT_HOLD")
+    deadline = time.monotonic() + 120
+    while gate and not Path(gate).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 #: What each fake answers to --version (conclave's preflight asks).
 FAKE_VERSIONS = {"claude": "2.1.332 (Claude Code)", "codex": "codex-cli 0.171.0", "aider": "aider 0.86.1"}
 
 
 def fake(kind: str, argv: list[str]) -> dict[str, Any]:
     wait_at_gate()
+    hold_until_gate()
     report: dict[str, Any] = {"kind": kind, "argv": argv, "env_has_ticket": bool(os.environ.get("CONCLAVE_TICKET"))}
     if kind == "claude":
         prompt = argv[argv.index("--") + 1]

@@ -3,7 +3,9 @@
 
 The claude-code agent is held at a gate on its first start while the test seeds the shared
 memory, then fails so the broker restarts it; its second launch fetches the context block
-for its task, so the test can see which claims reached its prompt.
+for its task, so the test can see which claims reached its prompt.  The codex and aider fakes
+wait for the same gate (no restart), so their MCP sessions do not compete with the puppets'
+start for the CPU.
 """
 
 from __future__ import annotations
@@ -85,8 +87,8 @@ def launched(tmp_path_factory):
     team = [
         {"name": "alice", "preset": "claude-code", "prompt": TASK, "restart": "on-failure", "max_restarts": 1,
          "env": {"FAKE_AGENT_REPORT": str(reports / "alice.json"), "FAKE_AGENT_GATE": str(gate), **keys["alice"]}, **box},
-        {"name": "cody", "preset": "codex", "prompt": TASK, "env": {"FAKE_AGENT_REPORT": str(reports / "cody.json"), **keys["cody"]}, **box},
-        {"name": "ada", "preset": "aider", "prompt": TASK, "env": {"FAKE_AGENT_REPORT": str(reports / "ada.json")}, **box},
+        {"name": "cody", "preset": "codex", "prompt": TASK, "env": {"FAKE_AGENT_REPORT": str(reports / "cody.json"), "FAKE_AGENT_HOLD": str(gate), **keys["cody"]}, **box},
+        {"name": "ada", "preset": "aider", "prompt": TASK, "env": {"FAKE_AGENT_REPORT": str(reports / "ada.json"), "FAKE_AGENT_HOLD": str(gate)}, **box},
         {"name": "cmd", "preset": "command", "prompt": TASK, "command": [sys.executable, str(root / "cmd_agent.py"), "{prompt_file}", "{mcp_config}"],
          "env": {"FAKE_AGENT_REPORT": str(reports / "cmd.json")}, **box},
         {"name": "bob"}, {"name": "carol"}, {"name": "dave"},
