@@ -84,14 +84,15 @@ def launched(tmp_path_factory):
     # Preflight wants a key and a model endpoint that answers: a stand-in on loopback (never asked for a turn).
     api = AnthropicStandin([]).start()
     keys = {"alice": {"ANTHROPIC_API_KEY": "sk-fake", "ANTHROPIC_BASE_URL": api.url}, "cody": {"OPENAI_API_KEY": "sk-fake", "OPENAI_BASE_URL": api.url + "/v1"}}
+    # The puppets first: the broker spawns in this order, and the fixture waits for them (20 s) while the presets start.
     team = [
+        {"name": "bob"}, {"name": "carol"}, {"name": "dave"},
         {"name": "alice", "preset": "claude-code", "prompt": TASK, "restart": "on-failure", "max_restarts": 1,
          "env": {"FAKE_AGENT_REPORT": str(reports / "alice.json"), "FAKE_AGENT_GATE": str(gate), **keys["alice"]}, **box},
         {"name": "cody", "preset": "codex", "prompt": TASK, "env": {"FAKE_AGENT_REPORT": str(reports / "cody.json"), "FAKE_AGENT_HOLD": str(gate), **keys["cody"]}, **box},
         {"name": "ada", "preset": "aider", "prompt": TASK, "env": {"FAKE_AGENT_REPORT": str(reports / "ada.json"), "FAKE_AGENT_HOLD": str(gate)}, **box},
         {"name": "cmd", "preset": "command", "prompt": TASK, "command": [sys.executable, str(root / "cmd_agent.py"), "{prompt_file}", "{mcp_config}"],
          "env": {"FAKE_AGENT_REPORT": str(reports / "cmd.json")}, **box},
-        {"name": "bob"}, {"name": "carol"}, {"name": "dave"},
     ]
     run = Run(root / "run", team, files={"src/a.py": "a = 1\n"})
     with pytest.MonkeyPatch.context() as mp:
