@@ -185,12 +185,14 @@ async def serve() -> None:
         ConclaveError: the broker refused the ticket (``auth_failed``, ``revoked``).
         BrokerUnavailable: no broker listens on the socket.
     """
-    import sniffio
-    from mcp.server.stdio import stdio_server
-
     link = BrokerLink()
     try:
         me = await link.open()
+        # The SDK (over a second of CPU to import: its pydantic models) only once the broker has said yes:
+        # a process with no identity, or a refused one, ends without it.
+        import sniffio
+        from mcp.server.stdio import stdio_server
+
         ops = {row["op"] for row in await link.call("ops", {})}
         router = ToolRouter(link, ops)
         server = build_server(router)

@@ -306,14 +306,20 @@ def _connect_once_keyed(target: Target) -> Any:
     """``connect``, after giving a broker that is starting the moment between making its state
     directory and writing its operator key (``StatePaths.ensure``): a watch that looked in that
     moment was refused as if no key would ever come.  A directory that has no key 5 s on is refused
-    as before (an agent's box hides the key)."""
+    as before (an agent's box hides the key).
+
+    None (no broker yet) is decided here, on the look that found no state directory: ``connect``
+    looks for the key first and for the directory after, so a broker that made its directory
+    between its two looks had the watch refused."""
     import time
 
     from broker.clikit import connect, in_agent
 
     paths = target.paths()
     deadline = time.monotonic() + 5
-    while not in_agent() and paths.state.is_dir() and not paths.operator_key_file.exists() and time.monotonic() < deadline:
+    while not in_agent() and not paths.operator_key_file.exists() and time.monotonic() < deadline:
+        if not paths.state.is_dir():
+            return None
         time.sleep(0.05)
     return connect(target)
 

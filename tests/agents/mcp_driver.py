@@ -31,8 +31,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-import anyio
-
 
 async def session(command: str, args: list[str], env: dict[str, str], calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     from mcp import StdioServerParameters, stdio_client
@@ -80,6 +78,7 @@ def server_argv(plan: dict[str, Any]) -> list[str]:
 
 async def serve_plans() -> None:
     """``serve``: one plan per stdin line, one answer per stdout line, on one kept server."""
+    import anyio
     from mcp import StdioServerParameters, stdio_client
 
     async with AsyncExitStack() as kept:
@@ -121,12 +120,24 @@ def wait_at_gate() -> None:
     sys.exit(3)
 
 
+def hold_until_gate() -> None:
+    """With FAKE_AGENT_HOLD set, wait for that file before doing anything (no restart): the fakes' MCP
+    sessions then start after the puppets the test needs first are up, not competing with them."""
+    import time
+
+    gate = os.environ.get("FAKE_AGENT_HOLD")
+    deadline = time.monotonic() + 120
+    while gate and not Path(gate).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 #: What each fake answers to --version (conclave's preflight asks).
 FAKE_VERSIONS = {"claude": "2.1.332 (Claude Code)", "codex": "codex-cli 0.171.0", "aider": "aider 0.86.1"}
 
 
 def fake(kind: str, argv: list[str]) -> dict[str, Any]:
     wait_at_gate()
+    hold_until_gate()
     report: dict[str, Any] = {"kind": kind, "argv": argv, "env_has_ticket": bool(os.environ.get("CONCLAVE_TICKET"))}
     if kind == "claude":
         prompt = argv[argv.index("--") + 1]
@@ -157,6 +168,8 @@ def fake(kind: str, argv: list[str]) -> dict[str, Any]:
     report["server"] = server
     owned = f"src/owned_by_{kind}.py"  # one path per fake: they run at once
     calls = [("whoami", {}), ("memory_context?", {"query": "parser"}), ("lock_acquire?", {"resources": [owned]})]
+    import anyio  # here, not at the top: a fake asked only for its --version (conclave's preflight) starts at once
+
     report["mcp"] = anyio.run(session, server["command"], server["args"], server.get("env") or {}, calls, backend="trio")
     if kind == "claude":
         report["hook"] = run_hooks(settings, owned)
@@ -187,6 +200,8 @@ def run_hooks(settings: dict[str, Any], owned: str) -> dict[str, Any]:
 def main() -> int:
     mode = sys.argv[1]
     if mode == "serve":
+        import anyio
+
         anyio.run(serve_plans, backend="trio")
         return 0
     if mode == "fake":

@@ -61,6 +61,11 @@ def identity_refusals(run: Run) -> list[tuple[str, str, list[str]]]:
         conn.close()
 
 
+def sdk_imported(importtime: str) -> bool:
+    """Did the process whose ``-X importtime`` report this is import the MCP SDK?"""
+    return any(line.startswith("import time:") and line.rsplit("|", 1)[-1].strip() in ("mcp", "mcp_types") for line in importtime.splitlines())
+
+
 def test_tool_table_matches_the_fixed_op_arguments_and_names_no_identity():
     for tool in TOOLS:
         schema = tool.input_schema()
@@ -144,29 +149,34 @@ def test_argument_outside_the_schema_is_refused_before_the_broker_sees_it(run):
 
 def test_mcp_outside_any_agent_exits_with_a_clear_error(run, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
-    done = subprocess.run([sys.executable, "-m", "broker.cli", "mcp"], stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "broker.cli", "mcp"], stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
     assert done.returncode == 3
     assert "no agent identity" in done.stderr and "conclave broker" in done.stderr
     assert done.stdout == ""
+    assert not sdk_imported(done.stderr)  # it ends before the SDK's import (the served control: the sibling test below)
 
 
 def test_sibling_cannot_serve_mcp_with_alices_identity_file(run, tmp_path):
     """Attack (T2): bob's shell reads the identity file alice's launcher wrote for her MCP
     server and starts `conclave mcp` with it, its own ticket stripped, to act as alice.
-    The broker checks ancestry: bob's process does not descend from alice, so it is refused."""
+    The broker checks ancestry: bob's process does not descend from alice, so it is refused.
+    A refused server never imports the MCP SDK (over a second of CPU): it asks the broker first;
+    the served control does import it (``-X importtime`` lists what each process imported)."""
     alice, bob = run.puppet("alice"), run.puppet("bob")
     identity = run.repo / "alice-identity.json"  # copied where bob can read it: the shared work tree
     wrote = alice.sh(sys.executable, "-c", f"from pathlib import Path; from agents.identity_file import write_identity_file; write_identity_file(Path({str(identity)!r}))")
     assert wrote.returncode == 0, wrote.stderr
     strip = ["env", "-u", "CONCLAVE_TICKET", "-u", "CONCLAVE_SOCKET"]
-    serve = [sys.executable, "-m", "broker.cli", "mcp", "--identity-file", str(identity)]
+    serve = [sys.executable, "-X", "importtime", "-m", "broker.cli", "mcp", "--identity-file", str(identity)]
     stolen = bob.sh(*strip, *serve)
     assert stolen.returncode == 1, stolen.stderr
     assert "refused" in stolen.stderr and "auth_failed" in stolen.stderr
+    assert not sdk_imported(stolen.stderr)
     # Control: alice's own tree, equally stripped, is served as alice from the same file.
     own = alice.sh(*strip, *serve)
     assert own.returncode == 0, own.stderr
     assert f"as alice:{alice.identity['session']} on trio" in own.stderr
+    assert sdk_imported(own.stderr)
     # And an inherited ticket always wins over a file: bob with his environment is bob.
     inherited = bob.sh(*serve)
     assert inherited.returncode == 0 and f"as bob:{bob.identity['session']}" in inherited.stderr

@@ -3,7 +3,9 @@
 
 The claude-code agent is held at a gate on its first start while the test seeds the shared
 memory, then fails so the broker restarts it; its second launch fetches the context block
-for its task, so the test can see which claims reached its prompt.
+for its task, so the test can see which claims reached its prompt.  The codex and aider fakes
+wait for the same gate (no restart), so their MCP sessions do not compete with the puppets'
+start for the CPU.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from agents.harness import Run, make_repo
 from agents.hooks import command
 from tests.agents.conftest import DRIVER, available_ops
 from tests.agents.standins import AnthropicStandin
+from tests.conclave_run import conclave_run
 
 TASK = "Speed up the tokenizer in src/a.py without changing its output"
 TRUSTED = "The tokenizer in src/a.py compiles its regular expressions once at import time."
@@ -81,14 +84,15 @@ def launched(tmp_path_factory):
     # Preflight wants a key and a model endpoint that answers: a stand-in on loopback (never asked for a turn).
     api = AnthropicStandin([]).start()
     keys = {"alice": {"ANTHROPIC_API_KEY": "sk-fake", "ANTHROPIC_BASE_URL": api.url}, "cody": {"OPENAI_API_KEY": "sk-fake", "OPENAI_BASE_URL": api.url + "/v1"}}
+    # The puppets first: the broker spawns in this order, and the fixture waits for them (20 s) while the presets start.
     team = [
+        {"name": "bob"}, {"name": "carol"}, {"name": "dave"},
         {"name": "alice", "preset": "claude-code", "prompt": TASK, "restart": "on-failure", "max_restarts": 1,
          "env": {"FAKE_AGENT_REPORT": str(reports / "alice.json"), "FAKE_AGENT_GATE": str(gate), **keys["alice"]}, **box},
-        {"name": "cody", "preset": "codex", "prompt": TASK, "env": {"FAKE_AGENT_REPORT": str(reports / "cody.json"), **keys["cody"]}, **box},
-        {"name": "ada", "preset": "aider", "prompt": TASK, "env": {"FAKE_AGENT_REPORT": str(reports / "ada.json")}, **box},
+        {"name": "cody", "preset": "codex", "prompt": TASK, "env": {"FAKE_AGENT_REPORT": str(reports / "cody.json"), "FAKE_AGENT_HOLD": str(gate), **keys["cody"]}, **box},
+        {"name": "ada", "preset": "aider", "prompt": TASK, "env": {"FAKE_AGENT_REPORT": str(reports / "ada.json"), "FAKE_AGENT_HOLD": str(gate)}, **box},
         {"name": "cmd", "preset": "command", "prompt": TASK, "command": [sys.executable, str(root / "cmd_agent.py"), "{prompt_file}", "{mcp_config}"],
          "env": {"FAKE_AGENT_REPORT": str(reports / "cmd.json")}, **box},
-        {"name": "bob"}, {"name": "carol"}, {"name": "dave"},
     ]
     run = Run(root / "run", team, files={"src/a.py": "a = 1\n"})
     with pytest.MonkeyPatch.context() as mp:
@@ -236,10 +240,7 @@ def test_bad_preset_is_refused_at_team_load_naming_what_is_missing(tmp_path, ent
     team.write_text("\n".join(lines) + "\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
     env["PATH"] = os.path.dirname(sys.executable)  # conclave's own bin directory: no claude, no codex
-    done = subprocess.run(
-        [sys.executable, "-m", "broker.cli", "run", "--team", str(team), "--repo", str(repo), "--state-dir", str(tmp_path / "state")],
-        capture_output=True, text=True, env=env, timeout=60,
-    )
+    done = conclave_run("--team", str(team), "--repo", str(repo), "--state-dir", str(tmp_path / "state"), env=env)
     assert done.returncode == 2, done.stderr
     for needle in needles:
         assert needle in done.stderr

@@ -37,6 +37,7 @@ from store.database import connect
 from tests.agents import realbin
 from tests.agents.standins import AnthropicStandin, ResponsesStandin
 from tests.eventlog import events_of
+from tests.conclave_run import conclave_run
 from tests.agents.standins.responses import codex_overrides
 
 SESSION = r"[0-9a-f]{12}"
@@ -87,9 +88,8 @@ def test_preflight_names_a_missing_key_a_dead_endpoint_and_an_untested_version_b
         team_file = write_team(tmp_path / "team.toml", team)
         state = tmp_path / "state"
         env = base_env(binaries)
-        argv = conclave_argv("run", "--team", str(team_file), "--repo", str(repo), "--state-dir", str(state))
         started = time.monotonic()
-        refused = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+        refused = conclave_run("--team", str(team_file), "--repo", str(repo), "--state-dir", str(state), env=env)
         took = time.monotonic() - started
         checked = subprocess.run(conclave_argv("team", "check", str(team_file), "--online", "--repo", str(repo), "--state-dir", str(state), "--json"),
                                  capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
@@ -170,9 +170,8 @@ def long_run(binaries, tmp_path_factory):
     state = root / "state"
     out_file = root / "view.txt"
     try:
-        with open(out_file, "w") as out:
-            done = subprocess.run(conclave_argv("run", "--team", str(team_file), "--repo", str(repo), "--state-dir", str(state), "--grace", "2"),
-                                  stdout=out, stderr=subprocess.PIPE, text=True, env=base_env(binaries), timeout=240)  # fmt: skip
+        done = conclave_run("--team", str(team_file), "--repo", str(repo), "--state-dir", str(state), "--grace", "2", env=base_env(binaries), timeout=240)
+        out_file.write_text(done.stdout)  # the view as a pipe gets it (a file gets the same: neither is a terminal)
         yield {"done": done, "view": out_file.read_text(), "state": state, "apis": {"ann": ann, "bud": bud, "ida": ida, "cole": cole, "tim": tim}}
     finally:
         for api in (ann, bud, ida, cole, tim):

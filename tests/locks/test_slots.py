@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ from agents.harness import make_repo
 from broker.composition import team_rules
 from broker.team import TeamError, parse
 from locks.slots import SlotSpec, parse_slots
+from tests.conclave_run import conclave_run
 
 AGENT = {"agent": [{"name": "alice", "command": ["true"]}]}
 
@@ -52,9 +51,6 @@ def test_conclave_run_refuses_a_bad_slot_before_spawning_anyone(tmp_path: Path) 
     team = tmp_path / "team.toml"
     team.write_text(f'[[agent]]\nname = "alice"\ncommand = ["touch", "{marker}"]\n\n[[slot]]\nname = "llm"\ncapacity = -3\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
-    out = subprocess.run(
-        [sys.executable, "-m", "broker.cli", "run", "--team", str(team), "--repo", str(repo), "--state-dir", str(tmp_path / "state")],
-        capture_output=True, text=True, env=env, timeout=60,
-    )
+    out = conclave_run("--team", str(team), "--repo", str(repo), "--state-dir", str(tmp_path / "state"), env=env)
     assert out.returncode == 2 and "slot 'llm': capacity must be a whole number" in out.stderr
     assert not marker.exists()

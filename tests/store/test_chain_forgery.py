@@ -29,11 +29,11 @@ import pytest
 
 from agents.harness import Run
 from broker.clikit import Target, call_local
-from broker.entry import conclave_argv
 from broker.errors import ConclaveError
 from store import anchor, events
 from store.chainkey import ChainKey
 from store.database import connect
+from tests.conclave_run import conclave_run
 
 FACT = "The {} tests are flaky on arm64 CI because two workers share one temp directory."
 Digest = Callable[[int, str, str, str, "str | None", str, str], str]
@@ -360,10 +360,8 @@ def test_a_missing_key_is_named_and_the_broker_will_not_append_without_it(histor
     # A broker on this state directory refuses to run rather than append under no key (or a new one).
     team = tmp_path / "team.toml"
     team.write_text('[[agent]]\nname = "idle"\ncommand = ["true"]\n')
-    started = subprocess.run(
-        conclave_argv("run", "--team", str(team), "--repo", str(run.repo), "--state-dir", str(state), "--json"),
-        capture_output=True, text=True, timeout=60, env={k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")},
-    )
+    started = conclave_run("--team", str(team), "--repo", str(run.repo), "--state-dir", str(state), "--json",
+                           env={k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")})
     assert started.returncode != 0 and "chain key" in started.stderr and "is missing" in started.stderr, started.stderr
     assert not (state / "chain-key").exists()
 

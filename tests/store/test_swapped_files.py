@@ -26,6 +26,7 @@ from broker.entry import conclave_argv
 from store import events
 from store.backend import SqliteBackend
 from store.owner import ChainFiles, StoreOwner
+from tests.conclave_run import conclave_run
 from tests.memory.memory_support import FACT, vouch
 
 TEAM = [{"name": n} for n in ("alice", "bob", "carol")]
@@ -63,8 +64,7 @@ def start(run: Run, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     team = tmp_path / "idle.toml"
     team.write_text('[[agent]]\nname = "idle"\ncommand = ["true"]\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
-    return subprocess.run(conclave_argv("run", "--team", str(team), "--repo", str(run.repo), "--state-dir", str(run.state), "--json"),
-                          capture_output=True, text=True, timeout=60, env=env)
+    return conclave_run("--team", str(team), "--repo", str(run.repo), "--state-dir", str(run.state), "--json", env=env)
 
 
 def operator(run: Run, *args: str) -> subprocess.CompletedProcess[str]:
