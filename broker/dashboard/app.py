@@ -44,7 +44,8 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Label, Select, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Input, Label, Select, Static, TabbedContent, TabPane
+from textual.widgets import Footer as TextualFooter
 
 from broker.clikit import Target
 from broker.dashboard import model
@@ -137,6 +138,40 @@ class KeyedTabs(TabbedContent):
     def _on_tab_pane_focused(self, event: TabPane.Focused) -> None:
         event.stop()
         event.prevent_default()  # not TabbedContent's own handler either
+
+
+class Footer(TextualFooter):
+    """Textual's footer, rebuilt only when the keys it shows change.
+
+    Textual's ``Footer`` throws its keys away and mounts new ones at every change of the screen's
+    bindings -- each focus change and each ``refresh_bindings``, several per tab switch -- and mounting
+    a key restyles it: about half the CPU of a tab switch, for a footer that mostly shows the same
+    keys.  This one compares what it would show (key, action, words, enabled, tooltip) with what it
+    shows, and rebuilds only on a difference."""
+
+    _shown_keys: tuple[tuple[Any, ...], ...] | None = None
+
+    def bindings_changed(self, screen: Screen[Any]) -> None:
+        self._bindings_ready = True
+        if not screen.app.app_focus:
+            return
+        if self.is_attached and screen is self.screen:
+            self.call_after_refresh(self._recompose_if_changed)
+
+    def keys_shown(self) -> tuple[tuple[Any, ...], ...]:
+        """What ``compose`` reads to show its keys: the bindings shown, and the command palette's."""
+        palette = self.app.COMMAND_PALETTE_BINDING
+        return tuple(
+            (key, b.action, b.description, b.group, enabled, tooltip) for key, (_, b, enabled, tooltip) in self.screen.active_bindings.items() if b.show or key == palette
+        )
+
+    async def _recompose_if_changed(self) -> None:
+        if not self.is_attached:
+            return
+        keys = self.keys_shown()
+        if keys != self._shown_keys:
+            self._shown_keys = keys
+            await self.recompose()
 
 
 def _table(table_id: str, *, share: float | None = None) -> FittedTable:

@@ -7,12 +7,15 @@ import asyncio
 import io
 import sys
 import time
+import unicodedata
 from typing import Any, Awaitable, Callable, TypeVar
 
 from rich.console import Console
 from rich.text import Text
+from textual import events
+from textual.keys import REPLACED_KEYS, _character_to_key, _get_unicode_name_from_key
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Input, Static
 
 from agents.harness import Run
 from broker.clikit import Target
@@ -66,7 +69,9 @@ async def until(pilot: Pilot[None], check: Callable[[], T], what: str, timeout: 
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; {_state(pilot.app)}")
-        await pilot.pause(0.05)
+        # Not pilot.pause: its round of callbacks through every widget, 20 times a second, cost the
+        # test process more CPU than the dashboard it watches.  The app runs on this loop meanwhile.
+        await asyncio.sleep(0.05)
 
 
 def _state(app: Any) -> str:
@@ -81,8 +86,48 @@ def _state(app: Any) -> str:
         return f"(state unavailable: {exc!r})"
 
 
+async def press(pilot: Pilot[None], *keys: str) -> None:
+    """Press ``keys`` one by one, each handled to its end before the next, as ``Pilot.press`` does --
+    without its waits for the process to go idle.
+
+    ``Pilot.press`` sleeps after every key until this process spends under 1 ms of CPU in 20 ms, for
+    up to a second, twice.  The dashboard under test never idles that way (it tails a busy agent's
+    log every 50 ms and asks the broker every 200 ms), so every key cost about two seconds, and the
+    app's drawing went on all that time: most of this directory's time.  Here each key is posted as
+    the terminal driver posts it, then the app and every widget on screen are let run until none has a
+    message left in its queue -- the key, whatever it was forwarded to, and whatever that set off."""
+    app = pilot.app
+    for key in keys:
+        app.post_message(_key_event(key))
+        await settle(pilot)
+
+
+async def settle(pilot: Pilot[None], rounds: int = 100) -> None:
+    """Let the app handle everything queued, and what that queued in turn, until no queue holds a message."""
+    for _ in range(rounds):
+        await pilot._wait_for_screen()  # everything queued before this call is handled
+        if all(node.message_queue_size == 0 for node in (pilot.app, *pilot.app.screen.walk_children(with_self=True))):
+            return
+
+
+def _key_event(key: str) -> events.Key:
+    """The key event Textual's own ``App._press_keys`` makes for ``key`` (a character or a key's name)."""
+    if len(key) == 1 and not key.isalnum():
+        key = _character_to_key(key)
+    try:
+        char: str | None = unicodedata.lookup(_get_unicode_name_from_key(REPLACED_KEYS.get(key, key)))
+    except KeyError:
+        char = key if len(key) == 1 else None
+    return events.Key(key, char)
+
+
 async def type_text(pilot: Pilot[None], text: str) -> None:
-    await pilot.press(*("space" if ch == " " else ch for ch in text))
+    """Type into the input that has the focus (waiting for one to have it), and wait until it holds the text."""
+    app = pilot.app
+    field = await until(pilot, lambda: isinstance(app.focused, Input) and app.focused, "an input with the focus")
+    before = field.value
+    await press(pilot, *("space" if ch == " " else ch for ch in text))
+    await until(pilot, lambda: field.value == before + text, f"{text!r} in the input")
 
 
 def rows(app: DashboardApp, table: str) -> list[list[str]]:
@@ -126,4 +171,4 @@ async def select_row(pilot: Pilot[None], table: str, first_cell: str) -> None:
     await until(pilot, lambda: row_for(app, table, first_cell) is not None, f"a row {first_cell!r} in {table}")
     target = next(i for i, r in enumerate(rows(app, table)) if _matches(r[0], first_cell))
     while widget.cursor_row != target:
-        await pilot.press("down" if widget.cursor_row < target else "up")
+        await press(pilot, "down" if widget.cursor_row < target else "up")

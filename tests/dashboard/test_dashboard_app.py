@@ -19,7 +19,7 @@ from textual.widgets import Input
 from agents.harness import Run
 from broker.dashboard.screens import Ask
 from broker.errors import ConclaveError
-from tests.dashboard.dashtools import PRINTER, app_for, drive, output_lines, row_for, rows, select_row, shown, type_text, until
+from tests.dashboard.dashtools import PRINTER, app_for, drive, output_lines, press, row_for, rows, select_row, shown, type_text, until
 
 TEAM = [{"name": "alice", "may_spawn": 1}, {"name": "bob"}, {"name": "carol"}, {"name": "dave"}, {"name": "printer", "command": PRINTER}]
 PUPPETS = ["alice", "bob", "carol", "dave"]
@@ -61,7 +61,7 @@ def test_agents_pane_shows_status_locks_held_and_waited_for_unread_mail_and_live
             title = str(app.main.query_one("#output-title").content)
             assert title.startswith("output of printer:") and " line(s) read, the last 1,000 kept" in title
             # The Locks tab: the holder and the wait line with each waiter's time.
-            await pilot.press("2")
+            await press(pilot, "2")
             held = await until(pilot, lambda: row_for(app, "#holdings", "src/parser.py"), "the held lock")
             assert held[1] == "exclusive" and held[2].startswith("alice:")
             line = rows(app, "#waiting")
@@ -88,7 +88,7 @@ def test_mail_pane_shows_threads_and_the_inbox_and_a_reply_reaches_the_agent(tea
 
     async def scenario(pilot: Pilot[None]) -> None:
         app = pilot.app
-        await pilot.press("3")
+        await press(pilot, "3")
         thread = await until(pilot, lambda: row_for(app, "#threads", sent["thread"]), "carol's thread")
         assert "carol" in thread[1] and "operator" in thread[1]
         message = await until(pilot, lambda: row_for(app, "#inbox", str(sent["id"])), "carol's message in the operator's inbox")
@@ -97,17 +97,17 @@ def test_mail_pane_shows_threads_and_the_inbox_and_a_reply_reaches_the_agent(tea
         view = await until(pilot, lambda: "shall I merge?" in shown(app, "#thread-view") and shown(app, "#thread-view"), "the thread")
         assert "[merge?]" in view and shown(app, "#thread-title") == f"thread {sent['thread']}  (r replies in this thread to carol)"
         # Cancel first: nothing is sent.
-        await pilot.press("r")
+        await press(pilot, "r")
         await until(pilot, lambda: isinstance(app.screen, Ask), "the reply dialog")
         await type_text(pilot, "not this one")
-        await pilot.press("escape")
+        await press(pilot, "escape")
         await until(pilot, lambda: "cancelled" in shown(app, "#status"), "the cancel to be said")
         assert [m["id"] for m in team.op("msg.thread", thread=sent["thread"])] == before
         # Then for real.
-        await pilot.press("r")
+        await press(pilot, "r")
         await until(pilot, lambda: isinstance(app.screen, Ask), "the reply dialog")
         await type_text(pilot, "yes merge it")
-        await pilot.press("enter")
+        await press(pilot, "enter")
         await until(pilot, lambda: "sent message" in shown(app, "#status"), "the reply to be sent")
         await until(pilot, lambda: "yes merge it" in shown(app, "#thread-view"), "the reply in the thread view")
 
@@ -127,7 +127,7 @@ def test_new_mail_in_the_background_does_not_move_the_thread_a_reply_goes_to(tea
 
     async def scenario(pilot: Pilot[None]) -> None:
         app = pilot.app
-        await pilot.press("3")
+        await press(pilot, "3")
         await until(pilot, lambda: row_for(app, "#inbox", str(other["id"])), "dave's message in the inbox")
         await select_row(pilot, "#inbox", str(other["id"]))
         await until(pilot, lambda: shown(app, "#thread-title").startswith(f"thread {other['thread']} "), "dave's thread on screen")
@@ -138,11 +138,11 @@ def test_new_mail_in_the_background_does_not_move_the_thread_a_reply_goes_to(tea
         await until(pilot, lambda: row_for(app, "#inbox", str(late["id"])), "the new mail in the inbox")
         await pilot.pause(0.5)  # the refill's selection events have been handled
         assert shown(app, "#thread-title") == header
-        await pilot.press("r")
+        await press(pilot, "r")
         ask = await until(pilot, lambda: isinstance(app.screen, Ask) and app.screen, "the reply dialog")
         assert ask.question == f"Reply to carol in thread {theirs['thread']}"
         await type_text(pilot, "rebase on main")
-        await pilot.press("enter")
+        await press(pilot, "enter")
         await until(pilot, lambda: "sent message" in shown(app, "#status"), "the reply to be sent")
 
     drive(app_for(team), scenario)
@@ -157,20 +157,20 @@ def test_promote_through_the_ui_makes_the_claim_trusted_in_the_store(team: Run) 
 
     async def scenario(pilot: Pilot[None]) -> None:
         app = pilot.app
-        await pilot.press("4")
+        await press(pilot, "4")
         await select_row(pilot, "#claims", str(cid))
         await until(pilot, lambda: f"claim #{cid}" in shown(app, "#bio"), "the claim's biography")
         # Escape cancels: the claim stays unverified.
-        await pilot.press("p")
+        await press(pilot, "p")
         await until(pilot, lambda: isinstance(app.screen, Ask), "the confirmation")
         assert f"Promote claim #{cid} to trusted?" in shown(app, "#ask-question")
-        await pilot.press("escape")
+        await press(pilot, "escape")
         await until(pilot, lambda: "cancelled" in shown(app, "#status"), "the cancel")
         assert team.op("memory.show", id=cid)["tier"] == "unverified"
-        await pilot.press("p")
+        await press(pilot, "p")
         await until(pilot, lambda: isinstance(app.screen, Ask), "the confirmation")
         await type_text(pilot, "checked by hand")
-        await pilot.press("enter")
+        await press(pilot, "enter")
         await until(pilot, lambda: f"claim #{cid} is now trusted" in shown(app, "#status"), "the promotion")
         await until(pilot, lambda: (r := row_for(app, "#claims", str(cid))) and r[1] == "trusted", "the table to say trusted")
         await until(pilot, lambda: "promote by operator" in shown(app, "#bio"), "the promotion in the biography")
@@ -185,15 +185,15 @@ def test_retire_needs_a_reason_and_then_tombstones_the_claim(team: Run) -> None:
 
     async def scenario(pilot: Pilot[None]) -> None:
         app = pilot.app
-        await pilot.press("4")
+        await press(pilot, "4")
         await select_row(pilot, "#claims", str(cid))
-        await pilot.press("x")
+        await press(pilot, "x")
         await until(pilot, lambda: isinstance(app.screen, Ask), "the confirmation")
-        await pilot.press("enter")  # no reason: refused, the dialog stays
+        await press(pilot, "enter")  # no reason: refused, the dialog stays
         await until(pilot, lambda: "a reason is required" in shown(app, "#ask-problem"), "the refusal")
         assert isinstance(app.screen, Ask) and team.op("memory.show", id=cid)["tier"] == "unverified"
         await type_text(pilot, "moved to the cache dir")
-        await pilot.press("enter")
+        await press(pilot, "enter")
         await until(pilot, lambda: f"claim #{cid} is now retired" in shown(app, "#status"), "the retirement")
         # Retired claims leave the live view; the tier filter brings them back.
         await until(pilot, lambda: row_for(app, "#claims", str(cid)) is None, "the claim to leave the live list")
@@ -215,9 +215,9 @@ def test_claims_pane_searches_and_shows_biography_witnesses_and_trust_graph(team
 
     async def scenario(pilot: Pilot[None]) -> None:
         app = pilot.app
-        await pilot.press("4")
+        await press(pilot, "4")
         await until(pilot, lambda: row_for(app, "#claims", str(cid)), "the claim")
-        await pilot.press("slash")
+        await press(pilot, "slash")
         await type_text(pilot, "zstd tokenizer")
         await until(pilot, lambda: [r[0] for r in rows(app, "#claims")] == [str(cid)], "the search to leave only this claim")
         await select_row(pilot, "#claims", str(cid))
@@ -251,7 +251,7 @@ def test_the_witness_column_and_the_biography_count_witnesses_alike(team: Run) -
 
     async def scenario(pilot: Pilot[None]) -> None:
         app = pilot.app
-        await pilot.press("4")
+        await press(pilot, "4")
         await select_row(pilot, "#claims", str(cid))
         bio = await until(pilot, lambda: "witnesses:" in shown(app, "#bio") and shown(app, "#bio"), "the biography")
         column = row_for(app, "#claims", str(cid))[4]
@@ -268,22 +268,22 @@ def test_force_release_and_revoke_go_through_the_broker_after_confirmation(team:
 
     async def scenario(pilot: Pilot[None]) -> None:
         app = pilot.app
-        await pilot.press("2")
+        await press(pilot, "2")
         await select_row(pilot, "#holdings", "docs/guide.md")
-        await pilot.press("f")
+        await press(pilot, "f")
         await until(pilot, lambda: isinstance(app.screen, Ask), "the confirmation")
         assert "Held by " + principal in shown(app, "#ask-detail")
         await type_text(pilot, "dave is stuck")
-        await pilot.press("enter")
+        await press(pilot, "enter")
         await until(pilot, lambda: "force-released docs/guide.md" in shown(app, "#status"), "the release")
         await until(pilot, lambda: row_for(app, "#holdings", "docs/guide.md") is None, "the lock to leave the table")
         # Revoke dave from the Agents tab.
-        await pilot.press("1")
+        await press(pilot, "1")
         await select_row(pilot, "#agents", principal)
-        await pilot.press("v")
+        await press(pilot, "v")
         await until(pilot, lambda: isinstance(app.screen, Ask), "the confirmation")
         assert f"Revoke {principal}?" in shown(app, "#ask-question")
-        await pilot.press("enter")  # the reason is optional
+        await press(pilot, "enter")  # the reason is optional
         await until(pilot, lambda: f"revoked {principal}" in shown(app, "#status"), "the revocation")
         await until(pilot, lambda: (r := row_for(app, "#agents", principal)) and r[1].startswith("revoked"), "dave shown revoked")
 
@@ -357,14 +357,14 @@ def test_with_no_broker_it_says_so_shows_the_logs_and_connects_when_one_starts(t
         await select_row(pilot, "#agents", "printer:")
         lines = await until(pilot, lambda: output_lines(app), "the printer's output from its log file")
         assert lines[-1].startswith("printer line ") and lines[-1].endswith("done")
-        await pilot.press("4")
-        await pilot.press("p")
+        await press(pilot, "4")
+        await press(pilot, "p")
         await until(pilot, lambda: "needs a running broker" in shown(app, "#status"), "actions to need a broker")
         assert not isinstance(app.screen, Ask)
         # A broker starts for the same state directory: the dashboard finds it by itself.
         second.start()
         await until(pilot, lambda: "broker running" in shown(app, "#banner"), "the dashboard to connect")
-        await pilot.press("1")
+        await press(pilot, "1")
         alice = await until(pilot, lambda: (r := [r for r in rows(app, "#agents") if r[0].startswith("alice:") and r[1] == "live"]) and r, "the new alice, live")
         assert len(alice) == 1
 
@@ -386,7 +386,7 @@ def test_a_wrong_operator_key_gets_no_view_and_the_right_one_does(team: Run) -> 
         app = pilot.app
         banner = await until(pilot, lambda: "cannot act as the operator here" in shown(app, "#banner") and shown(app, "#banner"), "the refusal")
         assert "broker running" not in banner and app.claims is None and rows(app, "#claims") == []
-        await pilot.press("4", "p")
+        await press(pilot, "4", "p")
         await until(pilot, lambda: "promoting a claim: cannot act as the operator here" in shown(app, "#status"), "actions to be refused")
         key_file.write_text(real)  # control: the real key, and the same dashboard gets in
         await until(pilot, lambda: "broker running" in shown(app, "#banner"), "the connection with the real key")
@@ -453,12 +453,12 @@ def test_a_tab_key_is_not_undone_by_a_focus_that_lands_after_it(team: Run) -> No
             # The focus lands a moment after the call; the tab key is handled before it lands.
             app.set_focus(None)
             agents.focus()
-            await pilot.press("4")
+            await press(pilot, "4")
             await pilot.pause(0.3)
             assert app._tab() == "claims", "the late focus in the agents pane switched the tabs back"
             assert app.focused is app.main.query_one("#claims")
             # Control: the keys still switch the tabs, both ways, and the focus follows them.
-            await pilot.press("1")
+            await press(pilot, "1")
             await until(pilot, lambda: app._tab() == "agents" and app.focused is agents, "the agents tab and its table")
 
     drive(app_for(team), scenario)

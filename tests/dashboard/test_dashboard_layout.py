@@ -21,7 +21,7 @@ from agents.harness import Run
 from broker.dashboard.app import COLUMNS
 from broker.dashboard.tables import FittedTable
 from broker.errors import ConclaveError
-from tests.dashboard.dashtools import app_for, drive, row_for, screen_text, until
+from tests.dashboard.dashtools import app_for, drive, press, row_for, screen_text, until
 
 SIZES = [(80, 24), (120, 40), (200, 60)]
 NAMES = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"]
@@ -87,7 +87,7 @@ def test_every_pane_shows_every_column_at_80x24_120x40_and_200x60(busy: dict[str
             await pilot.resize_terminal(width, height)
             size = f"{width}x{height}"
             # Agents: every column's header on screen, alice's unread count and erin's wait beside their names.
-            await pilot.press("1")
+            await press(pilot, "1")
             screen = await until(pilot, lambda: app.size.width == width and "unread" in (s := screen_text(app)) and s, f"the agents pane at {size}")
             _fits(app, "agents")
             for header in ("agent", "state", "status", "holds", "waits for", "unread"):
@@ -101,20 +101,20 @@ def test_every_pane_shows_every_column_at_80x24_120x40_and_200x60(busy: dict[str
                 assert f" {name}:" in screen, (size, name, screen)
             assert app.main.query_one("#output").size.height >= 3
             # Locks: holder and waiter, with their resources.
-            await pilot.press("2")
+            await press(pilot, "2")
             screen = await until(pilot, lambda: "wait line" in (s := screen_text(app)) and s, f"the locks pane at {size}")
             _fits(app, "holdings")
             _fits(app, "waiting")
             assert "src/tokenizer/" in screen and "erin:" in screen and "exclusive" in screen
             # Mail: the inbox shows the message well past 17 characters.
-            await pilot.press("3")
+            await press(pilot, "3")
             screen = await until(pilot, lambda: "arm64 runner" in (s := screen_text(app)) and s, f"the inbox at {size}")
             _fits(app, "inbox")
             _fits(app, "threads")
             inbox_line = next(line for line in screen.splitlines() if "The integration tests" in line)
             assert "The integration tests on the" in inbox_line, (size, inbox_line)
             # Claims: the text column is wide enough to read, and the claim's first words are on screen.
-            await pilot.press("4")
+            await press(pilot, "4")
             screen = await until(pilot, lambda: "witnesses" in (s := screen_text(app)) and "unverified" in s and s, f"the claims pane at {size}")
             widths = _fits(app, "claims")
             assert widths[-1] >= 20, (size, widths)
