@@ -59,13 +59,9 @@ def drive(app: DashboardApp, scenario: Callable[[Pilot[None]], Awaitable[None]],
 async def until(pilot: Pilot[None], check: Callable[[], T], what: str, timeout: float = 15) -> T:
     """Let the app run until ``check()`` is truthy; fail naming ``what`` otherwise."""
     deadline = time.monotonic() + timeout
-    t0 = time.monotonic()
     while True:
         value = check()
         if value:
-            import os
-            if os.environ.get("DASH_TIMING"):
-                print(f"  {time.monotonic() - t0:6.2f} s  {what}")
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; {_state(pilot.app)}")
