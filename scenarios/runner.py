@@ -411,6 +411,7 @@ def run_scenario(scenario: Scenario, *, workdir: Path | None = None, keep: bool 
             future, earlier = pending.pop(actor)
             state.judge_step(earlier, future.result(timeout=120))
 
+    outcome: Outcome | None = None
     try:
         state.start()
         for step in scenario.steps:
@@ -430,14 +431,20 @@ def run_scenario(scenario: Scenario, *, workdir: Path | None = None, keep: bool 
             settle(actor)
         for check in scenario.checks:
             state.judge_check(check)
-        return Outcome(scenario.name, str(scenario.path), scenario.tier, PASSED, time.monotonic() - started, steps=done)
+        outcome = Outcome(scenario.name, str(scenario.path), scenario.tier, PASSED, time.monotonic() - started, steps=done)
     except StepFailed as exc:
-        return Outcome(scenario.name, str(scenario.path), scenario.tier, FAILED, time.monotonic() - started, exc.where, exc.expected, exc.got, done)
+        outcome = Outcome(scenario.name, str(scenario.path), scenario.tier, FAILED, time.monotonic() - started, exc.where, exc.expected, exc.got, done)
     except Exception as exc:  # an unexpected fault is a failure with its cause, never a pass
         where = scenario.steps[done].label if done < len(scenario.steps) else "checks"
-        return Outcome(scenario.name, str(scenario.path), scenario.tier, FAILED, time.monotonic() - started, where, "no fault", f"{type(exc).__name__}: {exc}", done)
+        outcome = Outcome(scenario.name, str(scenario.path), scenario.tier, FAILED, time.monotonic() - started, where, "no fault", f"{type(exc).__name__}: {exc}", done)
     finally:
-        state.run.close()
+        try:
+            state.run.close()
+        except Exception as exc:  # a broker that would not stop fails this scenario, named, not the whole batch
+            keep = True  # its log, which the failure names
+            outcome = Outcome(scenario.name, str(scenario.path), scenario.tier, FAILED, time.monotonic() - started, "the broker's stop", "the broker to stop", f"{type(exc).__name__}: {exc}", done)
         pool.shutdown(wait=False, cancel_futures=True)
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
+    assert outcome is not None
+    return outcome

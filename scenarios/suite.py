@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 from xml.sax.saxutils import escape, quoteattr
 
 from scenarios.format import ScenarioInvalid, load
@@ -43,8 +44,13 @@ def run_all(
     jobs: int | None = None,
     on_done: Callable[[Outcome], None] | None = None,
     workdir: Path | None = None,
+    launch: Callable[..., Any] | None = None,
 ) -> list[Outcome]:
-    """Validate every file, then run the valid ones in parallel; outcomes in file order."""
+    """Validate every file, then run the valid ones in parallel; outcomes in file order.
+
+    ``launch`` starts each broker (a :class:`Zygote`'s ``popen`` the caller holds); without it one zygote
+    is started for this call.
+    """
     ops = known_ops()
     outcomes: dict[Path, Outcome] = {}
     runnable = []
@@ -60,8 +66,11 @@ def run_all(
     if not runnable:
         return [outcomes[p] for p in files]
     # One warm interpreter forks every scenario's broker (each still its own process): scenarios/zygote.py.
-    with Zygote() as zygote, ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(run_scenario, s, workdir=workdir, launch=zygote.popen): s for s in runnable}
+    with contextlib.ExitStack() as stack:
+        if launch is None:
+            launch = stack.enter_context(Zygote()).popen
+        pool = stack.enter_context(ThreadPoolExecutor(max_workers=workers))
+        futures = {pool.submit(run_scenario, s, workdir=workdir, launch=launch): s for s in runnable}
         for future in as_completed(futures):
             outcome = future.result()
             outcomes[futures[future].path] = outcome

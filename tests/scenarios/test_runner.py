@@ -8,9 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 
-from scenarios import collect, known_ops, load, run_scenario
+from scenarios import collect, known_ops, load, run_all, run_scenario
 from scenarios.format import ScenarioInvalid
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,17 +78,17 @@ def test_cli_reports_invalid_files_as_failures_and_writes_junit(tmp_path):
 
 
 def test_the_whole_catalogue_passes(tmp_path):
+    """Every scenario file replayed, each on a broker of its own (forked from the suite's warm interpreter:
+    tests/conftest.py), up to four at a time by CPU count.  `conclave scenario run` itself is test_cli_reports_invalid_files_as_failures_and_writes_junit's."""
+    from agents import harness
+
     files = collect([ROOT / "scenarios"])
-    assert len(files) >= 3
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
-    out = subprocess.run(
-        [sys.executable, "-m", "broker.cli", "scenario", "run", str(ROOT / "scenarios"), "--json"],
-        capture_output=True, text=True, env=env, timeout=600,
-    )
-    outcomes = json.loads(out.stdout)
-    failed = [o for o in outcomes if o["verdict"] != "passed"]
+    assert len(files) >= 55
+    assert harness.LAUNCH is not None
+    outcomes = run_all(files, workdir=tmp_path, launch=harness.LAUNCH)
+    assert [Path(o.path) for o in outcomes] == files
+    failed = [attrs.asdict(o) for o in outcomes if o.verdict != "passed"]
     assert failed == [], json.dumps(failed, indent=2)
-    assert out.returncode == 0
 
 
 def test_every_defence_still_switches_off_cleanly_against_the_code() -> None:

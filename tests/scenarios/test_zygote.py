@@ -51,3 +51,27 @@ def test_a_forked_broker_answers_as_an_execd_one_and_holds_none_of_the_zygotes_d
             assert run.puppet("alice").call("msg.inbox")[-1]["body"] == body
             summary = run.stop()
         assert summary is not None and [a["agent"] for a in summary["agents"]] == ["alice"]  # its stdout, read to the end
+
+
+def test_a_forked_broker_judges_and_embeds_claims_as_an_execd_one_with_the_zygotes_warm_imports(tmp_path: Path) -> None:
+    """The zygote imports numpy and detect-secrets' patterns (a broker's first claim needs both) before it forks:
+    a forked broker refuses a credential with the same sentence and embeds an ordinary claim as an exec'd one."""
+    secret = "CI pushes tags with the token ghp_Zq3mW8xY1vB6nK0pL4sT7uH2cR9dF5gJ8aE1 from the vault."
+    ordinary = "The billing module rounds invoice totals to whole cents before tax."
+    answers = []
+    with Zygote() as zygote:
+        maps = Path(f"/proc/{zygote.process.pid}/maps").read_text()
+        assert "_multiarray_umath" in maps, "the zygote did not import numpy before forking"
+        for name, launch in (("forked", zygote.popen), ("execd", subprocess.Popen)):
+            with Run(tmp_path / name, [{"name": "alice"}], launch=launch) as run:
+                assert isinstance(run.process, Forked) == (name == "forked")
+                alice = run.puppet("alice")
+                refused = alice.try_call("memory.remember", kind="discovery", text=secret)
+                stored = alice.try_call("memory.remember", kind="discovery", text=ordinary)
+                settled = run.op("memory.settle", timeout=120)
+                answers.append((refused, stored["ok"], settled["settled"], settled["embedded"], settled["error"]))
+    forked, execd = answers
+    assert forked[0]["error"]["code"] == "rejected" and "GitHub" in forked[0]["error"]["message"], forked
+    assert "ghp_Zq3m" not in forked[0]["error"]["message"]
+    assert forked[1:] == (True, True, 1, None), forked
+    assert forked == execd  # the control: the exec'd broker, which imports both itself
