@@ -105,19 +105,24 @@ _EVENTS: Final = {
 }  # fmt: skip
 
 
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
 class Guard:
     """While :attr:`active`, any path under ``home`` but outside ``allowed`` that this process
     touches raises :class:`RealHomeTouched` before the call, and is recorded in :attr:`touched`."""
 
     def __init__(self, home: str, allowed: Iterable[str]) -> None:
         self.home = os.path.normpath(home)
-        self.allowed = sorted({os.path.normpath(p) for p in allowed if p and os.path.isabs(p)})
+        named = {os.path.normpath(p) for p in allowed if p and os.path.isabs(p)}
+        # An entry holding the whole home (PATH=~:..., a checkout at ~) would let everything through: it names nothing.
+        self.allowed = sorted(p for p in named if not _inside(self.home, p))
         self.touched: list[str] = []
         self.active = False
 
     def reaches(self, path: str) -> bool:
-        inside = lambda p, root: p == root or p.startswith(root.rstrip("/") + "/")  # noqa: E731
-        return inside(path, self.home) and not any(inside(path, root) for root in self.allowed)
+        return _inside(path, self.home) and not any(_inside(path, root) for root in self.allowed)
 
     def __call__(self, event: str, args: tuple[Any, ...]) -> None:
         if not self.active or event not in _EVENTS:
@@ -129,7 +134,12 @@ class Guard:
                 path = os.fsdecode(os.fspath(args[index]))
             except TypeError:
                 continue
-            path = os.path.normpath(os.path.join(os.getcwd(), path)) if not path.startswith("/") else os.path.normpath(path)
+            if not path.startswith("/"):
+                try:
+                    path = os.path.join(os.getcwd(), path)
+                except OSError:  # a working directory removed under the test: nothing to resolve against
+                    continue
+            path = os.path.normpath(path)
             if self.reaches(path):
                 self.touched.append(f"{event} {path}")
                 raise RealHomeTouched(
