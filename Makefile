@@ -16,18 +16,18 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/conclave demo
 
-# System programs some tests drive: tmux (the dashboard in a real terminal) and
-# Graphviz's dot (memory graph --format svg).  As root with apt-get -- a fresh CI
+# System programs some tests drive: tmux (the dashboard in a real terminal), Graphviz's
+# dot (memory graph --format svg) and strace (what a broker opens, tests/test_session_home.py).  As root with apt-get -- a fresh CI
 # machine -- they are installed; elsewhere this says what to install, and the
 # tests that need them fail naming it (they never skip).
 tools:
-	@missing=""; for tool in tmux dot; do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	@missing=""; for tool in tmux dot strace; do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "make: installing tmux and graphviz (missing:$$missing)"; \
-		DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux graphviz >/dev/null; \
+		echo "make: installing tmux, graphviz and strace (missing:$$missing)"; \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux graphviz strace >/dev/null; \
 	else \
-		echo "make: missing$$missing; install tmux and graphviz (sudo apt-get install tmux graphviz) or the tests that drive them fail" >&2; \
+		echo "make: missing$$missing; install tmux, graphviz and strace (sudo apt-get install tmux graphviz strace) or the tests that drive them fail" >&2; \
 	fi
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.

@@ -10,6 +10,8 @@ from typing import Any, Callable, Iterator, Sequence
 import pytest
 
 from agents.harness import Run
+from tests import session_home
+from tests.session_home import SessionHome
 
 
 #: The test that reruns the privilege-dependent tests as uid 65534 (tests/ordinary_user.py RERUN).
@@ -40,22 +42,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True, scope="session")
-def no_real_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """A command run without --state-dir resolves its state under XDG_STATE_HOME:
-    point that (for this process and every subprocess) at a directory the session made."""
-    import os
-
-    saved = os.environ.get("XDG_STATE_HOME")
-    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("xdg-state"))
-    yield
-    if saved is None:
-        os.environ.pop("XDG_STATE_HOME", None)
-    else:
-        os.environ["XDG_STATE_HOME"] = saved
+def no_real_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SessionHome]:
+    """HOME and the XDG base directories (state, config, cache, data) -- where a command run without
+    --state-dir resolves its state, where git finds its identity -- point at a directory the session
+    made, for this process and every subprocess (tests/session_home.py)."""
+    with session_home.enter(tmp_path_factory.mktemp("session-home"), allowed=[str(tmp_path_factory.getbasetemp())]) as home:
+        yield home
 
 
 @pytest.fixture(autouse=True, scope="session")
-def brokers_from_a_warm_interpreter(no_real_state_home: None) -> Iterator[None]:
+def brokers_from_a_warm_interpreter(no_real_state_home: SessionHome) -> Iterator[None]:
     """Every test's ``conclave run`` is a fork of one interpreter that has imported the broker already
     (scenarios/zygote.py; about 0.75 s of CPU saved per broker).  Each broker is still its own process running
     ``broker.cli.main`` with its own arguments, environment and streams; a Run on another interpreter or
