@@ -1,5 +1,6 @@
 """The memory from a terminal: a claim's trail, witnesses' evidence, text from stdin,
-refusals that read the same everywhere, paging and a complete export."""
+refusals that read the same everywhere, paging and a complete export.  Words only (``embedder = "none"``):
+what is checked is what the commands print, not meaning."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from typing import Iterator
 import pytest
 
 from agents.harness import Run
+from tests.memory.memory_support import WORDS_ONLY
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    run = Run(tmp_path_factory.mktemp("memcli"), [{"name": "alice"}, {"name": "bob"}, {"name": "carol"}])
+    run = Run(tmp_path_factory.mktemp("memcli"), [{"name": "alice"}, {"name": "bob"}, {"name": "carol"}], extra_toml=WORDS_ONLY)
     try:
         yield run.start()
     finally:
