@@ -1,6 +1,5 @@
 """The memory from a terminal: a claim's trail, witnesses' evidence, text from stdin,
-refusals that read the same everywhere, paging and a complete export.  Words only (``embedder = "none"``):
-what is checked is what the commands print, not meaning."""
+refusals that read the same everywhere, paging and a complete export."""
 
 from __future__ import annotations
 
@@ -11,12 +10,11 @@ from typing import Iterator
 import pytest
 
 from agents.harness import Run
-from tests.memory.memory_support import WORDS_ONLY
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    run = Run(tmp_path_factory.mktemp("memcli"), [{"name": "alice"}, {"name": "bob"}, {"name": "carol"}], extra_toml=WORDS_ONLY)
+    run = Run(tmp_path_factory.mktemp("memcli"), [{"name": "alice"}, {"name": "bob"}, {"name": "carol"}])
     try:
         yield run.start()
     finally:
