@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.memory.memory_support import WORDS_ONLY, vouch
+from tests.memory.memory_support import vouch
 
 from agents.harness import Run
 from memory import graph
@@ -260,7 +260,7 @@ def test_real_graphviz_draws_svg() -> None:
 @pytest.fixture(scope="module")
 def vouched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, dict[str, int]]]:
     team = [{"name": "alice", "may_spawn": 1}, {"name": "bob"}, {"name": "carol"}, {"name": "dave"}]
-    with Run(tmp_path_factory.mktemp("graph"), team, extra_toml=WORDS_ONLY) as run:  # the graph, not meaning: words only
+    with Run(tmp_path_factory.mktemp("graph"), team) as run:
         alice, bob, carol = run.puppet("alice"), run.puppet("bob"), run.puppet("carol")
         first = alice.call("memory.remember", kind="discovery", text="The build uses ninja on linux hosts.")["id"]
         carol.call("memory.recall", query="ninja build linux")  # carol reads it first: her vouch is informed

@@ -17,8 +17,7 @@ broker and a real store (SQLite and PostgreSQL):
 
 The child is caught by watching the broker's children in ``/proc`` (it lives
 for at least its interpreter's start); a walk missed that way is simply
-tried again (tests/memory/walk_support.py).  The brokers here search by words only
-(``embedder = "none"``): the walk is the subject, not meaning.
+tried again (tests/memory/walk_support.py).
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ from memory import walk
 from store import database, events
 from store.backend import StoreUnavailable
 from store.chainkey import ChainKey
-from tests.memory.memory_support import FACT, WORDS_ONLY, vouch
+from tests.memory.memory_support import FACT, vouch
 from tests.memory.walk_support import WALKER, caught, cmdline, find_walker, gone, state_of
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -51,7 +50,7 @@ def broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         cluster = request.getfixturevalue("pg_cluster")
         store = f'url = "{cluster.broker_url(cluster.database(), "solo")}"\n'
     team = [{"name": "alice"}, {"name": "bob"}, {"name": "carol"}]
-    with Run(tmp_path_factory.mktemp(f"apart-{request.param}"), team, extra_toml=f"\n[store]\n{store}verify_every = 0\n{WORDS_ONLY}") as run:
+    with Run(tmp_path_factory.mktemp(f"apart-{request.param}"), team, extra_toml=f"\n[store]\n{store}verify_every = 0\n") as run:
         claim = run.puppet("alice").call("memory.remember", kind="discovery", text=FACT.format("ledger"))["id"]
         vouch(run.puppet("bob"), claim)
         vouch(run.puppet("carol"), claim)
@@ -131,7 +130,7 @@ def test_an_operator_who_hangs_up_stops_the_walk(broker: Run) -> None:
 
 
 def test_the_background_verify_counts_a_killed_walk_as_a_failure_not_as_tampering(start_run) -> None:  # type: ignore[no-untyped-def]
-    run: Run = start_run([{"name": "alice"}], extra_toml="\n[store]\nverify_every = 1\n" + WORDS_ONLY)
+    run: Run = start_run([{"name": "alice"}], extra_toml="\n[store]\nverify_every = 1\n")
     run.puppet("alice").call("memory.remember", kind="discovery", text=FACT.format("billing"))
     me = broker_pid(run)
     run.wait_until(lambda: run.op("memory.stats")["background_verify"]["runs"] >= 1, timeout=30, what="a first background verify")
@@ -157,7 +156,7 @@ def test_the_walk_ends_with_its_broker(pg_cluster: Any, tmp_path: Path) -> None:
     Control: while the broker lives, the held walk stays."""
     database = pg_cluster.database()
     url = pg_cluster.broker_url(database, "solo")
-    run = Run(tmp_path, [{"name": "alice"}], extra_toml=f'\n[store]\nurl = "{url}"\nverify_every = 0\n{WORDS_ONLY}')
+    run = Run(tmp_path, [{"name": "alice"}], extra_toml=f'\n[store]\nurl = "{url}"\nverify_every = 0\n')
     try:
         run.start()
         run.puppet("alice").call("memory.remember", kind="discovery", text=FACT.format("ledger"))
