@@ -7,13 +7,24 @@ mostly with fillers' words (``hard``), 30 new paraphrases that share almost
 no word with their answer (``paraphrase``), and 24 queries in French,
 German, Spanish, Russian, Chinese and Japanese (``other_language``) -- 90
 in all.  :func:`recall_at` runs it on any store connection.
+
+The local model's vectors of these texts are kept in ``meaning_eval.vectors.npz``
+(keyed by each text's SHA-256 and its role), so the suite does not embed 150
+texts each run; the test re-embeds a sample of every kind and language and fails
+unless it matches.  Rewrite them with ``.venv/bin/python -m tests.memory.meaning_eval --save-vectors``.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import hashlib
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 from tests.memory.retrieval_eval import ANSWERS, FILLER, QUERIES
+
+if TYPE_CHECKING:
+    import numpy as np
 
 KEYWORD = [(q, a, "keyword") for q, a in QUERIES[:26]]
 HARD = [(q, a, "hard") for q, a in QUERIES[26:]]
@@ -87,3 +98,62 @@ def recall_at(ids: dict[str, int], search: Callable[[str], list[int]], k: int = 
         found.setdefault(kind, []).append(hit)
         found.setdefault("all", []).append(hit)
     return {kind: round(sum(h) / len(h), 3) for kind, h in found.items()}
+
+
+VECTORS = Path(__file__).with_name("meaning_eval.vectors.npz")
+REGENERATE = ".venv/bin/python -m tests.memory.meaning_eval --save-vectors"
+
+
+def _key(role: str, text: str) -> str:
+    return f"{role}:{hashlib.sha256(text.encode()).hexdigest()}"
+
+
+def _wanted() -> list[tuple[str, str]]:
+    """(role, text) of every vector the eval needs: the claims as passages, the queries as queries."""
+    return [("passage", t) for t in CLAIMS] + [("query", q) for q, _, _ in ALL]
+
+
+def saved_vectors(model: str) -> tuple[np.ndarray, np.ndarray]:
+    """The saved vectors of :data:`CLAIMS` (passages) and of every query in :data:`ALL`, in their order.
+
+    Raises:
+        AssertionError: the file is missing, of another model, or lacks a text (a text was added or edited).
+    """
+    import numpy as np
+
+    assert VECTORS.exists(), f"{VECTORS} is missing; write it: {REGENERATE}"
+    with np.load(VECTORS) as saved:
+        assert str(saved["model"]) == model, f"{VECTORS.name} holds {saved['model']}'s vectors, not {model}'s; regenerate: {REGENERATE}"
+        keys = [str(k) for k in saved["keys"]]
+        rows = saved["vectors"]
+    where = {k: i for i, k in enumerate(keys)}
+    missing = [text for role, text in _wanted() if _key(role, text) not in where]
+    assert not missing, f"{VECTORS.name} has no vector for {len(missing)} text(s), the first {missing[0]!r}; regenerate: {REGENERATE}"
+    claims = rows[[where[_key("passage", t)] for t in CLAIMS]]
+    queries = rows[[where[_key("query", q)] for q, _, _ in ALL]]
+    return claims, queries
+
+
+def save_vectors() -> None:
+    """Embed every text with the real local model and write :data:`VECTORS`."""
+    import numpy as np
+
+    from memory import embedder
+
+    model = embedder.LocalEmbedder()
+    wanted = _wanted()
+    claims = model.embed([t for r, t in wanted if r == "passage"], "passage")
+    queries = model.embed([t for r, t in wanted if r == "query"], "query")
+    np.savez_compressed(
+        VECTORS,
+        model=np.array(model.model),
+        keys=np.array([_key(r, t) for r, t in wanted]),
+        vectors=np.concatenate([claims, queries]).astype(np.float32),
+    )
+    print(f"wrote {len(wanted)} vectors of {model.model} to {VECTORS}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--save-vectors"]:
+        sys.exit(f"usage: {REGENERATE}")
+    save_vectors()

@@ -12,7 +12,9 @@ agent; a message shown "from: the operator".
 
 One broker serves the attacks that edit rows of different claims and mail
 (``shared``); an attack that needs its own policy, a background verify every
-second, a broken chain or a restart starts its own.
+second, a broken chain or a restart starts its own.  The brokers of the attacks
+on a witness row and on the background verify search by words only
+(``embedder = "none"``): meaning is not what they attack.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import pytest
 
 from agents.harness import Run
 from memory.policy import TrustPolicy, Witness, judge
-from tests.memory.memory_support import FACT, REDISCOVERED, vouch
+from tests.memory.memory_support import FACT, REDISCOVERED, WORDS_ONLY, vouch
 
 TEAM = [{"name": n} for n in ("alice", "bob", "carol")]
 
@@ -58,7 +60,7 @@ def test_a_witness_row_rewritten_to_another_domain_does_not_make_a_claim_trusted
     Judged from the rows that is a quorum of two domains (shown below), and before this fix the broker wrote a
     keyed memory.tier TRUSTED event.  Judged from the keyed events it is one domain: unverified.  Control: a
     real second domain (carol) makes it trusted."""
-    run: Run = start_run(TEAM, extra_toml="\n[policy]\nquorum = 2\nrequire_blind = true\n")
+    run: Run = start_run(TEAM, extra_toml="\n[policy]\nquorum = 2\nrequire_blind = true\n" + WORDS_ONLY)  # bob's words match by the words rule
     alice, bob, carol = run.puppet("alice"), run.puppet("bob"), run.puppet("carol")
     claim = alice.call("memory.remember", kind="discovery", text=FACT.format("ledger"))["id"]
     own = alice.call("memory.corroborate", id=claim)
@@ -145,7 +147,7 @@ def test_the_running_broker_names_a_deleted_row_and_a_hole_in_the_log_by_itself(
     broker's background verify names within its interval (here 1 s), records once, and a broken chain stops it
     appending.  Control: its runs before the tampering found nothing.  (Before this, only a person running
     `conclave memory verify` would have seen either.)"""
-    run: Run = start_run(TEAM, extra_toml="\n[store]\nverify_every = 1\n")
+    run: Run = start_run(TEAM, extra_toml="\n[store]\nverify_every = 1\n" + WORDS_ONLY)
     alice, bob = run.puppet("alice"), run.puppet("bob")
     claim = alice.call("memory.remember", kind="discovery", text=FACT.format("ledger"))["id"]
     bob.call("memory.dispute", id=claim, reason="it only flakes on one runner")

@@ -1,4 +1,6 @@
-"""What the operator reads back: a claim's biography, an agent's trail, the log, lists and figures."""
+"""What the operator reads back: a claim's biography, an agent's trail, the log, lists and figures.
+
+Words only (``embedder = "none"``): what is read back, not meaning; bob's own words match by the words rule."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import json
 from typing import Iterator
 
 import pytest
-from tests.memory.memory_support import FACT, vouch, REDISCOVERED
+from tests.memory.memory_support import FACT, WORDS_ONLY, vouch, REDISCOVERED
 
 from agents.harness import Run
 from broker.errors import ConclaveError, ErrorCode
@@ -15,7 +17,7 @@ from broker.errors import ConclaveError, ErrorCode
 @pytest.fixture(scope="module")
 def story(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, dict[str, int]]]:
     team = [{"name": "alice", "may_spawn": 1}, {"name": "bob"}, {"name": "carol"}]
-    with Run(tmp_path_factory.mktemp("inspect"), team) as run:
+    with Run(tmp_path_factory.mktemp("inspect"), team, extra_toml=WORDS_ONLY) as run:
         alice, bob, carol = run.puppet("alice"), run.puppet("bob"), run.puppet("carol")
         claim = alice.call("memory.remember", kind="discovery", text=FACT.format("session"), evidence="seen in CI run 4411")["id"]
         carol.call("memory.recall", query="session tests flaky")
@@ -115,7 +117,7 @@ def test_list_and_stats(story: tuple[Run, dict[str, int]]) -> None:
 
 
 def test_retire_and_unretire_keep_the_row_and_recompute_the_standing(start_run) -> None:  # type: ignore[no-untyped-def]
-    run: Run = start_run([{"name": "alice"}, {"name": "bob"}, {"name": "carol"}])
+    run: Run = start_run([{"name": "alice"}, {"name": "bob"}, {"name": "carol"}], extra_toml=WORDS_ONLY)
     claim = run.puppet("alice").call("memory.remember", kind="pattern", text="The cache keys include the tenant id.")["id"]
     vouch(run.puppet("bob"), claim)
     vouch(run.puppet("carol"), claim)

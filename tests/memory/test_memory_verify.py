@@ -1,4 +1,7 @@
-"""``conclave memory verify`` against someone editing the database file behind the broker's back (threat T3)."""
+"""``conclave memory verify`` against someone editing the database file behind the broker's back (threat T3).
+
+Words only (``embedder = "none"``): the rows attacked here are claims, witnesses, disputes and events; the
+vectors' rows have their own attacks (tests/memory/test_memory_meaning.py, test_decisions_from_events.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from typing import Any, Callable, Iterator
 
 import apsw
 import pytest
-from tests.memory.memory_support import FACT, vouch
+from tests.memory.memory_support import FACT, WORDS_ONLY, vouch
 
 from agents.harness import Run
 from broker.clikit import Target, call_local
@@ -21,7 +24,7 @@ from store import database
 @pytest.fixture(scope="module")
 def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, dict[str, int]]]:
     """A finished run with a trusted claim, an unverified one, a dispute and a retirement."""
-    with Run(tmp_path_factory.mktemp("verify"), [{"name": "alice"}, {"name": "bob"}, {"name": "carol"}]) as run:
+    with Run(tmp_path_factory.mktemp("verify"), [{"name": "alice"}, {"name": "bob"}, {"name": "carol"}], extra_toml=WORDS_ONLY) as run:
         alice = run.puppet("alice")
         trusted = alice.call("memory.remember", kind="discovery", text=FACT.format("ledger"))["id"]
         unverified = alice.call("memory.remember", kind="solution", text="The ledger compaction needs 2 GB of scratch space.")["id"]
@@ -107,7 +110,7 @@ def test_verify_names_the_first_bad_event(history: tuple[Run, dict[str, int]], t
 
 
 def test_verify_through_a_live_broker_sees_an_edit_made_while_it_runs(start_run) -> None:  # type: ignore[no-untyped-def]
-    run: Run = start_run([{"name": "alice"}])
+    run: Run = start_run([{"name": "alice"}], extra_toml=WORDS_ONLY)
     claim = run.puppet("alice").call("memory.remember", kind="discovery", text=FACT.format("vm"))["id"]
     ok = run.cli("memory", "verify")
     assert ok.returncode == 0 and ok.stdout.startswith("ok:")

@@ -4,7 +4,10 @@ Every agent here is a real process the broker spawned; every author and
 witness is the principal of the connection the request came on.  One run
 serves the module (the tests use disjoint claims); the agents an attack
 restarts or revokes are its own (frank, grace: nobody else's test uses them);
-the attack under another trust policy starts its own run.
+the attack under another trust policy starts its own run.  Words only
+(``embedder = "none"``): the attacks are on who counts, not on meaning, and a
+witness's own words are matched by the words rule (tests/memory/test_memory_meaning.py
+holds the same rules by meaning, with the real embedder).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import json
 from typing import Iterator
 
 import pytest
-from tests.memory.memory_support import FACT, memory_events, witnesses, vouch, REDISCOVERED
+from tests.memory.memory_support import FACT, WORDS_ONLY, memory_events, witnesses, vouch, REDISCOVERED
 
 from agents.harness import Run
 from broker.errors import ConclaveError
@@ -30,7 +33,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         {"name": "frank", "restart": "on-failure"},  # revoked by test_revoke_cascades_a_demotion
         {"name": "grace", "restart": "on-failure"},  # crashed and restarted by test_restarted_author_cannot_corroborate
     ]
-    with Run(tmp_path_factory.mktemp("witnesses"), team) as r:
+    with Run(tmp_path_factory.mktemp("witnesses"), team, extra_toml=WORDS_ONLY) as r:
         yield r
 
 
@@ -212,7 +215,7 @@ def test_informed_only_quorum_under_require_blind_is_refused(start_run) -> None:
     """With require_blind, witnesses who all read the claim first cannot promote it, however many."""
     run = start_run(
         [{"name": "alice"}, {"name": "bob"}, {"name": "carol"}, {"name": "dave"}],
-        extra_toml="\n[policy]\nquorum = 3\nrequire_blind = true\n",
+        extra_toml="\n[policy]\nquorum = 3\nrequire_blind = true\n" + WORDS_ONLY,
     )
     claim = run.puppet("alice").call("memory.remember", kind="discovery", text=FACT.format("resolver"))["id"]
     for who in ("bob", "carol"):
