@@ -17,6 +17,19 @@ from tests.session_home import SessionHome
 #: The test that reruns the privilege-dependent tests as uid 65534 (tests/ordinary_user.py RERUN).
 AS_USER = "tests/broker/test_as_user.py::"
 
+#: The files that take longest (docs/BENCHMARKS.md, "The test suite's time"), started first: with each file whole on
+#: one worker (``--dist loadfile``), a long file begun last keeps one core busy after the other has finished.
+LONGEST_FIRST = [
+    "tests/broker/test_as_user.py",
+    "tests/scenarios/test_runner.py",
+    "tests/dashboard/test_dashboard_app.py",
+    "tests/broker/test_run_view.py",
+    "tests/agents/test_presets.py",
+    "tests/agents/test_real_agents.py",
+    "tests/fuzz/test_finds.py",
+    "tests/broker/test_demo.py",
+]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
@@ -30,15 +43,33 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test marked ``uid_independent`` checks nothing root would check differently (no delegated cgroup, no
     RLIMIT_NPROC exemption, no capabilities to drop on its path): where the session also runs the ordinary-uid
-    rerun, that rerun is its run, and the copy in this process is left out (as an ordinary user it is the same run twice)."""
+    rerun, that rerun is its run, and the copy in this process is left out (as an ordinary user it is the same run twice).
+    And the longest files are put first (``LONGEST_FIRST``)."""
     from tests.ordinary_user import RERUN
 
+    # The longest files first (a stable sort: every other file, and the tests within each, keep their order).
+    rank = {path: n for n, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
     rerun = [item for item in items if item.get_closest_marker("uid_independent") is not None]
     if stray := [item.nodeid for item in rerun if not item.nodeid.startswith(RERUN)]:
         raise pytest.UsageError(f"marked uid_independent but not rerun as an ordinary uid (tests/ordinary_user.py RERUN): {stray}")
     if rerun and any(item.nodeid.startswith(AS_USER) for item in items):
         config.hook.pytest_deselected(items=rerun)
         items[:] = [item for item in items if item.get_closest_marker("uid_independent") is None]
+
+
+#: The files that take longest (docs/BENCHMARKS.md, "The test suite's time"), started first: with each file whole on
+#: one worker (``--dist loadfile``), a long file begun last keeps one core busy after the other has finished.
+LONGEST_FIRST = [
+    "tests/broker/test_as_user.py",
+    "tests/scenarios/test_runner.py",
+    "tests/dashboard/test_dashboard_app.py",
+    "tests/broker/test_run_view.py",
+    "tests/agents/test_presets.py",
+    "tests/agents/test_real_agents.py",
+    "tests/fuzz/test_finds.py",
+    "tests/broker/test_demo.py",
+]
 
 
 @pytest.fixture(autouse=True, scope="session")
