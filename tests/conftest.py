@@ -22,11 +22,11 @@ AS_USER = "tests/broker/test_as_user.py::"
 LONGEST_FIRST = [
     "tests/broker/test_as_user.py",
     "tests/scenarios/test_runner.py",
-    "tests/dashboard/test_dashboard_app.py",
-    "tests/broker/test_run_view.py",
-    "tests/agents/test_presets.py",
-    "tests/agents/test_real_agents.py",
     "tests/fuzz/test_finds.py",
+    "tests/broker/test_run_view.py",
+    "tests/dashboard/test_dashboard_app.py",
+    "tests/agents/test_mcp_server.py",
+    "tests/multihost/test_two_brokers.py",
     "tests/broker/test_demo.py",
 ]
 
@@ -56,20 +56,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if rerun and any(item.nodeid.startswith(AS_USER) for item in items):
         config.hook.pytest_deselected(items=rerun)
         items[:] = [item for item in items if item.get_closest_marker("uid_independent") is None]
-
-
-#: The files that take longest (docs/BENCHMARKS.md, "The test suite's time"), started first: with each file whole on
-#: one worker (``--dist loadfile``), a long file begun last keeps one core busy after the other has finished.
-LONGEST_FIRST = [
-    "tests/broker/test_as_user.py",
-    "tests/scenarios/test_runner.py",
-    "tests/dashboard/test_dashboard_app.py",
-    "tests/broker/test_run_view.py",
-    "tests/agents/test_presets.py",
-    "tests/agents/test_real_agents.py",
-    "tests/fuzz/test_finds.py",
-    "tests/broker/test_demo.py",
-]
 
 
 @pytest.fixture(autouse=True, scope="session")
