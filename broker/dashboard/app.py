@@ -527,6 +527,8 @@ class DashboardApp(App[None]):
         )
 
     def render_claims(self) -> None:
+        if self._shutting_down() or not self.screen_stack:
+            return  # a filter's change message delivered while the app closes: its screen is gone
         tier = self.main.query_one("#tier", Select).value
         search = self.main.query_one("#search", Input).value
         shown = model.claim_rows(self.claims or [], tier=None if tier == "all" else str(tier), search=search)

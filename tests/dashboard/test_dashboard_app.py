@@ -443,6 +443,24 @@ def test_the_output_tail_ends_quietly_when_the_app_unmounts_between_two_polls(te
     drive(app, scenario)
 
 
+def test_a_filter_change_delivered_as_the_app_closes_is_dropped(team: Run) -> None:
+    """The search box's change message can reach the app after its screens are gone (a suite run failed with
+    'No screens on stack' from the claims filter as its test's app closed): it is dropped, not raised."""
+    app = app_for(team)
+    shown: list[int] = []
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await press(pilot, "4")
+        await until(pilot, lambda: rows(app, "#claims") is not None, "the claims tab")
+        app.main.query_one("#search", Input).value = "no such words anywhere"
+        app._filter_changed()  # the control: with its screen there, the filter renders (an empty table)
+        shown.append(len(rows(app, "#claims")))
+
+    drive(app, scenario)
+    assert shown == [0] and not app.screen_stack  # the app has closed: no screen is left
+    app._filter_changed()  # what a late Input.Changed does: nothing, no ScreenStackError
+
+
 def test_a_tab_key_is_not_undone_by_a_focus_that_lands_after_it(team: Run) -> None:
     """A late focus inside another pane does not switch the tabs back (a busy machine lost the ``4``)."""
 
