@@ -308,6 +308,11 @@ class DashboardApp(App[None]):
         # Textual clears `_running` as its shutdown starts; the widgets go soon after.
         return not getattr(self, "_running", True)
 
+    def _gone(self) -> bool:
+        """Whether the app is closing or its screens are gone: a widget's message delivered now is dropped
+        (a late ``Input.Changed`` reached the claims filter with no screen left: 'No screens on stack')."""
+        return self._shutting_down() or not self.screen_stack
+
     def on_mount(self) -> None:
         self._fit_layout(self.size.width)
         self.main.query_one("#agents", DataTable).focus()
@@ -527,8 +532,8 @@ class DashboardApp(App[None]):
         )
 
     def render_claims(self) -> None:
-        if self._shutting_down() or not self.screen_stack:
-            return  # a filter's change message delivered while the app closes: its screen is gone
+        if self._gone():
+            return
         tier = self.main.query_one("#tier", Select).value
         search = self.main.query_one("#search", Input).value
         shown = model.claim_rows(self.claims or [], tier=None if tier == "all" else str(tier), search=search)
@@ -560,6 +565,8 @@ class DashboardApp(App[None]):
 
     @on(DataTable.RowHighlighted, "#agents")
     def _agent_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if self._gone():
+            return
         # The row under the cursor now: a rebuilt table fires for row 0 first, then for the kept row.
         key = cursor_key(event.data_table)
         if key is not None:
@@ -585,6 +592,8 @@ class DashboardApp(App[None]):
 
     @on(DataTable.RowHighlighted, "#claims")
     def _claim_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if self._gone():
+            return
         key = cursor_key(event.data_table)
         if key is None:
             return
@@ -613,6 +622,8 @@ class DashboardApp(App[None]):
     @on(DataTable.RowHighlighted, "#threads")
     @on(DataTable.RowHighlighted, "#inbox")
     def _mail_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if self._gone():
+            return
         if event.data_table.has_focus or self.selected_thread is None:
             self._open_thread_of(event.data_table)
 
@@ -659,6 +670,8 @@ class DashboardApp(App[None]):
 
     @on(TabbedContent.TabActivated)
     def _tab_changed(self) -> None:
+        if self._gone():
+            return
         pane = self.main.query_one(f"#{self._tab()}-tab", TabPane)
         focused = self.focused
         # Keys typed right after the tab key (4 then /) may already have moved focus into the pane.

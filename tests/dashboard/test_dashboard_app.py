@@ -444,7 +444,7 @@ def test_the_output_tail_ends_quietly_when_the_app_unmounts_between_two_polls(te
 
 
 def test_a_filter_change_delivered_as_the_app_closes_is_dropped(team: Run) -> None:
-    """The search box's change message can reach the app after its screens are gone (a suite run failed with
+    """A widget's message -- the search box's change, a tab's activation -- can reach the app after its screens are gone (a suite run failed with
     'No screens on stack' from the claims filter as its test's app closed): it is dropped, not raised."""
     app = app_for(team)
     shown: list[int] = []
@@ -459,6 +459,7 @@ def test_a_filter_change_delivered_as_the_app_closes_is_dropped(team: Run) -> No
     drive(app, scenario)
     assert shown == [0] and not app.screen_stack  # the app has closed: no screen is left
     app._filter_changed()  # what a late Input.Changed does: nothing, no ScreenStackError
+    app._tab_changed()  # likewise a late TabActivated
 
 
 def test_a_tab_key_is_not_undone_by_a_focus_that_lands_after_it(team: Run) -> None:
