@@ -165,6 +165,18 @@ LAUNCH: Callable[..., Any] | None = None
 COMMAND: Callable[..., subprocess.CompletedProcess[str]] | None = None
 
 
+def operator_env(**extra: str) -> dict[str, str]:
+    """This process's environment without conclave's own variables (the person's shell), plus ``extra``."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}, **extra}
+
+
+def operator_command(argv: list[str], *, env: dict[str, str], input: str | None = None, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``argv`` (a ``conclave`` command line) to its end, through :data:`COMMAND` when it is set, else ``subprocess.run``."""
+    if COMMAND is not None:
+        return COMMAND(argv, env=env, input=input, timeout=timeout)
+    return subprocess.run(argv, capture_output=True, text=True, env=env, input=input, timeout=timeout)
+
+
 class Run:
     """A ``conclave run`` process on a scratch repository, with puppet agents.
 
@@ -230,7 +242,7 @@ class Run:
         if self.process is not None and self.process.poll() is None:
             # A second broker on the same state would be refused -- and the first one leaked.
             raise RuntimeError("this run's broker is already started; `with Run(...) as run` starts it once")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
+        env = operator_env()
         state = [] if self.default_state else ["--state-dir", str(self.state)]
         self.process = self.launch(
             [*self.wrap, *conclave_argv("run", "--team", str(self.team_file), "--repo", str(self.repo),
@@ -312,11 +324,8 @@ class Run:
 
     def cli(self, *args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         """Run ``conclave ARGS --state-dir STATE --repo REPO`` as the operator."""
-        base = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
         argv = conclave_argv(*args, "--repo", str(self.repo), "--state-dir", str(self.state))
-        if COMMAND is not None:
-            return COMMAND(argv, env={**base, **(env or {})}, input=stdin, timeout=60)
-        return subprocess.run(argv, capture_output=True, text=True, env={**base, **(env or {})}, input=stdin, timeout=60)
+        return operator_command(argv, env=operator_env(**(env or {})), input=stdin, timeout=60)
 
     def wait_until(self, predicate, timeout: float = 10, interval: float = 0.05, what: str = "condition"):  # type: ignore[no-untyped-def]
         deadline = time.monotonic() + timeout

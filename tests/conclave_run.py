@@ -10,24 +10,17 @@ again.  Outside the suite it is ``subprocess.run`` as before.
 
 from __future__ import annotations
 
-import os
 import subprocess
 
-from agents import harness
+from agents.harness import operator_command, operator_env
 from broker.entry import conclave_argv
 
-
-def operator_env(**extra: str) -> dict[str, str]:
-    """This process's environment without conclave's own variables (the person's shell), plus ``extra``."""
-    return {**{k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}, **extra}
+__all__ = ["conclave", "conclave_run", "operator_env"]
 
 
 def conclave(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """``conclave ARGS`` to its end, as ``subprocess.run(..., capture_output=True, text=True)`` returns it."""
-    argv, env = conclave_argv(*args), env or operator_env()
-    if harness.COMMAND is not None:
-        return harness.COMMAND(argv, env=env, timeout=timeout)
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    return operator_command(conclave_argv(*args), env=env or operator_env(), timeout=timeout)
 
 
 def conclave_run(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
