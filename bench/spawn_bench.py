@@ -1,6 +1,6 @@
 """What an agent's box adds to one spawn: the launcher and its setup at each level, against a bare spawn.
 
-    .venv/bin/python bench/spawn_bench.py [--rounds 100] [--json]
+    .venv/bin/python bench/spawn_bench.py [--rounds 100] [--json] [--registered 1500]
     .venv/bin/python bench/compare.py --base main --scripts this --repeat 3 -- bench/spawn_bench.py --json
 
 Spawns ``/bin/true`` from a fresh thread each time (as trio spawns), interleaved,
@@ -11,6 +11,11 @@ CPU time added (user + system of the spawned processes, from RUSAGE_CHILDREN): o
 loaded machine the wall clock mostly measures the wait for a core, the CPU time
 what the box itself costs.  Only ``box.build`` and ``machine.probe`` are used, so
 ``compare.py --scripts this`` runs the same driver against an older tree.
+
+``--registered N`` measures instead what ``box.build`` itself costs the broker (its
+CPU per agent, each level) when the person's registry names N existing state
+directories -- every one is denied to every agent, so a user's history of runs is
+on every spawn's path -- against an empty registry in the same run.
 """
 
 from __future__ import annotations
@@ -117,6 +122,49 @@ def _git_box(views, level: str, session: str) -> dict[str, object]:  # type: ign
     return {"git": box.GitBox(views.layout.repo, views.layout.git_dir, agent_git_dir, views.layout.protected)}
 
 
+def build_cost(tmp: Path, registered: int, rounds: int) -> dict[str, dict[str, float]]:
+    """``box.build``'s CPU per call (ms, median of ``rounds``) at each level, with an empty registry and with
+    ``registered`` state directories (made, half under the private /tmp, half under the home's state root)."""
+    import resource
+
+    from broker import paths as paths_mod
+    from broker.sandbox import box, machine
+
+    found = machine.probe()
+    repo = tmp / "cost-repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (tmp / "cost-agent").mkdir()
+    home = tmp / "home"
+    os.environ["HOME"], os.environ["XDG_STATE_HOME"] = str(home), str(home / ".local" / "state")
+    registry = paths_mod.state_roots()[0]
+    registry.mkdir(parents=True, exist_ok=True)
+    made = []
+    for i in range(registered):
+        where = (tmp / "runs" if i % 2 else registry / "runs") / f"run-{i}"
+        where.mkdir(parents=True)
+        made.append(os.path.realpath(where))
+    result: dict[str, dict[str, float]] = {}
+    for level in ("landlock", "strict"):
+        if found.offers(level) is not None:
+            continue
+        for label, lines in (("empty", []), ("registered", made)):
+            (registry / paths_mod.STATE_REGISTRY_NAME).write_text("".join(f"{line}\n" for line in lines))
+            took, launched = [], []
+            for i in range(rounds):
+                before = time.process_time()
+                built = box.build(level, ["/bin/true"], machine=found, repo=repo, state=tmp / "cost-state",
+                                  agent_dir=tmp / "cost-agent", socket_path=tmp / "cost.sock", session=f"cost-{level}-{i}")  # fmt: skip
+                took.append(time.process_time() - before)
+                children = resource.getrusage(resource.RUSAGE_CHILDREN)
+                subprocess.run(built.argv, env={**os.environ, **built.env}, cwd=repo, check=True)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                launched.append(after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime)
+                built.release()
+            result.setdefault(level, {})[f"{label}_ms"] = statistics.median(took) * 1000
+            result[level][f"{label}_launch_ms"] = statistics.median(launched) * 1000
+    return result
+
+
 def pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -128,7 +176,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--registered", type=int, default=0, help="measure box.build's CPU with this many registered state directories")
     args = parser.parse_args()
+    if args.registered:
+        with tempfile.TemporaryDirectory(prefix="cvsb-") as tmp:
+            cost = build_cost(Path(tmp), args.registered, min(args.rounds, 50))
+        if args.json:
+            print(json.dumps(cost))
+            return
+        print(f"CPU per agent spawn, {args.registered} registered state directories vs none (median):")
+        for level, r in cost.items():
+            print(f"  {level:<9} box.build (broker) {r['registered_ms']:.1f} ms vs {r['empty_ms']:.1f} ms ({r['registered_ms'] / r['empty_ms']:.2f}x);"
+                  f" the launch {r['registered_launch_ms']:.1f} ms vs {r['empty_launch_ms']:.1f} ms ({r['registered_launch_ms'] / r['empty_launch_ms']:.2f}x)")
+        return
     with tempfile.TemporaryDirectory(prefix="cvsb-") as tmp:
         wall, cpu = box_overhead(Path(tmp), args.rounds)
     plain, plain_cpu = statistics.median(wall.pop("plain")), statistics.median(cpu.pop("plain"))

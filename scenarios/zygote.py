@@ -251,6 +251,11 @@ def _warm() -> None:
 
     composition.schemas()
     composition.team_rules()
+    # What this machine's kernel offers the sandbox (cached per process): two launcher runs a broker would
+    # otherwise make at every start.  Its forks share the zygote's uid and cgroup, which is all it depends on.
+    from broker.sandbox import machine
+
+    machine.probe()
     # What a broker loads at its first claim, not at its start: numpy (the embedder's vectors, about 0.18 s
     # of CPU) and detect-secrets' known-format patterns (the prefilter's, 0.18 s: it imports requests).
     # Both depend on nothing of the request's (the patterns are a pure function of the installed package).

@@ -50,7 +50,7 @@ from typing import Final, Iterable, Mapping, final
 import attrs
 
 from broker import paths as paths_mod
-from broker.sandbox import grants
+from broker.sandbox import grants, landlock
 from broker.sandbox.machine import Machine, launcher_argv
 
 #: Variables that point at a same-uid deputy: a process the person runs that would act for
@@ -136,7 +136,7 @@ def check_grants(
     # This run's state and the state roots, made or not (a broker makes its own); registered ones that exist.
     roots = [str(root) for root in paths_mod.state_roots()]
     others = [p for p in paths_mod.known_state_dirs() if os.path.lexists(p)]  # a stale entry names nothing
-    state_dirs = list(dict.fromkeys(os.path.realpath(p) for p in (str(state), *roots, *others)))
+    state_dirs = list(dict.fromkeys(landlock.resolved(p) for p in (str(state), *roots, *others)))
     secrets = [os.path.realpath(p) for p in grants.secrets(home)] if home and home != "/" else []
     conclave = installation()
     this = os.path.realpath(state)
@@ -382,12 +382,14 @@ def _strict_options(plan: grants.Plan, *, repo: Path, home: str | None, socket_p
     for path in HIDDEN:
         options += ["--hide", path]
     # What lives under a private mount comes back; the rest of it is simply not in the box.
-    kept = [p for p in dict.fromkeys((*plan.read, *plan.write, *plan.connect)) if _under(Path(p), private) and os.path.lexists(p)]
+    under_private = _prefixes(private)
+    kept = [p for p in dict.fromkeys((*plan.read, *plan.write, *plan.connect)) if _norm(p).startswith(under_private) and os.path.lexists(p)]
     for path in kept:
         options += ["--keep", path]
     writable = _landlock_writes("strict", plan)
     read_only = [p for p in plan.read if p in kept and p not in plan.write]  # bound back under a writable tmpfs
-    read_only += [p for p in plan.read_only if _inside_any(p, writable)]  # conclave inside a write grant
+    writable_real = _reals(writable)
+    read_only += [p for p in plan.read_only if _inside_any(p, writable_real)]  # conclave inside a write grant
     real = {p: os.path.realpath(p) for p in read_only}
     # A read-only bind covers what lies beneath it: one per outermost path (the interpreter's
     # directories under ~/.pyenv come back read-only with it).
@@ -396,32 +398,48 @@ def _strict_options(plan: grants.Plan, *, repo: Path, home: str | None, socket_p
         if os.path.lexists(path):
             options += ["--read-only", path]
     # A denied path under a private mount is absent unless a grant brought it back; then it is hidden again.
+    # (Every state directory a broker of this user registered is denied: one pass, each base resolved once.)
+    kept_real = _reals(kept)
     for path in plan.denied:
-        if _under(Path(path), private) and os.path.lexists(path) and _inside_any(path, kept):
-            options += ["--hide", path]
-        elif not _under(Path(path), private):
+        if not _norm(path).startswith(under_private):
             options += ["--deny", path]
+        elif os.path.lexists(path) and _inside_any(path, kept_real):
+            options += ["--hide", path]
     return options
 
 
 def _landlock_options(plan: grants.Plan) -> list[str]:
     """Without mounts: conclave's installation inside a write grant is a hole in it, denied paths are carved out."""
     options: list[str] = []
+    write_real = _reals(plan.write)
     for path in plan.read_only:
-        if _inside_any(path, plan.write):
+        if _inside_any(path, write_real):
             options += ["--ro-hole", path]
     for path in plan.denied:
         options += ["--deny", path]
     return options
 
 
-def _inside_any(path: str, bases: Iterable[str]) -> bool:
-    real = os.path.realpath(path)
-    return any(grants.inside(real, os.path.realpath(base)) for base in bases)
+def _reals(bases: Iterable[str]) -> list[str]:
+    """``bases`` resolved, once (for :func:`_inside_any`, called for each of many paths)."""
+    return [landlock.resolved(base) for base in bases]
 
 
-def _under(path: Path, bases: Iterable[str]) -> bool:
-    return any(str(path).startswith(base.rstrip("/") + "/") for base in bases)
+def _inside_any(path: str, real_bases: Iterable[str]) -> bool:
+    """Is ``path``, resolved, one of ``real_bases`` (resolved by :func:`_reals`) or beneath one?"""
+    real = landlock.resolved(path)
+    return any(grants.inside(real, base) for base in real_bases)
+
+
+def _prefixes(bases: Iterable[str]) -> tuple[str, ...]:
+    """What a path strictly beneath one of ``bases`` starts with (for ``str.startswith``)."""
+    return tuple(base.rstrip("/") + "/" for base in bases)
+
+
+def _norm(path: str) -> str:
+    """``path`` spelled as :class:`pathlib.Path` spells it (no doubled or trailing slash, no ``.``), without making one."""
+    plain = "//" not in path and "/./" not in path and not path.endswith(("/", "/."))
+    return path if plain else str(Path(path))
 
 
 def installation() -> list[str]:

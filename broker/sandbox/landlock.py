@@ -148,6 +148,22 @@ def _inside(path: str, base: str) -> bool:
     return path == base or path.startswith(base.rstrip("/") + "/")
 
 
+def resolved(path: str) -> str:
+    """``os.path.realpath(path)``, resolved by the kernel in one open when the path exists (realpath
+    lstats each component: every state directory the person's broker registered is denied at every spawn)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return os.path.realpath(path)  # absent, or a dangling link: realpath says where it would lead
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        real = ""
+    finally:
+        os.close(fd)
+    return real if real.startswith("/") and not real.endswith(" (deleted)") else os.path.realpath(path)
+
+
 def _carve(roots, holes, *, skip_links: bool):  # type: ignore[no-untyped-def]
     """Walk ``roots`` around ``holes``: ``(whole, on_the_way, in_holes)``.
 
@@ -158,7 +174,7 @@ def _carve(roots, holes, *, skip_links: bool):  # type: ignore[no-untyped-def]
     the entries is left out altogether (its target is governed by its own
     rule); without, it is judged by where it leads.
     """
-    real_holes = [os.path.realpath(h) for h in holes if os.path.lexists(h)]
+    real_holes = [resolved(h) for h in holes if os.path.lexists(h)]
     whole: list[str] = []
     on_the_way: list[str] = []
     in_holes: list[tuple[str, bool]] = []
@@ -221,7 +237,8 @@ def carve_writes(roots, holes):  # type: ignore[no-untyped-def]
 
 def unenforceable(policy: Policy) -> list[str]:
     """Denied paths inside a write root: Landlock cannot take them back."""
-    return [d for d in policy.deny if os.path.lexists(d) for w in policy.write if _inside(os.path.realpath(d), os.path.realpath(w))]
+    writes = [resolved(w) for w in policy.write]
+    return [d for d in policy.deny if os.path.lexists(d) and any(_inside(resolved(d), w) for w in writes)]
 
 
 def _add_rule(ruleset: int, path: str, access: int) -> None:

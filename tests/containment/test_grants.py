@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -402,3 +403,61 @@ def test_a_box_built_from_a_re_pointed_write_grant_writes_where_the_link_leads(t
             assert got["ok"] and (person_bin / f"{name}-child").exists(), (name, got)
     finally:
         run.close()
+
+
+def test_hundreds_of_registered_state_dirs_are_each_denied_and_a_linked_one_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every state directory a broker of this user ever registered is denied at every spawn, so the
+    box is built from the whole history (one pass, each path resolved by the kernel): 300 registered
+    directories inside a directory the agent may read, one of them registered through a symbolic link,
+    each one's key refused from a landlock and a strict box; the rest of the directory stays readable."""
+    from broker import paths as paths_mod
+    from broker.sandbox import box, landlock
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / ".local" / "state"))
+    shared = tmp_path / "shared"
+    (shared / "real").mkdir(parents=True)
+    (shared / "link").symlink_to(shared / "real")
+    (shared / "notes.txt").write_text("data the team may read\n")
+    registered = [shared / "runs" / f"run-{i}" for i in range(300)] + [shared / "link" / "linked-run"]
+    for state in registered:
+        state.mkdir(parents=True)
+        (state / "operator.key").write_text("a key\n")
+    root = paths_mod.state_roots()[0]
+    root.mkdir(parents=True)
+    (root / paths_mod.STATE_REGISTRY_NAME).write_text("".join(f"{state}\n" for state in registered))
+    # The kernel's resolution is realpath's, for every shape of path the registry and the grants hold.
+    (shared / "dangling").symlink_to(tmp_path / "nowhere")
+    for path in (shared / "link" / "linked-run", shared / "link", shared / "dangling", shared / "absent" / "x", tmp_path / "." / "shared" / "", Path("/")):
+        assert landlock.resolved(str(path)) == os.path.realpath(path), path
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    probe = sandbox_machine.probe()
+    for level in ("landlock", "strict"):
+        assert probe.offers(level) is None, f"this machine must offer the {level} sandbox: {probe.offers(level)}"
+        built = box.build(level, [sys.executable, "-I", "-c", PROBE_MANY], machine=probe, repo=repo, state=tmp_path / "own-state",
+                          agent_dir=tmp_path / "agent", socket_path=tmp_path / "s.sock", session=f"many-{level}", read=[str(shared)])  # fmt: skip
+        try:
+            targets = [str(shared / "notes.txt"), *(str(state / "operator.key") for state in registered)]
+            out = subprocess.run(built.argv, env={**os.environ, **built.env}, cwd=repo, input="\n".join(targets), capture_output=True, text=True, timeout=60)
+        finally:
+            built.release()
+        assert out.returncode == 0, (level, out.stderr[-2000:])
+        read = json.loads(out.stdout)
+        assert read[str(shared / "notes.txt")] == "ok", (level, read[str(shared / "notes.txt")])  # control
+        leaked = [path for path in targets[1:] if read[path] == "ok"]
+        assert not leaked, (level, len(leaked), leaked[:3])
+
+
+PROBE_MANY = """
+import json, sys
+got = {}
+for path in sys.stdin.read().split("\\n"):
+    try:
+        open(path).read()
+        got[path] = "ok"
+    except OSError as exc:
+        got[path] = type(exc).__name__
+print(json.dumps(got))
+"""
