@@ -614,9 +614,8 @@ class StoreOwner:
         swapped = self._files_changed()
         if swapped is not None:
             self._refuse(conn, swapped)
-            failure = outcome.Error(StoreUnavailable(swapped))
-            for job in batch:
-                job.result = failure
+            for job in batch:  # an outcome each: one is unwrapped once, by its own caller
+                job.result = outcome.Error(StoreUnavailable(swapped))
             return
         if self._shared and all(job.replayable for job in batch):
             self._whole += 1
@@ -730,9 +729,8 @@ class StoreOwner:
         try:
             fresh = self.backend.open_writer(self._schemas)
         except Exception as exc:  # noqa: BLE001 -- told to every job of the batch
-            failure = outcome.Error(StoreUnavailable(f"the store's server cannot be reached: {exc}"))
-            for job in batch:
-                job.result = failure
+            for job in batch:  # an outcome each: one is unwrapped once, by its own caller
+                job.result = outcome.Error(StoreUnavailable(f"the store's server cannot be reached: {exc}"))
             return None
         events.carry_binding(conn, fresh)
         self._old_trips += getattr(conn, "round_trips", 0)
@@ -771,9 +769,8 @@ class StoreOwner:
                 conn.execute("ROLLBACK")
             if whole:
                 return False
-            failure = outcome.Error(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
-            for job in batch:
-                job.result = failure
+            for job in batch:  # an outcome each: one is unwrapped once, by its own caller
+                job.result = outcome.Error(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
             return True
         if moved is not None:
             self._head = moved

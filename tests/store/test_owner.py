@@ -169,3 +169,43 @@ def test_a_batch_with_an_event_without_actor_writes_nothing(tmp_path):
     with conn:  # control: the same batch with its actor is written
         events.append_many(conn, [good, good])
     assert conn.execute("SELECT count(*) FROM events WHERE kind = 'test.n'").fetchone()[0] == 2
+
+
+async def test_every_job_of_a_batch_refused_together_hears_the_refusal_itself(tmp_path):
+    """A batch refused whole (here: the database file renamed over behind the owner) gives each job an
+    outcome of its own: 20 jobs sent at once all hear "unavailable", none an error from a result
+    another job's caller already took (a broker stopping on a swapped store once crashed so)."""
+    import os
+    import shutil
+
+    from store.backend import StoreUnavailable
+
+    db = tmp_path / "db"
+    owner = StoreOwner(SqliteBackend(db), [], chain=chain_files(tmp_path))
+    results: dict[int, object] = {}
+
+    def write(conn):
+        events.append(conn, "test.write", actor="tester:1", subject="x")
+        return "written"
+
+    async def job(i: int) -> None:
+        try:
+            results[i] = await owner.call(write)
+        except Exception as exc:  # noqa: BLE001 -- what each caller heard is the assertion
+            results[i] = exc
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(owner.run)
+        assert await owner.call(write) == "written"  # control: the live file takes writes
+        shutil.copy(db, tmp_path / "copy")
+        os.rename(tmp_path / "copy", db)
+        before = owner.statistics().batches
+        async with trio.open_nursery() as jobs:
+            for i in range(20):
+                jobs.start_soon(job, i)
+        batches = owner.statistics().batches - before
+        owner.close()
+        nursery.cancel_scope.cancel()
+    assert batches < 20, batches  # grouped: some batch held several jobs
+    assert all(isinstance(r, StoreUnavailable) for r in results.values()), {i: repr(r) for i, r in results.items()}
+    assert all("is not the file this" in str(r) for r in results.values()), str(results[0])
