@@ -1,12 +1,12 @@
 # Two commands for a fresh machine: `make demo` and `make test`.
-# Each builds .venv (and reinstalls when pyproject.toml changes) before it runs.
+# Each builds .venv (and reinstalls when pyproject.toml or this file changes) before it runs.
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test bench fuzz fuzz-proof agent-binaries clean-venv tools
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "conclave needs Python 3.11 or newer; set PYTHON=python3.11")'
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
