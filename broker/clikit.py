@@ -120,8 +120,8 @@ def connect(target: Target, *, timeout: float | None = None):  # type: ignore[no
         try:
             key = paths.operator_key()
         except StateError as exc:
-            if not paths.state.exists():
-                return None  # no state at all: call_local says so
+            if not paths.state.exists() or paths.never_run():
+                return None  # no state, or only a team accepted before any run: call_local says so
             die(str(exc), EXIT_REFUSED)
         try:
             return BlockingClient.for_operator(paths.socket(), operator_key=key, timeout=timeout)
@@ -191,6 +191,12 @@ def call_local(target: Target, op: str, args: dict[str, Any]) -> Any:
     paths = target.paths()
     if not paths.database.exists() and not paths.state.exists():
         die(f"no conclave state at {paths.state}; run `conclave run` first, or pass --state-dir", EXIT_NO_BROKER)
+    if paths.never_run():
+        die(
+            f"no broker is running on {paths.state} and none has run there yet (it holds only the team file(s) you accepted); "
+            "start one with `conclave run --team TEAM.toml`",
+            EXIT_NO_BROKER,
+        )
 
     from broker.errors import ConclaveError
     from broker.paths import BrokerAlreadyRunning, StateError, broker_ancestor, state_lock

@@ -47,6 +47,8 @@ OPERATOR_KEY_NAME: Final = "operator.key"
 STATE_REGISTRY_NAME: Final = "state-dirs"
 #: Bytes of randomness in the operator key (DESIGN.md asks for at least 128 bits).
 OPERATOR_KEY_BYTES: Final = 32
+#: What ``conclave team accept`` keeps in the state directory (``broker.team_trust``): the one file it may hold before a run.
+TEAM_RECORD_NAME: Final = "accepted-teams.json"
 
 
 class StateError(RuntimeError):
@@ -150,6 +152,23 @@ class StatePaths(NamedTuple):
                 f"this process may not read the operator key ({self.operator_key_file}); operator commands are for "
                 "the person who started the broker, not for agents"
             ) from None
+
+    def never_run(self) -> bool:
+        """Does the state directory hold only what ``conclave team accept`` writes -- a team accepted
+        before any broker ran here?
+
+        Such a directory has no operator key because no broker has made one, not because one was
+        taken: the first broker writes the key beside its logs and database, so a directory that
+        lacks its key but holds anything else (a key deleted or replaced behind a broker's back) is
+        not this, and is refused as before.  Neither is a directory this process may not list (an
+        agent's box) or an empty one.
+        """
+        try:
+            names = os.listdir(self.state)
+        except OSError:
+            return False
+        temp = f".{TEAM_RECORD_NAME}."
+        return TEAM_RECORD_NAME in names and all(name == TEAM_RECORD_NAME or name.startswith(temp) for name in names)
 
     @property
     def socket_pointer(self) -> Path:

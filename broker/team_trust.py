@@ -32,10 +32,11 @@ from typing import Any, Final, Iterator, final
 
 import attrs
 
+from broker.paths import TEAM_RECORD_NAME
 from broker.team import Team
 
 #: Where the accepted content lives, in the state directory (0600).
-RECORD_NAME: Final = "accepted-teams.json"
+RECORD_NAME: Final = TEAM_RECORD_NAME
 #: An ``env`` value whose name looks like this is shown as changed, never printed.
 _SECRET_NAME: Final = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
 

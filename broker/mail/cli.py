@@ -308,9 +308,10 @@ def _connect_once_keyed(target: Target) -> Any:
     moment was refused as if no key would ever come.  A directory that has no key 5 s on is refused
     as before (an agent's box hides the key).
 
-    None (no broker yet) is decided here, on the look that found no state directory: ``connect``
-    looks for the key first and for the directory after, so a broker that made its directory
-    between its two looks had the watch refused."""
+    None (no broker yet) is decided here, on the look that found no state directory, or one that
+    holds only what ``conclave team accept`` wrote (``StatePaths.never_run``): ``connect`` looks for
+    the key first and for the directory after, so a broker that made its directory between its two
+    looks had the watch refused."""
     import time
 
     from broker.clikit import connect, in_agent
@@ -318,7 +319,7 @@ def _connect_once_keyed(target: Target) -> Any:
     paths = target.paths()
     deadline = time.monotonic() + 5
     while not in_agent() and not paths.operator_key_file.exists() and time.monotonic() < deadline:
-        if not paths.state.is_dir():
+        if not paths.state.is_dir() or paths.never_run():
             return None
         time.sleep(0.05)
     return connect(target)

@@ -120,3 +120,83 @@ def test_an_agent_cannot_accept_a_change_for_the_operator(start_run, tmp_path: P
     # Control: the operator's own terminal accepts it.
     assert conclave("team", "accept", str(team), *where).returncode == 0
     assert conclave("run", "--team", str(team), *where, "--json").returncode == 0
+
+
+def test_status_after_a_team_accepted_before_any_run_waits_for_a_broker_and_a_deleted_key_is_still_refused(tmp_path: Path) -> None:
+    """`conclave team accept` before the first `conclave run` makes the state directory and writes only
+    its record there: no operator key, since no broker has made one.  `status` must say that no broker
+    runs and how to start one (exit 3), and `status --watch` wait for the broker -- never refuse over a
+    key the person never had.
+
+    The attack the refusal exists for stays refused: a state directory a broker ran on whose operator key
+    is then deleted, or replaced, behind its back is named and refused as before -- with the team
+    record beside it, which proves nothing about a directory holding anything else."""
+    import os
+    import select
+    import signal
+    import time
+
+    from broker.entry import conclave_argv
+    from tests.conclave_run import operator_env
+
+    repo, team, marker, where = setup(tmp_path)
+    state = tmp_path / "state"
+    team.write_text(team.read_text().replace('"echo ran >> {marker}"'.format(marker=marker), '"echo ran >> {marker}; sleep 60"'.format(marker=marker)))
+    assert conclave("team", "accept", str(team), *where).returncode == 0
+    assert sorted(p.name for p in state.iterdir()) == ["accepted-teams.json"]
+
+    status = conclave("status", *where)
+    assert status.returncode == 3, status.stderr
+    assert "no broker is running" in status.stderr and "conclave run --team" in status.stderr and "operator key" not in status.stderr
+    as_json = json.loads(conclave("status", "--json", *where).stderr)["error"]
+    assert as_json["code"] == "no_broker" and "conclave run" in as_json["fix"]
+
+    # --watch started now says it waits (before the fix: refused after 5 s), and follows the broker that starts.
+    def watch(*args: str) -> subprocess.Popen[str]:
+        argv = conclave_argv("status", "--watch", "--interval", "0.2", *args, *where)
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=operator_env())
+
+    def line(process: subprocess.Popen[str]) -> str:
+        assert process.stdout is not None
+        return process.stdout.readline() if select.select([process.stdout], [], [], 60)[0] else ""
+
+    person, script = watch(), watch("--json")
+    broker = None
+    try:
+        first = line(person)
+        assert first.startswith(f"waiting for a broker on {state}") and "conclave run --team" in first, (first, person.poll())
+        broker = subprocess.Popen(conclave_argv("run", "--team", str(team), *where, "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=operator_env())
+        board = json.loads(line(script) or "null")
+        assert board is not None and [a["agent"] for a in board["agents"]] == ["alice"], (board, script.poll())
+        assert person.poll() is None  # still watching, not refused
+        broker.send_signal(signal.SIGTERM)
+        broker.communicate(timeout=60)
+        script.communicate(timeout=30)
+        assert script.returncode == 0  # the broker stopped: the watch ends by itself
+        # The person's watch too, if it connected in time; else it still waits for a broker (Ctrl-C ends it).
+        try:
+            out, err = person.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            person.send_signal(signal.SIGINT)
+            out, err = person.communicate(timeout=30)
+        assert person.returncode == 0 and "operator key" not in out + err, (out, err)
+    finally:
+        for process in (broker, person, script):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.communicate()
+
+    # Control: the same directory, now run on, with its key deleted behind the broker's back: refused, named.
+    assert {"operator.key", "conclave.db", "accepted-teams.json"} <= {p.name for p in state.iterdir()}
+    key = (state / "operator.key").read_text()
+    os.unlink(state / "operator.key")
+    for args in (["status"], ["status", "--watch"]):
+        refused = conclave(*args, *where)
+        assert refused.returncode == 1 and f"no operator key at {state / 'operator.key'}" in refused.stderr, refused.stderr
+    # ... and with another key in its place: the store answers to the first one.
+    (state / "operator.key").write_text("0" * 64 + "\n")
+    replaced = conclave("status", *where)
+    assert replaced.returncode == 1 and "answers to another operator key" in replaced.stderr, replaced.stderr
+    # Control of the control: the key put back, status works.
+    (state / "operator.key").write_text(key)
+    assert conclave("status", *where).returncode == 0
