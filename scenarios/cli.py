@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Annotated, List, Optional
 
@@ -37,14 +38,46 @@ def run_command(
     if not files:
         die("no scenario files found (*.toml)", EXIT_USAGE)
     console = Console(stderr=True)
-    with Progress(TextColumn("scenarios"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, disable=json_out or not console.is_terminal) as progress:
-        task = progress.add_task("run", total=len(files))
-        outcomes = run_all(files, jobs=jobs, on_done=lambda o: progress.advance(task))
+    finished: list[object] = []
+
+    def done(outcome: object) -> None:
+        finished.append(outcome)
+        progress.advance(task)
+
+    # SIGTERM ends the run as Ctrl-C does: no more scenarios, every broker started stopped (run_all).
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with Progress(TextColumn("scenarios"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, disable=json_out or not console.is_terminal) as progress:
+            task = progress.add_task("run", total=len(files))
+            outcomes = run_all(files, jobs=jobs, on_done=done)
+    except KeyboardInterrupt as exc:
+        how = "SIGTERM" if isinstance(exc, _Terminated) else "Ctrl-C"
+        die(
+            f"interrupted by {how} after {len(finished)} of {len(files)} scenario(s); the brokers it had started were stopped "
+            "and no verdict is given; run it again to completion",
+            EXIT_TERMINATED if how == "SIGTERM" else EXIT_INTERRUPTED,
+            error="interrupted",
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if junit is not None:
         write_junit(outcomes, junit)
     emit(target, [attrs.asdict(o) for o in outcomes], _print)
     if not verdict_ok(outcomes):
         raise typer.Exit(1)
+
+
+#: Exit codes of a run cut short, as a shell reports a process a signal ended.
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be, so both stop the run one way."""
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise _Terminated
 
 
 def _print(outcomes: list[dict]) -> None:

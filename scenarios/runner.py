@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -33,6 +34,10 @@ from scenarios.format import OPERATOR, Check, Scenario, Step, interpolate
 PASSED: Final = "passed"
 FAILED: Final = "failed"
 INVALID: Final = "invalid"
+
+
+class Interrupted(RuntimeError):
+    """The whole run is being stopped (``run_all``'s ``stopping``): this scenario ends where it is, without a verdict of its own."""
 
 
 class StepFailed(AssertionError):
@@ -99,8 +104,10 @@ def team_tables(scenario: Scenario, policy: dict[str, Any] | None = None) -> str
 class ScenarioRun:
     """The state of one scenario while it runs."""
 
-    def __init__(self, scenario: Scenario, root: Path, launch: Callable[..., Any] | None = None) -> None:
+    def __init__(self, scenario: Scenario, root: Path, launch: Callable[..., Any] | None = None, stopping: threading.Event | None = None) -> None:
         self.scenario = scenario
+        #: Set when the whole run is stopping: a ``sleep`` step ends at once, and no further step starts.
+        self.stopping = stopping or threading.Event()
         self.root = root
         self.policy = dict(scenario.policy)
         #: What starts each broker (``subprocess.Popen`` unless given: the zygote's fork, see scenarios/zygote.py).
@@ -224,7 +231,8 @@ class ScenarioRun:
         if action == "sync":
             return {"ok": True, "result": {}}
         if action == "sleep":
-            time.sleep(float(raw.get("seconds", 0.5)))
+            if self.stopping.wait(float(raw.get("seconds", 0.5))):
+                raise Interrupted("the run is stopping")
             return {"ok": True, "result": {}}
         if action == "wait-exit":
             self.run.wait_until(lambda: not self._live(actor), timeout=20, what=f"{actor} to exit")
@@ -395,11 +403,15 @@ def _describe(reply: dict[str, Any]) -> str:
     return f"error {error.get('code')}: {error.get('message')}"
 
 
-def run_scenario(scenario: Scenario, *, workdir: Path | None = None, keep: bool = False, launch: Callable[..., Any] | None = None) -> Outcome:
-    """Replay ``scenario`` on a fresh broker (started by ``launch``, default ``subprocess.Popen``) and real agents."""
+def run_scenario(scenario: Scenario, *, workdir: Path | None = None, keep: bool = False, launch: Callable[..., Any] | None = None,
+                 stopping: threading.Event | None = None) -> Outcome:
+    """Replay ``scenario`` on a fresh broker (started by ``launch``, default ``subprocess.Popen``) and real agents.
+
+    ``stopping`` set (the whole run is interrupted): the scenario stops before its next step, or in a ``sleep``,
+    and fails as interrupted; its broker is stopped as at any end."""
     root = Path(tempfile.mkdtemp(prefix="cvs-", dir=workdir))
     started = time.monotonic()
-    state = ScenarioRun(scenario, root, launch)
+    state = ScenarioRun(scenario, root, launch, stopping)
     done = 0
     # A background step runs on its own thread; its actor's next step (and the
     # checks) first wait for it and judge it.  An agent does one thing at a time.
@@ -415,6 +427,8 @@ def run_scenario(scenario: Scenario, *, workdir: Path | None = None, keep: bool 
     try:
         state.start()
         for step in scenario.steps:
+            if state.stopping.is_set():
+                raise Interrupted("the run is stopping")
             settle(step.actor)
             if step.action == "sync":
                 for name in list(pending):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -50,6 +51,11 @@ def run_all(
 
     ``launch`` starts each broker (a :class:`Zygote`'s ``popen`` the caller holds); without it one zygote
     is started for this call.
+
+    Interrupted (``KeyboardInterrupt``: Ctrl-C, or the SIGTERM ``conclave scenario run`` turns into one),
+    it starts no more scenarios, stops the brokers of those running (SIGTERM, when the zygote is its own:
+    each ends its agents and writes its summary), waits for them to end, and raises it again.  Killed
+    outright, it leaves the zygote's monitors to end them (scenarios/zygote.py).
     """
     ops = known_ops()
     outcomes: dict[Path, Outcome] = {}
@@ -67,15 +73,27 @@ def run_all(
         return [outcomes[p] for p in files]
     # One warm interpreter forks every scenario's broker (each still its own process): scenarios/zygote.py.
     with contextlib.ExitStack() as stack:
+        zygote = None
         if launch is None:
-            launch = stack.enter_context(Zygote()).popen
+            zygote = stack.enter_context(Zygote())
+            launch = zygote.popen
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=workers))
-        futures = {pool.submit(run_scenario, s, workdir=workdir, launch=launch): s for s in runnable}
-        for future in as_completed(futures):
-            outcome = future.result()
-            outcomes[futures[future].path] = outcome
-            if on_done:
-                on_done(outcome)
+        stopping = threading.Event()
+        futures = {pool.submit(run_scenario, s, workdir=workdir, launch=launch, stopping=stopping): s for s in runnable}
+        try:
+            for future in as_completed(futures):
+                outcome = future.result()
+                outcomes[futures[future].path] = outcome
+                if on_done:
+                    on_done(outcome)
+        except KeyboardInterrupt:
+            stopping.set()
+            for future in futures:
+                future.cancel()  # those not started yet
+            if zygote is not None:
+                zygote.stop_all()
+            pool.shutdown(wait=True)  # each running scenario fails as its broker stops, and closes its run
+            raise
     return [outcomes[p] for p in files]
 
 

@@ -30,6 +30,17 @@ What is not the same as an exec'd broker: the kernel's record of the exec,
 broker's ``os.environ`` and what its children inherit are the request's).
 A test about the broker's own command line or environment block starts it
 with ``subprocess.Popen`` (tests/multihost/test_passfile.py does).
+
+Nothing here outlives its starter.  Each broker's report socket is its lifeline: the starter never
+writes to it, so the monitor seeing it readable means end of file -- the starter closed it or died,
+however it died (SIGKILL included: the kernel closes a dead process's descriptors).  The monitor
+then stops its broker as a person would (SIGTERM: the broker ends its agents and writes its
+summary), kills it after :data:`STOP_GRACE` if it is still there, and, being a child subreaper
+(orphans of the broker's tree are re-parented to it, not to init), kills and reaps whatever of
+that tree is left.  The zygote ends once its control socket closes and its monitors are done.
+(``PR_SET_PDEATHSIG`` would not do: it follows the thread that forked, not the process -- see
+memory/walk_child.py.)  A starter that means to stop its brokers cleanly itself, before it goes,
+calls :meth:`Zygote.stop_all` (``conclave scenario run`` on SIGTERM or Ctrl-C).
 """
 
 from __future__ import annotations
@@ -44,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -52,6 +64,13 @@ from broker.entry import conclave_argv, python_argv
 #: How long the zygote may take to import the broker, and a fork to report its pid (generous: a loaded machine).
 READY_TIMEOUT = 120.0
 MAX_FDS = 4
+#: Seconds a monitor gives a broker whose starter is gone to stop by itself (SIGTERM) before it kills it:
+#: the broker's own ``--grace`` (SIGTERM to SIGKILL for its agents) plus its summary.
+STOP_GRACE = 15.0
+
+
+class ZygoteStopping(RuntimeError):
+    """:meth:`Zygote.stop_all` was called: this zygote forks nothing more."""
 
 
 class Forked:
@@ -151,6 +170,9 @@ class Zygote:
         theirs.close()
         self._control = mine
         self._lock = threading.Lock()
+        # Every broker forked and not yet known to have ended (weak: a handle dropped is a broker abandoned).
+        self._forked: weakref.WeakSet[Forked] = weakref.WeakSet()
+        self._stop_signal: int | None = None
         mine.settimeout(READY_TIMEOUT)
         try:
             ready = mine.recv(16)
@@ -192,6 +214,8 @@ class Zygote:
                    "env": dict(os.environ if env is None else env)}
         try:
             with self._lock:
+                if self._stop_signal is not None:
+                    raise ZygoteStopping("the scenario runner is stopping: it starts no more brokers")
                 socket.send_fds(self._control, [json.dumps(request).encode()], [source, out_w, err_w, theirs.fileno()])
         finally:
             for fd in (source, out_w, err_w):
@@ -206,7 +230,25 @@ class Zygote:
             if not data:
                 raise RuntimeError(f"the broker zygote did not fork the broker (zygote exit status {self.process.poll()})")
             line += data
-        return Forked(argv, int(line), report, out_r, err_r, text=text)
+        forked = Forked(argv, int(line), report, out_r, err_r, text=text)
+        with self._lock:
+            self._forked.add(forked)
+            stop = self._stop_signal
+        if stop is not None:  # stop_all ran while this one was being forked
+            forked.send_signal(stop)
+        return forked
+
+    def stop_all(self, sig: int = signal.SIGTERM) -> int:
+        """Send ``sig`` to every broker forked and still running, and fork no more (:class:`ZygoteStopping`).
+
+        Each broker stops as on a person's ``kill``: it ends its agents and writes its summary, which
+        its handle's ``communicate`` still reads.  Returns how many were signalled."""
+        with self._lock:
+            self._stop_signal = sig
+            live = [f for f in self._forked if f.returncode is None]
+        for forked in live:
+            forked.send_signal(sig)
+        return len(live)
 
     def run(self, argv: Sequence[str], *, env: dict[str, str] | None = None, input: str | None = None,
             timeout: float | None = None) -> subprocess.CompletedProcess[str]:
@@ -310,9 +352,15 @@ def _reap(options: int) -> None:
 
 
 def _monitor(request: dict[str, Any], fds: list[int]) -> None:
-    """Fork the broker, report its pid, wait for it, report its exit code; never returns."""
+    """Fork the broker, report its pid, wait for it, report its exit code; never returns.
+
+    If the report socket ends first (the starter is gone), end the broker and its whole tree instead."""
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C to the process group is the broker's to handle
+        from broker.identity import make_child_subreaper
+
+        # What the broker's death orphans comes here, not to init: a starter gone takes it along.
+        make_child_subreaper()
         report = socket.socket(fileno=fds[3])
         pid = os.fork()
         if pid == 0:
@@ -320,11 +368,41 @@ def _monitor(request: dict[str, Any], fds: list[int]) -> None:
             _broker(request, fds[:3])
         for fd in fds[:3]:
             os.close(fd)
+        broker = os.pidfd_open(pid)
         report.sendall(f"{pid}\n".encode())
-        _, status = os.waitpid(pid, 0)
-        report.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+        if _ended_first(broker, report):
+            _, status = os.waitpid(pid, 0)
+            report.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+        else:
+            _end_orphaned(pid, broker)
     finally:
         os._exit(0)
+
+
+def _ended_first(broker: int, report: socket.socket) -> bool:
+    """Wait until the broker (its pidfd) ends -- True -- or the report socket does: False, the starter is gone."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(broker, selectors.EVENT_READ, True)
+        selector.register(report, selectors.EVENT_READ, False)
+        while True:
+            ready = [key.data for key, _ in selector.select()]
+            if True in ready:
+                return True
+            if ready:
+                return False
+
+
+def _end_orphaned(pid: int, broker: int) -> None:
+    """Stop a broker whose starter is gone: SIGTERM (it ends its agents), SIGKILL after :data:`STOP_GRACE`,
+    then kill and reap everything of its tree that was re-parented here (this process is a subreaper)."""
+    from broker.sandbox.keeper import end_descendants
+
+    os.kill(pid, signal.SIGTERM)
+    with selectors.DefaultSelector() as selector:
+        selector.register(broker, selectors.EVENT_READ)
+        if not selector.select(STOP_GRACE):
+            os.kill(pid, signal.SIGKILL)
+    end_descendants()
 
 
 def _broker(request: dict[str, Any], streams: list[int]) -> None:
@@ -373,5 +451,8 @@ def _exit_code(main: Any) -> int:
 
 
 if __name__ == "__main__":
+    # A ^C at the terminal reaches the whole process group: each broker stops on it, and the starter decides
+    # what else ends; the zygote goes when its control socket closes, after its monitors.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _warm()
     _serve(socket.socket(fileno=int(sys.argv[1])))
