@@ -523,12 +523,38 @@ def test_an_exit_sweep_never_takes_an_agent_being_spawned(start_run):
     # Waited for exit by exit (30 boxed starts take a loaded machine a while): failing only when they stop coming.
     seen = 0
     while seen < 30:
-        seen = run.wait_until(lambda: (n := len(exits())) > seen and n, timeout=30, what=f"an agent exit after the {seen} recorded (of 30)")
+        try:
+            seen = run.wait_until(lambda: (n := len(exits())) > seen and n, timeout=30, what=f"an agent exit after the {seen} recorded (of 30)")
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}\n{_churn_diagnosis(run, exits())}") from None
     found = exits()
     # Positive control: every attempt ran its command and exited with its own code.
     assert sorted(e["exit_code"] for e in found) == [1] * 30, found
     assert sum(e["leftovers_killed"] for e in found) == 0, found
     assert run.puppet("keeper").call("whoami")["agent"] == "keeper"
+
+
+def _churn_diagnosis(run, found: list[dict]) -> str:  # type: ignore[no-untyped-def]
+    """What a stalled churn left to read: each agent's spawns and exits in the log, what the broker says is
+    live, the broker's own log, and the broker's stderr if it has ended (a rare failure under load)."""
+    from store.database import connect
+
+    conn = connect(run.state / "conclave.db", readonly=True)
+    try:
+        spawns = conn.execute("SELECT subject FROM events WHERE kind = 'agent.spawn' AND subject LIKE 'churn%'").fetchall()
+    finally:
+        conn.close()
+    lines = [f"spawned: {sorted(s for (s,) in spawns)}", f"exited: {sorted((e['subject'], e.get('exit_code'), e.get('leftovers_killed')) for e in found)}"]
+    try:
+        lines.append(f"live: {[(a['agent'], a['session'], a.get('pid')) for a in run.op('agents', live_only=True)]}")
+    except Exception as exc:  # noqa: BLE001 -- the broker itself may be what stalled
+        lines.append(f"the broker did not answer `agents`: {type(exc).__name__}: {exc}")
+    if run.process is not None and run.process.poll() is not None:
+        out, err = run.process.communicate()
+        lines.append(f"the broker exited with {run.process.returncode}; stderr:\n{err[-4000:]}\nstdout:\n{out[-2000:]}")
+    log = run.state / "logs" / "broker.log"
+    lines.append(f"{log} (last 80 lines):\n" + ("\n".join(log.read_text(errors="replace").splitlines()[-80:]) if log.exists() else "(none)"))
+    return "\n".join(lines)
 
 
 def test_the_operator_key_from_a_process_under_the_broker_but_in_no_agent_is_refused() -> None:
