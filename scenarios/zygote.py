@@ -264,6 +264,11 @@ def _warm() -> None:
     from memory import prefilter
 
     prefilter._format_detectors()
+    # The first claim's judging: every word list and pattern the prefilter compiles on first use (the eight
+    # languages' rules alone are about 0.15 s of CPU), and the shipped exemplars' and probe's tables.
+    prefilter.check_claim("The ledger tests run with `make test` on the arm64 runners.", "general")
+    prefilter.check_note("Seen in the CI logs of the arm64 runners.")
+    from memory import exemplar_vectors, probe_weights  # noqa: F401
 
 
 def _feed(fd: int, data: bytes) -> None:
