@@ -171,8 +171,8 @@ class Zygote:
         return list(argv[: len(prefix)]) == prefix and len(argv) > len(prefix)
 
     def popen(self, argv: Sequence[str], *, stdout: int, stderr: int, text: bool = False, env: dict[str, str] | None = None,
-              input: bytes | None = None) -> Forked | subprocess.Popen[Any]:
-        """``subprocess.Popen(argv, stdout=PIPE, stderr=PIPE, text=text, env=env)``, forked when :meth:`serves` says so.
+              input: bytes | None = None, cwd: str | os.PathLike[str] | None = None) -> Forked | subprocess.Popen[Any]:
+        """``subprocess.Popen(argv, stdout=PIPE, stderr=PIPE, text=text, env=env, cwd=cwd)``, forked when :meth:`serves` says so.
 
         ``input``: what the command reads on its standard input (else it reads the null device).
         """
@@ -180,7 +180,7 @@ class Zygote:
         if not self.serves(argv) or stdout != subprocess.PIPE or stderr != subprocess.PIPE:
             if input is not None:
                 raise ValueError("input is for a forked command only: use subprocess.run for anything else")
-            return subprocess.Popen(argv, stdout=stdout, stderr=stderr, text=text, env=env)
+            return subprocess.Popen(argv, stdout=stdout, stderr=stderr, text=text, env=env, cwd=cwd)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         report, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -188,7 +188,7 @@ class Zygote:
             feed, source = None, os.open(os.devnull, os.O_RDONLY)
         else:
             source, feed = os.pipe()
-        request = {"argv": argv[len(conclave_argv(python=self.python)):], "cwd": os.getcwd(),
+        request = {"argv": argv[len(conclave_argv(python=self.python)):], "cwd": os.path.abspath(cwd or os.getcwd()),
                    "env": dict(os.environ if env is None else env)}
         try:
             with self._lock:
@@ -209,13 +209,13 @@ class Zygote:
         return Forked(argv, int(line), report, out_r, err_r, text=text)
 
     def run(self, argv: Sequence[str], *, env: dict[str, str] | None = None, input: str | None = None,
-            timeout: float | None = None) -> subprocess.CompletedProcess[str]:
-        """``subprocess.run(argv, capture_output=True, text=True, env=env, input=input, timeout=timeout)``,
+            timeout: float | None = None, cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess[str]:
+        """``subprocess.run(argv, capture_output=True, text=True, env=env, input=input, timeout=timeout, cwd=cwd)``,
         forked when :meth:`serves` says so (an operator's ``conclave`` command without its interpreter's start)."""
         if not self.serves(argv):
-            return subprocess.run(list(argv), capture_output=True, text=True, env=env, input=input, timeout=timeout)
+            return subprocess.run(list(argv), capture_output=True, text=True, env=env, input=input, timeout=timeout, cwd=cwd)
         process = self.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                             input=None if input is None else input.encode())
+                             input=None if input is None else input.encode(), cwd=cwd)
         try:
             out, err = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
