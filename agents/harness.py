@@ -170,11 +170,13 @@ def operator_env(**extra: str) -> dict[str, str]:
     return {**{k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}, **extra}
 
 
-def operator_command(argv: list[str], *, env: dict[str, str], input: str | None = None, timeout: float) -> subprocess.CompletedProcess[str]:
-    """``argv`` (a ``conclave`` command line) to its end, through :data:`COMMAND` when it is set, else ``subprocess.run``."""
+def operator_command(argv: list[str], *, env: dict[str, str], input: str | None = None, timeout: float,
+                     cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``argv`` (a ``conclave`` command line) to its end in ``cwd`` (default: this process's), through :data:`COMMAND`
+    when it is set, else ``subprocess.run``."""
     if COMMAND is not None:
-        return COMMAND(argv, env=env, input=input, timeout=timeout)
-    return subprocess.run(argv, capture_output=True, text=True, env=env, input=input, timeout=timeout)
+        return COMMAND(argv, env=env, input=input, timeout=timeout, cwd=cwd)
+    return subprocess.run(argv, capture_output=True, text=True, env=env, input=input, timeout=timeout, cwd=cwd)
 
 
 class Run:

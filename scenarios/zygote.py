@@ -193,8 +193,8 @@ class Zygote:
         return list(argv[: len(prefix)]) == prefix and len(argv) > len(prefix)
 
     def popen(self, argv: Sequence[str], *, stdout: int, stderr: int, text: bool = False, env: dict[str, str] | None = None,
-              input: bytes | None = None) -> Forked | subprocess.Popen[Any]:
-        """``subprocess.Popen(argv, stdout=PIPE, stderr=PIPE, text=text, env=env)``, forked when :meth:`serves` says so.
+              input: bytes | None = None, cwd: str | os.PathLike[str] | None = None) -> Forked | subprocess.Popen[Any]:
+        """``subprocess.Popen(argv, stdout=PIPE, stderr=PIPE, text=text, env=env, cwd=cwd)``, forked when :meth:`serves` says so.
 
         ``input``: what the command reads on its standard input (else it reads the null device).
         """
@@ -202,7 +202,7 @@ class Zygote:
         if not self.serves(argv) or stdout != subprocess.PIPE or stderr != subprocess.PIPE:
             if input is not None:
                 raise ValueError("input is for a forked command only: use subprocess.run for anything else")
-            return subprocess.Popen(argv, stdout=stdout, stderr=stderr, text=text, env=env)
+            return subprocess.Popen(argv, stdout=stdout, stderr=stderr, text=text, env=env, cwd=cwd)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         report, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -210,7 +210,7 @@ class Zygote:
             feed, source = None, os.open(os.devnull, os.O_RDONLY)
         else:
             source, feed = os.pipe()
-        request = {"argv": argv[len(conclave_argv(python=self.python)):], "cwd": os.getcwd(),
+        request = {"argv": argv[len(conclave_argv(python=self.python)):], "cwd": os.path.abspath(cwd or os.getcwd()),
                    "env": dict(os.environ if env is None else env)}
         try:
             with self._lock:
@@ -251,13 +251,13 @@ class Zygote:
         return len(live)
 
     def run(self, argv: Sequence[str], *, env: dict[str, str] | None = None, input: str | None = None,
-            timeout: float | None = None) -> subprocess.CompletedProcess[str]:
-        """``subprocess.run(argv, capture_output=True, text=True, env=env, input=input, timeout=timeout)``,
+            timeout: float | None = None, cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess[str]:
+        """``subprocess.run(argv, capture_output=True, text=True, env=env, input=input, timeout=timeout, cwd=cwd)``,
         forked when :meth:`serves` says so (an operator's ``conclave`` command without its interpreter's start)."""
         if not self.serves(argv):
-            return subprocess.run(list(argv), capture_output=True, text=True, env=env, input=input, timeout=timeout)
+            return subprocess.run(list(argv), capture_output=True, text=True, env=env, input=input, timeout=timeout, cwd=cwd)
         process = self.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                             input=None if input is None else input.encode())
+                             input=None if input is None else input.encode(), cwd=cwd)
         try:
             out, err = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -306,6 +306,11 @@ def _warm() -> None:
     from memory import prefilter
 
     prefilter._format_detectors()
+    # The first claim's judging: every word list and pattern the prefilter compiles on first use (the eight
+    # languages' rules alone are about 0.15 s of CPU), and the shipped exemplars' and probe's tables.
+    prefilter.check_claim("The ledger tests run with `make test` on the arm64 runners.", "general")
+    prefilter.check_note("Seen in the CI logs of the arm64 runners.")
+    from memory import exemplar_vectors, probe_weights  # noqa: F401
 
 
 def _feed(fd: int, data: bytes) -> None:

@@ -10,6 +10,7 @@ again.  Outside the suite it is ``subprocess.run`` as before.
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 from agents.harness import operator_command, operator_env
@@ -18,9 +19,9 @@ from broker.entry import conclave_argv
 __all__ = ["conclave", "conclave_run", "operator_env"]
 
 
-def conclave(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """``conclave ARGS`` to its end, as ``subprocess.run(..., capture_output=True, text=True)`` returns it."""
-    return operator_command(conclave_argv(*args), env=env or operator_env(), timeout=timeout)
+def conclave(*args: str, env: dict[str, str] | None = None, timeout: float = 120, cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``conclave ARGS`` to its end (in ``cwd``), as ``subprocess.run(..., capture_output=True, text=True)`` returns it."""
+    return operator_command(conclave_argv(*args), env=env or operator_env(), timeout=timeout, cwd=cwd)
 
 
 def conclave_run(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -113,7 +113,9 @@ def test_preflight_names_a_missing_key_a_dead_endpoint_and_an_untested_version_b
         "terminal does not reach them: each agent has its own configuration directory)",
     ], refused.stderr
     assert f"oldie: {old} is version 1.0.0, outside the versions conclave was tested with (2.1.332 up to, not including, 2.2.0)" in refused.stderr
-    assert took < 8, f"preflight took {took:.1f} s (the checks have 5 s in all; the rest is starting Python)"
+    # Bounded, not fast (what preflight costs is bench/preflight.py's): a check that waited on the system's own
+    # timeouts would take minutes; the checks have 5 s in all, and a loaded machine must not fail this.
+    assert took < 60, f"preflight took {took:.1f} s (the checks have 5 s in all; the rest is starting Python)"
     # Nothing started: no run was recorded, no agent spawned.
     assert not list((state / "logs").glob("run-*.jsonl")) if (state / "logs").exists() else True
     if (state / "conclave.db").exists():

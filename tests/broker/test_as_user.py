@@ -41,9 +41,11 @@ def test_privilege_dependent_tests_pass_as_an_ordinary_uid(venv: tuple[Path, Pat
         "LANG": "C.UTF-8",
         "XDG_STATE_HOME": str(base / "home" / "state"),
     }
-    # -v: each test's name is printed as it starts, so a run cut short by the timeout still names the
-    # test it was in (the last line of its output); -ra names every failure in the summary.
-    argv = as_user([str(base / "venv" / "bin" / "python"), "-m", "pytest", "-v", "-p", "no:cacheprovider", "-x", *SUITES])
+    # -v: each test's name is printed as it ends, so a run cut short by the timeout names every test that
+    # finished (the one it was in is not among them); -ra names every failure in the summary.  Two workers,
+    # each file whole on one (module-scoped brokers): the rerun waits on its brokers more than it computes
+    # (alone, 71 s on one worker and 41 s on two, for the same CPU).
+    argv = as_user([str(base / "venv" / "bin" / "python"), "-m", "pytest", "-v", "-p", "no:cacheprovider", "-x", "-n", "2", "--dist", "loadfile", *SUITES])
     try:
         done = subprocess.run(argv, cwd=source, env=env, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired as exc:

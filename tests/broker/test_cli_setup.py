@@ -10,17 +10,13 @@ import sys
 from pathlib import Path
 
 from agents.harness import Run, make_repo
-from broker.entry import conclave_argv
 from tests.conclave_run import conclave as conclave_command
 from tests.conclave_run import operator_env
 
 
 def conclave(*args: str, cwd: Path | None = None, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The operator's `conclave` in a process of its own (forked warm: tests/conclave_run.py; exec'd in ``cwd``)."""
-    env = operator_env(**(extra_env or {}))
-    if cwd is None:
-        return conclave_command(*args, env=env)
-    return subprocess.run(conclave_argv(*args), capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+    """The operator's `conclave` in a process of its own, in ``cwd`` (forked warm: tests/conclave_run.py)."""
+    return conclave_command(*args, env=operator_env(**(extra_env or {})), cwd=cwd)
 
 
 def test_run_and_init_refuse_a_directory_outside_git_and_name_the_fix(tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.harness import Run, make_repo
+from agents.harness import Run, make_repo, operator_command
 from broker.entry import conclave_argv
 
 SESSION = r"[0-9a-f]{12}"
@@ -36,7 +36,7 @@ def run_argv(repo: Path, team: Path, state: Path, *extra: str) -> list[str]:
 
 
 def cli(state: Path, repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(conclave_argv(*args, "--state-dir", str(state), "--repo", str(repo)), capture_output=True, text=True, env=env(), timeout=60)
+    return operator_command(conclave_argv(*args, "--state-dir", str(state), "--repo", str(repo)), env=env(), timeout=60)
 
 
 def line(out: str, who: str, mark: str, text: str) -> re.Match[str]:
@@ -81,7 +81,7 @@ command = ["sh", "-c", "printf 'paint \\\\033[2J\\\\033[31mred \\\\342\\\\200\\\
 @pytest.fixture(scope="module")
 def story(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
     repo, team, state = setup(tmp_path_factory.mktemp("story"), STORY)
-    out = subprocess.run(run_argv(repo, team, state), capture_output=True, text=True, env=env(), timeout=120)
+    out = operator_command(run_argv(repo, team, state), env=env(), timeout=120)
     return out, repo, state
 
 
@@ -150,7 +150,7 @@ def test_logs_reads_the_same_streams_afterwards(story):
 
 def test_quiet_shows_only_the_first_line_and_the_summary(tmp_path):
     repo, team, state = setup(tmp_path, '[[agent]]\nname = "a"\ncommand = ["sh", "-c", "echo chatter; exit 2"]\n')
-    out = subprocess.run(run_argv(repo, team, state, "--quiet"), capture_output=True, text=True, env=env(), timeout=60)
+    out = operator_command(run_argv(repo, team, state, "--quiet"), env=env(), timeout=60)
     assert out.returncode == 1
     assert out.stdout.startswith("conclave: broker for") and "chatter" not in out.stdout and " | " not in out.stdout
     assert "exit 2 [FAILED]" in out.stdout
@@ -161,7 +161,7 @@ def test_quiet_shows_only_the_first_line_and_the_summary(tmp_path):
 
 def test_a_run_where_every_agent_succeeds_exits_0_and_json_says_so(tmp_path):
     repo, team, state = setup(tmp_path, '[[agent]]\nname = "a"\ncommand = ["true"]\n\n[[agent]]\nname = "b"\ncommand = ["sh", "-c", "echo hi"]\n')
-    out = subprocess.run(run_argv(repo, team, state, "--json"), capture_output=True, text=True, env=env(), timeout=60)
+    out = operator_command(run_argv(repo, team, state, "--json"), env=env(), timeout=60)
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)  # --json: one document, no stream around it
     assert summary["exit_code"] == 0 and summary["failed"] == [] and summary["run"] == 1
@@ -376,7 +376,7 @@ def test_logs_shows_every_line_after_a_five_megabyte_one(tmp_path):
 
     script = "import sys\nsys.stdout.write('before\\n' + 'x' * 5_000_000 + '\\n')\nfor i in range(3): print('after', i)"
     repo, team_file, state = setup(tmp_path, f'[[agent]]\nname = "long"\ncommand = {toml_value([sys.executable, "-c", script])}\n')
-    ran = subprocess.run(run_argv(repo, team_file, state), capture_output=True, text=True, env=env(), timeout=120)
+    ran = operator_command(run_argv(repo, team_file, state), env=env(), timeout=120)
     assert ran.returncode == 0, ran.stderr
     for shown in (ran.stdout, cli(state, repo, "logs").stdout):  # the run view, and `conclave logs` afterwards
         texts = [ln.split("| ", 1)[1] for ln in shown.splitlines() if re.match(rf"^long:{SESSION} +\| ", ln)]

@@ -17,10 +17,8 @@ MACHINE = sandbox_machine.probe()
 
 
 def conclave(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """A `conclave` command in a process of its own (forked warm: tests/conclave_run.py; exec'd in ``cwd``)."""
-    if cwd is None:
-        return conclave_command(*args)
-    return subprocess.run([sys.executable, "-I", "-m", "broker.cli", *args], capture_output=True, text=True, env=operator_env(), cwd=cwd, timeout=120)
+    """A `conclave` command in a process of its own, in ``cwd`` (forked warm: tests/conclave_run.py)."""
+    return conclave_command(*args, cwd=cwd)
 
 
 def team(tmp_path: Path, body: str) -> Path:

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from typing import Any
 
-from broker.entry import conclave_argv
+from tests.conclave_run import conclave as conclave_command, operator_env
 
 
 def conclave(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("CONCLAVE_")}
-    return subprocess.run(conclave_argv(*args), capture_output=True, text=True, env={**base, **(env or {})}, timeout=60)
+    """The operator's `conclave` in a process of its own (forked warm: tests/conclave_run.py)."""
+    return conclave_command(*args, env=operator_env(**(env or {})), timeout=60)
 
 
 def test_owner_initialises_a_database_and_registers_two_brokers(pg_cluster: Any) -> None:
