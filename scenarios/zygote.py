@@ -215,6 +215,9 @@ class Zygote:
         try:
             with self._lock:
                 if self._stop_signal is not None:
+                    for fd in (out_r, err_r, *([] if feed is None else [feed])):
+                        os.close(fd)
+                    report.close()
                     raise ZygoteStopping("the scenario runner is stopping: it starts no more brokers")
                 socket.send_fds(self._control, [json.dumps(request).encode()], [source, out_w, err_w, theirs.fileno()])
         finally:
