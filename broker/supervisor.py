@@ -383,21 +383,26 @@ class Supervisor:
             return principal
         finally:
             os.close(report_w)
-        if self.ledger is not None:
-            self.ledger.agent_started(principal.key, process.pid, box.cgroup, str(LAUNCHER))
-        capture.start(self._nursery, process.stdout, process.stderr)
-        self.core.registry.started(principal, process.pid, started)
-        await self._persist_start(live, process.pid, started, attempt, command, box.level)
-        if self.view is not None:
-            self.view.spawned(
-                principal.key, process.pid, log_path, attempt=attempt + 1, attempts=_attempts(spec, child=parent is not None), sandbox=box.level
-            )
-        reports = LauncherReports(report_r)
-        self._stops[principal.key] = trio.CancelScope()
-        self._nursery.start_soon(self._hear, reports, principal, box)
-        self._nursery.start_soon(self._watch, live, process, attempt, str(log_path), box, reports, capture)
-        if spec.limits.timeout is not None or spec.limits.idle_timeout is not None:
-            self._nursery.start_soon(self._watch_time, principal, spec.limits)
+        # Spawned: from here to its watch nothing may be cancelled away.  A stop (SIGTERM, Ctrl-C) landing while
+        # the spawn is recorded used to leave this agent unwatched: never sent SIGTERM, its output read for
+        # ever, the broker's stop waiting on it until a second signal.  Shielded, the watch starts, sees the
+        # stop and ends the agent as any other (the record waits on the store at most STOP_PATIENCE once stopping).
+        with trio.CancelScope(shield=True):
+            if self.ledger is not None:
+                self.ledger.agent_started(principal.key, process.pid, box.cgroup, str(LAUNCHER))
+            capture.start(self._nursery, process.stdout, process.stderr)
+            self.core.registry.started(principal, process.pid, started)
+            await self._persist_start(live, process.pid, started, attempt, command, box.level)
+            if self.view is not None:
+                self.view.spawned(
+                    principal.key, process.pid, log_path, attempt=attempt + 1, attempts=_attempts(spec, child=parent is not None), sandbox=box.level
+                )
+            reports = LauncherReports(report_r)
+            self._stops[principal.key] = trio.CancelScope()
+            self._nursery.start_soon(self._hear, reports, principal, box)
+            self._nursery.start_soon(self._watch, live, process, attempt, str(log_path), box, reports, capture)
+            if spec.limits.timeout is not None or spec.limits.idle_timeout is not None:
+                self._nursery.start_soon(self._watch_time, principal, spec.limits)
         return principal
 
     async def _hear(self, reports: LauncherReports, principal: Principal, box: sandbox.Box) -> None:

@@ -174,3 +174,42 @@ def _on_its_terminal(pid: int) -> bool:
         return False
     comm = stat[stat.index("(") + 1 : stat.rindex(")")]
     return comm == "sleep" and int(stat.rsplit(")", 1)[1].split()[4]) != 0
+
+
+def test_a_signal_while_the_team_is_still_being_spawned_stops_every_agent_at_once(tmp_path: Path) -> None:
+    """SIGTERM as soon as the first of sixteen agents is recorded, while the rest are being spawned: an agent
+    whose spawn was being recorded when the stop came used to be left unwatched -- never sent SIGTERM, and the
+    broker's stop waiting on its output until a second signal.  Now the run ends with 143 at once and every
+    agent it started has ended (each spawn in the journal has its exit; none of their processes is left)."""
+    repo = make_repo(tmp_path)
+    team = tmp_path / "team.toml"
+    team.write_text("".join(f'[[agent]]\nname = "a{i}"\ncommand = ["sleep", "303"]\n\n' for i in range(16)))
+    state = tmp_path / "state"
+    argv = conclave_argv("run", "--team", str(team), "--repo", str(repo), "--state-dir", str(state), "--grace", "1", "--accept-team")
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    try:
+        deadline = time.monotonic() + 60
+        while not any(e["kind"] == "spawn" for e in journal(state)):
+            assert process.poll() is None and time.monotonic() < deadline, "no agent was ever spawned"
+            time.sleep(0.005)
+        process.send_signal(signal.SIGTERM)
+        # Bounded, not timed: without the fix the run waited for a second signal (the test's timeout).
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 128 + signal.SIGTERM, err[-2000:]
+    lines = journal(state)
+    spawned = {e["principal"]: int(e["text"].split("pid ")[1].split(",")[0]) for e in lines if e["kind"] == "spawn"}
+    ended = {e["principal"] for e in lines if e["kind"] == "exit"}
+    assert spawned and set(spawned) <= ended, (sorted(spawned), sorted(ended))
+    assert lines[-1]["kind"] == "end", lines[-3:]
+    left = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes() == b"sleep\x00303\x00":
+                left.append(int(entry.name))
+        except OSError:
+            continue
+    assert not left, f"agents of the stopped run still running: {left}"
