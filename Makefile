@@ -35,9 +35,11 @@ tools:
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
 # One worker per core, at most 4 (pytest-xdist), each test file whole on one worker (module-scoped
-# brokers and the order within a file hold); `.venv/bin/python -m pytest` alone runs serially.
+# brokers and the order within a file hold), in the order tests/conftest.py gives them (the longest first; xdist's
+# default would reorder files by their number of tests, the one-test files of a minute each last);
+# `.venv/bin/python -m pytest` alone runs serially.
 test: $(STAMP) tools
-	@$(VENV)/bin/python -m pytest -q --numprocesses auto --maxprocesses 4 --dist loadfile; rc=$$?; \
+	@$(VENV)/bin/python -m pytest -q --numprocesses auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$rc
 
 # The pinned Claude Code and Codex CLI the real-agent tests drive, fetched (no npm needed) from the npm registry into a

@@ -19,15 +19,22 @@ AS_USER = "tests/broker/test_as_user.py::"
 
 #: The files that take longest (docs/BENCHMARKS.md, "The test suite's time"), started first: with each file whole on
 #: one worker (``--dist loadfile``), a long file begun last keeps one core busy after the other has finished.
+#: `make test` passes ``--no-loadscope-reorder``: xdist otherwise reorders files by their number of tests.
 LONGEST_FIRST = [
     "tests/broker/test_as_user.py",
     "tests/scenarios/test_runner.py",
     "tests/fuzz/test_finds.py",
     "tests/broker/test_run_view.py",
     "tests/dashboard/test_dashboard_app.py",
-    "tests/agents/test_mcp_server.py",
     "tests/multihost/test_two_brokers.py",
     "tests/broker/test_demo.py",
+    "tests/agents/test_mcp_server.py",
+    "tests/broker/test_cli_setup.py",
+    "tests/fuzz/test_postgresql.py",
+    "tests/agents/test_real_long_runs.py",
+    "tests/containment/test_lifetime.py",
+    "tests/fuzz/test_sqlite.py",
+    "tests/memory/test_verify_apart.py",
 ]
 
 

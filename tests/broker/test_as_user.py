@@ -45,7 +45,7 @@ def test_privilege_dependent_tests_pass_as_an_ordinary_uid(venv: tuple[Path, Pat
     # finished (the one it was in is not among them); -ra names every failure in the summary.  Two workers,
     # each file whole on one (module-scoped brokers): the rerun waits on its brokers more than it computes
     # (alone, 71 s on one worker and 41 s on two, for the same CPU).
-    argv = as_user([str(base / "venv" / "bin" / "python"), "-m", "pytest", "-v", "-p", "no:cacheprovider", "-x", "-n", "2", "--dist", "loadfile", *SUITES])
+    argv = as_user([str(base / "venv" / "bin" / "python"), "-m", "pytest", "-v", "-p", "no:cacheprovider", "-x", "-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", *SUITES])
     try:
         done = subprocess.run(argv, cwd=source, env=env, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired as exc:
