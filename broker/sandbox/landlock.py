@@ -238,7 +238,13 @@ def carve_writes(roots, holes):  # type: ignore[no-untyped-def]
 def unenforceable(policy: Policy) -> list[str]:
     """Denied paths inside a write root: Landlock cannot take them back."""
     writes = [resolved(w) for w in policy.write]
-    return [d for d in policy.deny if os.path.lexists(d) and any(_inside(resolved(d), w) for w in writes)]
+    found = []
+    for denied in policy.deny:
+        if writes and os.path.lexists(denied):
+            real = resolved(denied)  # once per denied path, not once per write root
+            if any(_inside(real, w) for w in writes):
+                found.append(denied)
+    return found
 
 
 def _add_rule(ruleset: int, path: str, access: int) -> None:
