@@ -69,6 +69,9 @@ def enter(base: Path, *, allowed: Iterable[str] = ()) -> Iterator[SessionHome]:
     names = ("HOME", *XDG, "GIT_CONFIG_GLOBAL", realbin.ENV_CACHE)
     saved = {name: os.environ.get(name) for name in names}
     binaries = str(realbin.cache_root())  # before HOME moves: the runner's cache, named explicitly from now on
+    # Made now, before the guard: on a fresh machine the first real-agent test fetches the binaries into it,
+    # and making its parents (~/.cache/conclave) under the guard would be refused as reaching the runner's home.
+    Path(binaries).mkdir(parents=True, exist_ok=True)
     home = base / "home"
     home.mkdir(mode=0o700)
     for relative in XDG.values():

@@ -25,6 +25,7 @@ import pytest
 from agents.harness import Run
 from broker import paths
 from tests import session_home
+from tests.agents import realbin
 from tests.session_home import RealHomeTouched, SessionHome
 
 REGISTRY = Path(".local") / "state" / "conclave" / paths.STATE_REGISTRY_NAME
@@ -80,6 +81,28 @@ def test_the_product_reads_the_registry_under_home_too_and_the_guard_stops_it(tm
         with pytest.raises(RealHomeTouched, match=re.escape(str(person / REGISTRY))):
             paths.known_state_dirs()
     assert watch.touched == [f"open {person / REGISTRY}"]
+
+
+def test_on_a_fresh_machine_the_agent_binaries_are_fetched_into_the_runners_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runner whose home has no ~/.cache yet (a fresh machine): the first real-agent test makes the
+    binaries' cache (realbin.ensure) while the guard is live; that is the one place under the runner's
+    home the session writes, and the rest of ~/.cache stays guarded."""
+    person = tmp_path / "person"
+    person.mkdir()
+    monkeypatch.setenv("HOME", str(person))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv(realbin.ENV_CACHE, raising=False)
+    base = tmp_path / "session"
+    base.mkdir()
+    with session_home.enter(base, allowed=[]) as home:
+        cache = realbin.cache_root()
+        assert cache == person / ".cache" / "conclave" / "agent-binaries"
+        (cache / "pinned").mkdir(parents=True, exist_ok=True)  # what realbin.ensure does first
+        assert (cache / "pinned").is_dir()
+        with pytest.raises(RealHomeTouched):
+            (person / ".cache" / "someone-else").mkdir()
+        assert home.guard.touched == [f"os.mkdir {person / '.cache' / 'someone-else'}"]
+        home.guard.touched.clear()  # expected here; the context reports only what nobody expected
 
 
 def test_the_session_guard_stops_this_process_at_the_runners_home(no_real_state_home: SessionHome) -> None:

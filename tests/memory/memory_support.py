@@ -19,6 +19,18 @@ POLICY = TrustPolicy()
 _sessions = itertools.count(1)
 
 
+def assert_model_vectors(fresh: Any, saved: Any, regenerate: str) -> None:
+    """``saved`` (vectors kept beside a labelled set) are the local model's for the same texts as ``fresh``
+    (embedded now): every row at cosine >= 0.9995.  Not equal to the last digit: the 4-bit model's int8
+    kernels round differently on another CPU (AVX-512 against AVX2: up to 2e-3 a component, cosine >=
+    0.9999), which moves no figure; another model, prefix or text moves a row far below."""
+    import numpy as np
+
+    cosines = (np.asarray(fresh) * np.asarray(saved)).sum(axis=1)
+    worst = int(cosines.argmin())
+    assert cosines[worst] >= 0.9995, f"row {worst} of the saved vectors is at cosine {cosines[worst]:.5f} to the model's; regenerate: {regenerate}"
+
+
 def principal(agent: str, domain: str | None = None) -> Principal:
     """A principal the *test* makes up, for store-level tests that bypass the broker."""
     return Principal(agent=agent, session=f"t{next(_sessions):04d}", role=Role.AGENT, domain=domain or agent.split("/")[0])

@@ -12,7 +12,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from broker import composition
@@ -20,7 +19,7 @@ from memory import authoring, embedder, retrieval, semantic, vectors
 from store import events
 from store.chainkey import ChainKey
 from tests.memory import meaning_eval
-from tests.memory.memory_support import POLICY, principal
+from tests.memory.memory_support import POLICY, assert_model_vectors, principal
 
 #: What is re-embedded each run: claims among the answers and the fillers, the first query of each kind, and
 #: one query in each of the six other languages (they come four to a language).
@@ -39,8 +38,8 @@ def saved() -> tuple[Any, Any]:
     claims, queries = meaning_eval.saved_vectors(model.model)
     fresh_claims = model.embed([meaning_eval.CLAIMS[i] for i in CLAIM_SAMPLE], "passage")
     fresh_queries = model.embed([meaning_eval.ALL[i][0] for i in QUERY_SAMPLE], "query")
-    np.testing.assert_allclose(fresh_claims, claims[CLAIM_SAMPLE], atol=1e-5, err_msg=f"regenerate: {meaning_eval.REGENERATE}")
-    np.testing.assert_allclose(fresh_queries, queries[QUERY_SAMPLE], atol=1e-5, err_msg=f"regenerate: {meaning_eval.REGENERATE}")
+    assert_model_vectors(fresh_claims, claims[CLAIM_SAMPLE], meaning_eval.REGENERATE)
+    assert_model_vectors(fresh_queries, queries[QUERY_SAMPLE], meaning_eval.REGENERATE)
     return claims, queries
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from memory import embedder, prefilter, semantic
 from memory.exemplars import EXEMPLARS
 from tests.memory import prefilter_training, semantic_heldout, semantic_report
+from tests.memory.memory_support import assert_model_vectors
 from tests.memory.probe_cases import PROBE_ATTACK, PROBE_FACT
 from tests.memory.semantic_cases import CASES
 
@@ -40,8 +40,8 @@ def test_docs_hold_the_current_measure_on_the_held_out_set() -> None:
     # The saved vectors are this model's of these texts: a sample (two in each language) embedded now is the same.
     sample = list(range(0, len(cases), 40))
     assert len({cases[i].lang for i in sample}) == 8
-    np.testing.assert_allclose(model.embed([cases[i].text for i in sample], "passage"), vectors[sample], atol=1e-5,
-                               err_msg="regenerate: .venv/bin/python -m tests.memory.semantic_report --save-vectors")
+    assert_model_vectors(model.embed([cases[i].text for i in sample], "passage"), vectors[sample],
+                         ".venv/bin/python -m tests.memory.semantic_report --save-vectors")
     figures = semantic_report.measure(cases, vectors)
     assert semantic_report.table(figures, semantic_report.HELDOUT) in DOCS.read_text(), "regenerate the table: .venv/bin/python -m tests.memory.semantic_report"
     total = figures["total"]
