@@ -17,7 +17,7 @@ from typing import Annotated, Any, List, Optional
 
 import typer
 
-from broker.clikit import EXIT_USAGE, JsonOpt, RepoOpt, StateOpt, Target, call, cell, console, die, emit, say, table
+from broker.clikit import EXIT_USAGE, JsonOpt, RepoOpt, StateOpt, Target, call, cell, console, ctrl_c_stops, die, emit, say, table
 from broker.literal import visible
 
 app = typer.Typer(
@@ -401,6 +401,8 @@ def logs(
 
     target = Target(json_out, repo, state_dir)
     paths = target.paths()
+    if follow:
+        ctrl_c_stops()
     found = journals(paths.logs)
     if run_number is None and not found:
         if not follow:

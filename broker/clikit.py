@@ -100,6 +100,15 @@ def _json_requested() -> bool:
     return "--json" in args
 
 
+def ctrl_c_stops() -> None:
+    """For a command that runs "until Ctrl-C" (a watch, a follow): SIGINT raises KeyboardInterrupt however
+    the process was started.  One that inherits SIGINT ignored (a background job of a script) gets no
+    handler from Python, and would wait for ever."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def in_agent() -> bool:
     return bool(os.environ.get("CONCLAVE_TICKET"))
 

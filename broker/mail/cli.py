@@ -15,7 +15,7 @@ from typing import Annotated, Any, List, Optional
 import typer
 
 from broker import clikit
-from broker.clikit import JsonOpt, RepoOpt, StateOpt, Target, call, cell, console, die, emit, make_table, say
+from broker.clikit import JsonOpt, RepoOpt, StateOpt, Target, call, cell, console, ctrl_c_stops, die, emit, make_table, say
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 status_app = typer.Typer(
@@ -244,6 +244,7 @@ def board(
     if not watch:
         emit(target, call(target, "status.board"), print_board)
         return
+    ctrl_c_stops()
     try:
         _watch(target, max(interval, 0.2))
     except KeyboardInterrupt:

@@ -318,6 +318,28 @@ def test_logs_follow_waits_for_a_run_and_ends_with_it(tmp_path):
     line(out, "conclave", ">", "run 1 ended: every agent has exited")
 
 
+def test_a_waiting_logs_follow_stops_on_ctrl_c_even_started_with_sigint_ignored(tmp_path):
+    """`logs -f` waits "until Ctrl-C" for a run; a background job of a script inherits SIGINT ignored, and
+    Python then installs no handler: before `ctrl_c_stops` it waited for ever.  Control: the same follower
+    is still waiting a moment on (it is the signal that ends it)."""
+    repo = make_repo(tmp_path / "repo")
+    follower = subprocess.Popen(
+        conclave_argv("logs", "-f", "--state-dir", str(tmp_path / "state"), "--repo", str(repo)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=env(), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        assert follower.stdout is not None and follower.stdout.readline().startswith("waiting for a run to start")
+        time.sleep(0.3)
+        assert follower.poll() is None
+        follower.send_signal(signal.SIGINT)
+        out, err = follower.communicate(timeout=10)
+        assert follower.returncode == 0 and "Traceback" not in out + err, (follower.returncode, out, err)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.communicate()
+
+
 def test_logs_reads_only_log_files_never_where_a_link_or_the_journal_points(story, tmp_path):
     """Attack: with write access to logs/, a process swaps its log for a symlink to
     a secret, or writes a journal line whose log is ``../../secret``; `conclave logs`

@@ -152,9 +152,10 @@ def test_status_after_a_team_accepted_before_any_run_waits_for_a_broker_and_a_de
     assert as_json["code"] == "no_broker" and "conclave run" in as_json["fix"]
 
     # --watch started now says it waits (before the fix: refused after 5 s), and follows the broker that starts.
-    def watch(*args: str) -> subprocess.Popen[str]:
+    def watch(*args: str, sigint: object = signal.SIG_DFL) -> subprocess.Popen[str]:
         argv = conclave_argv("status", "--watch", "--interval", "0.2", *args, *where)
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=operator_env())
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=operator_env(),
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))  # type: ignore[arg-type]
 
     def line(process: subprocess.Popen[str]) -> str:
         assert process.stdout is not None
@@ -165,6 +166,13 @@ def test_status_after_a_team_accepted_before_any_run_waits_for_a_broker_and_a_de
     try:
         first = line(person)
         assert first.startswith(f"waiting for a broker on {state}") and "conclave run --team" in first, (first, person.poll())
+        # Ctrl-C ends a waiting watch even when it was started with SIGINT ignored (a background job of a
+        # script inherits that; Python then installs no handler of its own, and the watch waited for ever).
+        background = watch(sigint=signal.SIG_IGN)
+        assert line(background).startswith("waiting for a broker"), background.poll()
+        background.send_signal(signal.SIGINT)
+        out, err = background.communicate(timeout=10)
+        assert background.returncode == 0 and "Traceback" not in out + err, (background.returncode, out, err)
         broker = subprocess.Popen(conclave_argv("run", "--team", str(team), *where, "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=operator_env())
         board = json.loads(line(script) or "null")
         assert board is not None and [a["agent"] for a in board["agents"]] == ["alice"], (board, script.poll())
