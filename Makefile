@@ -34,12 +34,16 @@ tools:
 	fi
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
-# One worker per core, at most 4 (pytest-xdist), each test file whole on one worker (module-scoped
+# One worker more than the cores this process may use, at most 5 (pytest-xdist): many tests wait on their
+# brokers and agents, so a worker per core left a third of the CPU idle (2 cores: 3 workers ran the suite in
+# 3 min 50 s against 5 min 18 s; 4 workers 3 min 38 s at a higher load, docs/BENCHMARKS.md).  Each test file whole on one worker (module-scoped
 # brokers and the order within a file hold), in the order tests/conftest.py gives them (the longest first; xdist's
 # default would reorder files by their number of tests, the one-test files of a minute each last);
 # `.venv/bin/python -m pytest` alone runs serially.
+WORKERS := $(shell $(PYTHON) -c 'import os; print(min(len(os.sched_getaffinity(0)) + 1, 5))' 2>/dev/null || echo 2)
+
 test: $(STAMP) tools
-	@$(VENV)/bin/python -m pytest -q --numprocesses auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder; rc=$$?; \
+	@$(VENV)/bin/python -m pytest -q --numprocesses $(WORKERS) --dist loadfile --no-loadscope-reorder; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$rc
 
 # The pinned Claude Code and Codex CLI the real-agent tests drive, fetched (no npm needed) from the npm registry into a
