@@ -769,9 +769,9 @@ class StoreOwner:
                 conn.execute("ROLLBACK")
             if whole:
                 return False
-            failure = outcome.Error(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
-            for job in batch:
-                job.result = failure
+            failure = exc if isinstance(exc, Exception) else RuntimeError(str(exc))
+            for job in batch:  # an outcome each: one is unwrapped once, by its own caller
+                job.result = outcome.Error(failure)
             return True
         if moved is not None:
             self._head = moved

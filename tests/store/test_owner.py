@@ -209,3 +209,43 @@ async def test_every_job_of_a_batch_refused_together_hears_the_refusal_itself(tm
     assert batches < 20, batches  # grouped: some batch held several jobs
     assert all(isinstance(r, StoreUnavailable) for r in results.values()), {i: repr(r) for i, r in results.items()}
     assert all("is not the file this" in str(r) for r in results.values()), str(results[0])
+
+
+async def test_every_job_of_a_transaction_that_fails_as_a_whole_hears_the_failure_itself(tmp_path):
+    """The other way a batch fails together: the transaction itself (a commit refused, the write lock's
+    savepoints gone).  Here one job ends the transaction under the owner, so the savepoint after it is
+    gone; every job of its batch hears that failure, each from an outcome of its own (a shared one
+    made every caller after the first raise AlreadyUsedError)."""
+    import apsw
+
+    db = tmp_path / "db"
+    owner = StoreOwner(SqliteBackend(db), [], chain=chain_files(tmp_path))
+    results: dict[int, object] = {}
+
+    def write(conn):
+        events.append(conn, "test.write", actor="tester:1", subject="x")
+        return "written"
+
+    def rogue(conn):
+        conn.execute("ROLLBACK")  # the owner's transaction, and every savepoint in it, gone
+        return "rolled back"
+
+    async def job(i: int) -> None:
+        try:
+            results[i] = await owner.call(rogue if i == 10 else write)
+        except Exception as exc:  # noqa: BLE001 -- what each caller heard is the assertion
+            results[i] = exc
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(owner.run)
+        assert await owner.call(write) == "written"  # control: a batch of one good job commits
+        async with trio.open_nursery() as jobs:
+            for i in range(20):
+                jobs.start_soon(job, i)
+        assert await owner.call(write) == "written"  # the owner goes on after the failed batch
+        owner.close()
+        nursery.cancel_scope.cancel()
+    failed = {i: r for i, r in results.items() if isinstance(r, Exception)}
+    assert 10 in failed and len(failed) > 1, results  # the rogue's batch held others, and they failed with it
+    assert all(isinstance(r, apsw.SQLError) for r in failed.values()), {i: repr(r) for i, r in failed.items()}
+    assert all(r == "written" for i, r in results.items() if i not in failed)
