@@ -432,8 +432,15 @@ def choose_socket_path(paths: StatePaths) -> Path:
     """The path to bind: in the state dir when it fits, else a short private dir."""
     if len(os.fsencode(paths.preferred_socket)) <= MAX_SOCKET_PATH:
         return paths.preferred_socket
-    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    private = Path(tempfile.mkdtemp(prefix="conclave-", dir=base))
+    # The first of these where the path fits: a deep $TMPDIR (a test's, a sandbox's) must not leave the
+    # broker without a socket when /tmp would do.
+    room = MAX_SOCKET_PATH - len(f"/conclave-{'x' * 8}/{SOCKET_NAME}")
+    bases = [base for base in (os.environ.get("XDG_RUNTIME_DIR"), tempfile.gettempdir(), "/tmp") if base]
+    fits = [base for base in bases if os.path.isdir(base) and len(os.fsencode(base)) <= room]
+    if not fits:
+        raise OSError(errno.ENAMETOOLONG, f"the broker's socket does not fit in {paths.preferred_socket} (a Unix socket path has at most "
+                      f"{MAX_SOCKET_PATH} bytes here), nor under {', '.join(bases)}; use a shorter --state-dir or TMPDIR")
+    private = Path(tempfile.mkdtemp(prefix="conclave-", dir=fits[0]))
     private.chmod(0o700)
     return private / SOCKET_NAME
 

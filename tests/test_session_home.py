@@ -105,6 +105,25 @@ def test_on_a_fresh_machine_the_agent_binaries_are_fetched_into_the_runners_cach
         home.guard.touched.clear()  # expected here; the context reports only what nobody expected
 
 
+def test_a_link_made_outside_the_home_may_name_a_relative_target_whatever_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkout under the runner's home (the working directory) and a test that makes, in its own
+    directory, a link whose relative target reads like a path under that home: the target is text in
+    the link, relative to the link, and nothing under the home is touched (the guard had refused it,
+    failing a preset test for every ordinary user whose checkout is in their home).
+    Control: a link made under the home is refused."""
+    person = tmp_path / "person"
+    (person / "checkout").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(person / "checkout")
+    with session_home.guard(str(person), allowed=[]) as watch:
+        (elsewhere / "link").symlink_to("../@scope/pkg/bin/tool.js")
+        with pytest.raises(RealHomeTouched):
+            (person / "link").symlink_to(elsewhere)
+    assert watch.touched == [f"os.symlink {person / 'link'}"]
+    assert os.readlink(elsewhere / "link") == "../@scope/pkg/bin/tool.js" and not (person / "link").is_symlink()
+
+
 def test_the_session_guard_stops_this_process_at_the_runners_home(no_real_state_home: SessionHome) -> None:
     """The session's own guard is live on the runner's home: opening its registry raises before it is opened."""
     watch = no_real_state_home.guard

@@ -47,6 +47,42 @@ ENV_REGISTRY: Final = "npm_config_registry"
 DEFAULT_REGISTRY: Final = "https://registry.npmjs.org/"
 TIMEOUT: Final = 60
 #: The platform packages' names for this machine's CPU (npm's `cpu` names).
+#: tarfile's extraction filters came with Python 3.11.4; Debian 12's python3 is 3.11.2.
+_HAS_FILTERS: Final = hasattr(tarfile, "data_filter")
+
+
+def _extract(tar: tarfile.TarFile, dest: Path) -> None:
+    """Unpack ``tar`` into ``dest`` as tarfile's "data" filter does: nothing written outside ``dest``
+    (absolute names, ``..``, links that lead out), no devices or FIFOs, no setuid bits, no chown.
+    Without the filters (Python before 3.11.4) the same refusals are made here, before anything is written.
+
+    Raises:
+        tarfile.TarError: a member the filter refuses (nothing unpacked when checked here).
+    """
+    if _HAS_FILTERS:
+        tar.extractall(dest, filter="data")
+        return
+    root = os.path.realpath(dest)
+
+    def inside(path: str) -> bool:
+        return os.path.commonpath([root, os.path.realpath(path)]) == root
+
+    members = tar.getmembers()
+    for member in members:
+        where = os.path.join(root, member.name)
+        if os.path.isabs(member.name) or not inside(where):
+            raise tarfile.ExtractError(f"{member.name!r} would be written outside {dest}")
+        if member.issym() or member.islnk():
+            target = os.path.join(os.path.dirname(where), member.linkname) if member.issym() else os.path.join(root, member.linkname)
+            if os.path.isabs(member.linkname) or not inside(target):
+                raise tarfile.ExtractError(f"{member.name!r} links outside {dest} ({member.linkname!r})")
+        elif not (member.isfile() or member.isdir()):
+            raise tarfile.ExtractError(f"{member.name!r} is neither a file, a directory nor a link")
+        member.mode &= 0o755  # no setuid, setgid or sticky bit, nothing group- or world-writable
+        member.uid, member.gid, member.uname, member.gname = os.getuid(), os.getgid(), "", ""
+    tar.extractall(dest, members=members)
+
+
 _CPU: Final = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}
 #: Codex's vendor directory names the Rust target triple.
 _TRIPLE: Final = {"x64": "x86_64-unknown-linux-musl", "arm64": "aarch64-unknown-linux-musl"}
@@ -191,7 +227,7 @@ def _fetch(package: Package, target: Path) -> None:
             raise AgentBinariesError(f"{spec}: the tarball from {tarball} does not match the integrity hash the registry publishes; not installed")
         unpacked = Path(scratch) / "unpacked"
         with tarfile.open(archive) as tar:
-            tar.extractall(unpacked, filter="data")  # no links out, no device nodes, no absolute paths
+            _extract(tar, unpacked)  # no links out, no device nodes, no absolute paths
         program = unpacked / "package" / package.program
         if not program.is_file():
             raise AgentBinariesError(f"{spec} has no {package.program}; has the package's layout changed? (tests/agents/realbin.py)")

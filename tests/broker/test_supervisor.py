@@ -130,6 +130,26 @@ def test_a_deep_state_directory_still_gets_a_socket(tmp_path):
     assert not sock.exists()
 
 
+def test_a_deep_state_directory_under_a_deep_tmpdir_gets_its_socket_under_tmp(tmp_path, monkeypatch):
+    """The short private directory for a socket that does not fit in the state directory is not made under
+    a $TMPDIR that is itself too deep (a test's, a scenario runner's): the broker failed to start
+    ("AF_UNIX path too long") where /tmp had room."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    scratch = tmp_path / ("t" * 90)
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    run = Run(deep, [{"name": "alice"}])
+    try:
+        run.start()
+        sock = run.socket_path()
+        assert str(sock.parent.parent) == "/tmp" and len(str(sock)) <= 100, sock
+        assert run.puppet("alice").call("whoami")["agent"] == "alice"
+    finally:
+        run.close()
+    assert not sock.exists()
+
+
 def test_one_broker_per_state_directory(run):
     second = run.cli("run", "--team", str(run.team_file))
     assert second.returncode == 4  # could not start: distinct from 1, an agent failed
