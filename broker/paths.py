@@ -339,7 +339,16 @@ def resolve(repo: str | os.PathLike[str] | None = None, state_dir: str | os.Path
     elif os.environ.get(ENV_REPO):
         repo_path = Path(os.environ[ENV_REPO]).resolve()
     else:
-        repo_path = git_toplevel(Path.cwd()) or Path.cwd().resolve()
+        found = git_toplevel(Path.cwd())
+        if found is not None:
+            outer = enclosing_conclave_tree(found)
+            if outer is not None:
+                raise ValueError(
+                    f"{found} is a git repository inside {outer}, a work tree conclave has run agents in (a boxed agent "
+                    f"can make one there, with a team file of its own): pass --repo {outer}, or --repo {found} if it is "
+                    "the one you mean"
+                )
+        repo_path = found or Path.cwd().resolve()
     chosen = state_dir if state_dir is not None else os.environ.get(ENV_STATE_DIR)
     state = Path(chosen).resolve() if chosen else default_state_dir(repo_path)
     return StatePaths(repo=repo_path, state=state)
@@ -407,6 +416,21 @@ def known_state_dirs() -> list[str]:
         except OSError:
             continue
     return list(dict.fromkeys(found))
+
+
+def enclosing_conclave_tree(found: Path) -> Path | None:
+    """The nearest directory above ``found`` that is a git work tree conclave has run on (its default
+    state directory exists), or None.  Agents write that tree: a repository found inside it from the
+    current directory may be one an agent made (``git init sub``), and is never taken unnamed."""
+    real = found.resolve()
+    for above in real.parents:
+        if os.path.lexists(above / ".git"):
+            try:
+                if default_state_dir(above).is_dir():
+                    return above
+            except (ValueError, OSError):
+                return None
+    return None
 
 
 def git_toplevel(start: Path) -> Path | None:
