@@ -170,6 +170,7 @@ async def run_broker(
                         await nursery.start(view.run, core)
                         if git is not None:
                             await nursery.start(git.run)
+                            nursery.start_soon(_quarantine_nested, core, git)
                         view.started(paths.repo, [a.name for a in team.agents])
                         run_scope = trio.CancelScope()
 
@@ -188,6 +189,8 @@ async def run_broker(
                             on_ready(core)
                         with run_scope:
                             await supervisor.run(team)
+                        if git is not None:  # every agent has exited: nothing it made is left live for the person's git
+                            await _record_quarantined(core, await git.quarantine_new())
                         summary = _summary(core, supervisor, stopped_by, run_number, git)
                         await view.finish(summary.stopped_by, exit_code=summary.exit_code)
                         nursery.cancel_scope.cancel()
@@ -249,6 +252,9 @@ def _install_guard(paths: StatePaths, layout: Layout, socket_path: Path) -> guar
         return guardhook.install(layout, python=sys.executable, state=str(paths.state), socket_path=str(socket_path), key_file=str(paths.operator_key_file))
     except guardhook.GuardError as exc:
         raise BrokerAlreadyRunning(f"the git guard for unboxed agents cannot be installed: {exc}") from None
+#: Seconds between two looks for repositories made in the work tree during a run (see _quarantine_nested).
+NESTED_SWEEP: Final = 1.0
+
 #: How long a stopping broker waits for a store that cannot take its last event.
 STOP_PATIENCE: Final = 5.0
 
@@ -278,6 +284,23 @@ async def _watch_run_time(core: BrokerCore, limits: Limits, stop: Callable[[str,
             stop("idle", f"the run was idle: no agent printed or called the broker for idle_timeout = {words(limits.idle_timeout)}")
             return
         await trio.sleep(min(1.0, limits.idle_timeout or 1.0, limits.timeout or 1.0) / 4)
+
+
+async def _quarantine_nested(core: BrokerCore, git: GitViews) -> None:
+    """While the run lasts, make inert every repository an agent makes in the work tree (GitViews.quarantine_new),
+    every :data:`NESTED_SWEEP` seconds -- or, on a tree so large that the walk is slow, at most a twentieth of the time."""
+    interval = NESTED_SWEEP
+    while True:
+        await trio.sleep(interval)
+        began = trio.current_time()
+        notes = await git.quarantine_new()
+        interval = max(NESTED_SWEEP, 20 * (trio.current_time() - began))
+        await _record_quarantined(core, notes)
+
+
+async def _record_quarantined(core: BrokerCore, notes: list[GitNote]) -> None:
+    for note in notes:
+        await core.record("git.quarantined", actor=events.BROKER_ACTOR, subject=note.detail["found"], payload={"renamed": note.detail["renamed"]})
 
 
 async def _reap_orphans(supervisor: Supervisor) -> None:

@@ -36,6 +36,8 @@ log = logging.getLogger("conclave.git")
 LOOK: Final = 0.25
 #: Where the commits an agent left are kept in the person's repository.
 LEFT_REFS: Final = "refs/conclave/left"
+#: What a repository made in the work tree during a run is renamed to (``sub/.git`` -> ``sub/.git.conclave-quarantine``).
+QUARANTINE: Final = ".conclave-quarantine"
 
 
 @final
@@ -127,6 +129,48 @@ class GitViews:
         where = "; ".join(f"{tip[:12]} kept as {name}" for name, tip in kept.items())
         return GitNote("left", principal, f"left commits it never brought in: {where} (git log NAME shows them)", {"pending": pending, "refs": kept})
 
+    # -- repositories made in the work tree during the run ------------------------------------
+
+    async def quarantine_new(self) -> list[GitNote]:
+        """Make inert every repository made in the work tree since the run started (:meth:`_quarantine`, on a
+        worker thread); each is a note of the run, made here, on the broker's own thread."""
+        notes = await trio.to_thread.run_sync(self._quarantine)
+        for note in notes:
+            self.note(note)
+        return notes
+
+    def _quarantine(self) -> list[GitNote]:
+        """Make inert every repository made in the work tree since the run started.
+
+        The person's git, run in a directory of the tree, finds the nearest ``.git`` (or a directory laid
+        out as a bare repository) and obeys its configuration -- ``core.fsmonitor`` runs a program at
+        every ``git status``.  A boxed agent can make one (``git init sub``, a few files), and git lists
+        no ``.git`` entry, so nothing shows it; another agent's git run there obeys it too, inside that
+        agent's box.  So its ``.git`` (or a bare layout's ``HEAD``) is renamed aside: nothing is deleted,
+        and git finds no repository there any more.
+        """
+        state = os.path.relpath(self.state, self.layout.repo)
+        inside = not state.startswith("..")
+        added = sorted(nested_repositories(self.layout.repo) - self.nested_at_start)
+        done = []
+        for found in added:
+            if inside and (found == state or found.startswith(state + "/")):
+                continue  # the broker's own (an unboxed run's state directory in the tree)
+            try:
+                renamed = quarantine(self.layout.repo, found)
+            except OSError as exc:
+                log.error("could not make the repository %s inert: %s", found, exc)
+                continue
+            if renamed is None:
+                continue
+            done.append(GitNote(
+                "quarantined", "broker",
+                f"{found}: a repository made in the work tree during the run (the person's git, or another agent's, run inside it "
+                f"would obey its configuration) was made inert: renamed to {renamed}",
+                {"found": found, "renamed": renamed},
+            ))  # fmt: skip
+        return done
+
     # -- notes ---------------------------------------------------------------------------------
 
     def note(self, note: GitNote) -> None:
@@ -190,6 +234,56 @@ class GitViews:
             os.close(self.person_fd)
             self.person_fd = -1
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def quarantine(repo: Path, found: str) -> str | None:
+    """Rename the repository ``found`` (a :func:`nested_repositories` path) aside: its ``.git``, or a bare
+    layout's ``HEAD``, gets :data:`QUARANTINE` (and a number, if taken) after its name.  The directories on
+    the way are opened one by one without following a link, so an agent swapping one for a link after the
+    walk cannot turn the rename onto a repository outside the tree.  The path renamed to, relative to
+    ``repo``; None when it is gone already.
+
+    Raises:
+        OSError: a directory on the way is a link now, or the rename failed.
+    """
+    parts = found.split("/")
+    directory, entry = (parts[:-1], ".git") if parts[-1] == ".git" else (parts, "HEAD")
+    fd = os.open(repo, os.O_PATH | os.O_DIRECTORY)
+    try:
+        for part in directory:
+            inner = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        number = 0
+        while True:
+            name = entry + QUARANTINE + (f"-{number}" if number else "")
+            try:
+                os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                break
+            number += 1
+        try:
+            os.rename(entry, name, src_dir_fd=fd, dst_dir_fd=fd)
+        except FileNotFoundError:
+            return None
+        if entry == ".git":
+            # A .git directory renamed is still laid out as a bare repository, which git finds when run inside it.
+            try:
+                inner = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError:
+                pass  # a .git file or link: nothing inside
+            else:
+                try:
+                    os.rename("HEAD", "HEAD" + QUARANTINE, src_dir_fd=inner, dst_dir_fd=inner)
+                except FileNotFoundError:
+                    pass
+                finally:
+                    os.close(inner)
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(fd)
+    return "/".join([*directory, name])
 
 
 def nested_repositories(repo: Path) -> set[str]:

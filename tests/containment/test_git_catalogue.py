@@ -259,14 +259,20 @@ def test_no_planted_program_runs_and_nothing_is_hidden_from_the_person(planted: 
         for entry in CATALOGUE:
             if entry.hides is not None:
                 assert not hidden(entry, seen, f"{agent}-{entry.name}"), (agent, entry.name, seen["status"], seen["show"])
-    # Another agent works: its commit goes through the broker (refused while the agents' nested
-    # repositories sit in the tree: the broker names them), and its own git looks at the tree.
+    # The agents' nested repositories (gitlink, .git file, embedded bare, commondir) are made inert by the
+    # broker's sweep, each renamed aside; until then a commit is refused, naming them.
+    from broker.sandbox.gitviews import nested_repositories
+
+    run.wait_until(lambda: not nested_repositories(repo), what="every nested repository made inert")
+    inert = {str(p.relative_to(repo)) for p in repo.rglob("*.conclave-quarantine")}
+    assert len(inert) >= 3 * len(planted["agents"]), inert
+    # Another agent works: its commit goes through the broker, and its own git looks at the tree.
     run.wait_followed("bob")  # the person's last commit reached bob's git first (else git finds HEAD moved under it)
     bob.call("lock.acquire", resources=["bob.txt", "git"])
     (repo / "bob.txt").write_text("bob's change\n")
     bob.sh("git", "add", "bob.txt")
     committed = bob.sh("git", *GIT_IDENTITY, "commit", "-m", "bob's change")
-    assert committed.returncode != 0 and "repositories that were not there" in committed.stderr, committed.stderr
+    assert committed.returncode == 0, committed.stderr
     for args in (["status"], ["diff"], ["log", "-p", "-n", "3"]):
         bob.sh("git", *args)
     # The broker follows the person's commit into every boxed agent's git directory (alice's

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,11 @@ def test_a_repository_an_agent_made_in_the_tree_is_not_where_the_persons_conclav
     team.write_text(f'[[agent]]\nname = "mallory"\nsandbox = "{level}"\ncommand = {json.dumps(["sh", "-c", PLANT, "plant", str(marker)])}\n')
     out = conclave("run", "--team", str(team), "--accept-team", env=env, cwd=repo)
     assert out.returncode == 0, out.stderr
-    assert (repo / "sub" / ".git").is_dir() and (repo / "sub" / "team.toml").exists()  # the plant is made
+    # The plant was made, and made inert when the run ended (the next test); put back here, as if that sweep
+    # had missed it, to show the second defence alone.
+    assert (repo / "sub" / ".git.conclave-quarantine").is_dir() and (repo / "sub" / "team.toml").exists()
+    os.rename(repo / "sub" / ".git.conclave-quarantine", repo / "sub" / ".git")
+    os.rename(repo / "sub" / ".git" / "HEAD.conclave-quarantine", repo / "sub" / ".git" / "HEAD")
     # The person, in sub/, starts the next round.
     out = conclave("run", env=env, cwd=repo / "sub")
     assert not marker.exists(), f"the agent's team file ran as the person ({out.stdout})"
@@ -61,3 +66,53 @@ def test_control_a_repository_outside_every_conclave_tree_is_found_from_inside(t
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "state-root" / "conclave").is_dir()
     assert any(p.name.startswith("repo-") for p in (tmp_path / "state-root" / "conclave").iterdir())
+
+
+#: A boxed agent's shell: make sub/ a repository whose configuration runs a program at every `git status`
+#: (core.fsmonitor), the program kept inside the planted .git, where no git listing shows it.
+FSMONITOR = r"""
+top="$(git rev-parse --show-toplevel)" && cd "$top" && git init -q sub &&
+printf '#!/bin/sh\necho ran >> %s\nexit 1\n' "$1" > sub/.git/fsmon && chmod +x sub/.git/fsmon &&
+git -C sub config core.fsmonitor "$top/sub/.git/fsmon"
+"""
+
+
+def _person_git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=operator_env())
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_repository_an_agent_makes_in_the_tree_is_made_inert_before_the_persons_git_runs_there(level: str, tmp_path: Path) -> None:
+    """Route A of the red team: the person's `cd sub && git status` (a prompt showing git status does it on
+    `cd`) ran the agent's program as the person -- and another agent's git run there, inside that agent's box
+    with its ticket.  Every repository made in the tree during the run is renamed aside (never deleted) while
+    the run lasts and when it ends, and named in the summary and the event log.
+
+    Controls: the same plant made outside a run does run at `git status` (the attack is real), and a
+    repository the person had in the tree before the run is left alone."""
+    shape = make_repo(tmp_path / "shape", {"README.md": "x\n"})
+    shown = tmp_path / "shape-ran"
+    subprocess.run(["sh", "-c", FSMONITOR, "plant", str(shown)], cwd=shape, check=True, env=operator_env())
+    _person_git(shape / "sub", "status")
+    assert shown.exists(), "control: the plant runs its program at the person's git status"
+
+    repo = make_repo(tmp_path / "work", {"README.md": "scratch\n", "sub/file.txt": "the person's\n", "own/README": "mine\n"})
+    assert _person_git(repo / "own", "init", "-q").returncode == 0  # the person's own nested repository, before the run
+    marker = tmp_path / "ran-as-the-person"
+    env = operator_env(XDG_STATE_HOME=str(tmp_path / "state-root"))
+    team = tmp_path / "team.toml"
+    team.write_text(f'[[agent]]\nname = "mallory"\nsandbox = "{level}"\ncommand = {json.dumps(["sh", "-c", FSMONITOR, "plant", str(marker)])}\n')
+    out = conclave("run", "--team", str(team), "--accept-team", "--json", env=env, cwd=repo)
+    assert out.returncode == 0, out.stderr
+    assert not os.path.lexists(repo / "sub" / ".git")
+    kept = repo / "sub" / ".git.conclave-quarantine"
+    assert (kept / "config").is_file() and (kept / "HEAD.conclave-quarantine").is_file() and not (kept / "HEAD").exists()
+    notes = [n for n in json.loads(out.stdout)["git"] if n["kind"] == "quarantined"]
+    assert [n["detail"]["found"] for n in notes] == ["sub/.git"], notes
+    # The person's git, in sub/ and inside what was renamed: the work tree's own repository, nothing run.
+    for where in (repo / "sub", kept):
+        status = _person_git(where, "status", "--porcelain")
+        assert status.returncode == 0, status.stderr
+        assert _person_git(where, "rev-parse", "--show-toplevel").stdout.strip() == str(repo)
+    assert not marker.exists(), marker.read_text()
+    assert (repo / "own" / ".git" / "HEAD").is_file()  # the person's own, untouched
