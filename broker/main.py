@@ -190,7 +190,7 @@ async def run_broker(
                         with run_scope:
                             await supervisor.run(team)
                         if git is not None:  # every agent has exited: nothing it made is left live for the person's git
-                            await _record_quarantined(core, await git.quarantine_new())
+                            await _record_quarantined(core, await git.quarantine_new(final=True))
                         summary = _summary(core, supervisor, stopped_by, run_number, git)
                         await view.finish(summary.stopped_by, exit_code=summary.exit_code)
                         nursery.cancel_scope.cancel()

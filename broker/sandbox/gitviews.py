@@ -132,10 +132,13 @@ class GitViews:
 
     # -- repositories made in the work tree during the run ------------------------------------
 
-    async def quarantine_new(self) -> list[GitNote]:
+    async def quarantine_new(self, *, final: bool = False) -> list[GitNote]:
         """Make inert every repository made in the work tree since the run started (:meth:`_quarantine`, on a
-        worker thread); each is a note of the run, made here, on the broker's own thread."""
+        worker thread); each is a note of the run, made here, on the broker's own thread.  ``final`` (every
+        agent has exited): the agents' own directories too (:meth:`_quarantine_agent_dirs`)."""
         notes = await trio.to_thread.run_sync(self._quarantine)
+        if final:
+            notes += await trio.to_thread.run_sync(self._quarantine_agent_dirs)
         for note in notes:
             self.note(note)
         return notes
@@ -169,6 +172,33 @@ class GitViews:
                 f"{found}: a repository made in the work tree during the run (the person's git, or another agent's, run inside it "
                 f"would obey its configuration) was made inert: renamed to {renamed}",
                 {"found": found, "renamed": renamed},
+            ))  # fmt: skip
+        return done
+
+    def _quarantine_agent_dirs(self) -> list[GitNote]:
+        """Make inert every repository in the agents' directories (``<state>/agents``).
+
+        A box may write its agent directory, which outlives it, and a link in the work tree may lead there
+        (``sub/tools -> <agent dir>/w``): the walk of the tree does not follow links, but the person's
+        ``cd sub/tools && git status`` does, and git there found ``<agent dir>/w/.git`` and obeyed it.  No
+        broker keeps a repository in an agent directory, so every one found there is renamed aside."""
+        root = self.state / "agents"
+        if not root.is_dir():
+            return []
+        done = []
+        for found in sorted(nested_repositories(root)):
+            try:
+                renamed = quarantine(root, found)
+            except OSError as exc:
+                log.error("could not make the repository %s inert: %s", root / found, exc)
+                continue
+            if renamed is None:
+                continue
+            done.append(GitNote(
+                "quarantined", "broker",
+                f"{root / found}: a repository in an agent's directory (a link in the work tree may lead there) was made inert: "
+                f"renamed to {root / renamed}",
+                {"found": str(root / found), "renamed": str(root / renamed)},
             ))  # fmt: skip
         return done
 

@@ -27,6 +27,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -61,6 +62,15 @@ chmod 0111 hide
 
 #: Where the person's git runs, and what: each shape's directory.
 PLACES = {"readonly": ("w/ro", "status"), "unlistable": ("w/hide/sub", "status"), "commondir": ("w/cd/below", "log")}
+
+
+@pytest.fixture(autouse=True)
+def _remove_deep_chains(tmp_path: Path) -> Iterator[None]:
+    """The 1100-deep chains are removed here (rm walks them without recursion): pytest's own clean-up of old
+    temporary directories is recursive, and would fail on them in a later session."""
+    yield
+    subprocess.run(["chmod", "-R", "u+rwx", str(tmp_path)], capture_output=True)
+    subprocess.run(["rm", "-rf", str(tmp_path / "work")], capture_output=True)
 
 
 def _deep(top: Path, depth: int = 1100) -> None:
@@ -142,3 +152,33 @@ sleep 3
     again = tmp_path / "again.toml"
     again.write_text('[[agent]]\nname = "alice"\ncommand = ["true"]\n')
     assert conclave("run", "--team", str(again), "--accept-team", env=env, cwd=repo).returncode == 0
+
+
+#: A boxed agent's shell: a repository in its own agent directory (writable by the box, kept after it), and a
+#: link to it in the tree (the walk does not follow links; the person's `cd` does).
+AGENT_DIR_LINK = r"""
+session=$(conclave whoami --json | sed -n 's/.*"session": *"\([^"]*\)".*/\1/p')
+dir="$CONCLAVE_STATE_DIR/agents/mallory/$session/w"
+git init -q "$dir" && printf '#!/bin/sh\necho agent-dir >> %s\nexit 1\n' "$1" > "$dir/.git/fsmon" && chmod +x "$dir/.git/fsmon" &&
+git -C "$dir" config core.fsmonitor "$dir/.git/fsmon" && ln -s "$dir" "$(git rev-parse --show-toplevel)/w/tools"
+"""
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_repository_in_an_agents_directory_linked_from_the_tree_is_made_inert(level: str, tmp_path: Path) -> None:
+    """``w/tools -> <agent dir>/w`` with a repository there: the person's ``cd w/tools && git status`` ran its
+    program as the person after the run.  The last sweep makes the agents' directories' repositories inert too."""
+    repo = make_repo(tmp_path / "work", {"README.md": "x\n", "w/README": "x\n"})
+    marker = tmp_path / "ran"
+    env = operator_env(XDG_STATE_HOME=str(tmp_path / "state-root"))
+    team = tmp_path / "team.toml"
+    team.write_text(f'[[agent]]\nname = "mallory"\nsandbox = "{level}"\ncommand = {json.dumps(["sh", "-c", AGENT_DIR_LINK, "plant", str(marker)])}\n')
+    out = conclave("run", "--team", str(team), "--accept-team", "--json", env=env, cwd=repo)
+    assert out.returncode == 0, out.stderr[-3000:]
+    tools = repo / "w" / "tools"
+    assert tools.is_symlink() and tools.resolve().parent.parent.parent.name == "agents", "control: the plant was made"
+    _person_git(tools, "status")
+    assert not marker.exists(), _ran(marker)
+    assert _person_git(tools, "rev-parse", "--absolute-git-dir").returncode != 0  # no repository there any more
+    found = [n["detail"]["found"] for n in json.loads(out.stdout)["git"] if n["kind"] == "quarantined"]
+    assert found == [str(tools.resolve() / ".git")], found
