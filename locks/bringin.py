@@ -55,7 +55,7 @@ from broker.errors import ConclaveError, ErrorCode
 from broker.literal import visible
 from broker.sandbox import gitcopy, gitfiles, gitrun
 from broker.sandbox.gitdir import AgentGitDir
-from broker.sandbox.gitviews import GitNote, GitViews, nested_repositories
+from broker.sandbox.gitviews import GitNote, GitViews
 from locks.table import LockTable
 
 #: A branch name git would accept (``git check-ref-format``), conservatively.
@@ -280,7 +280,7 @@ def _analyse(git: GitViews, update: Update, tips: dict[str, str] | None = None) 
         facts.behind = True
         return facts
     facts.problems = _content_problems(git, facts)
-    added = sorted(nested_repositories(layout.repo) - git.nested_at_start)
+    added = sorted(git.added_repositories())
     if added:
         facts.problems.append(
             "the work tree holds repositories that were not there when the run started (git would run their configuration): "

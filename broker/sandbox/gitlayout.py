@@ -120,6 +120,7 @@ def check(repo: Path) -> Layout:
                 raise GitLayoutError(f"the repository uses extensions.{name} = {value}; conclave supports objectFormat and refStorage = files only")
     protected = _protected(repo, git, entries)
     protected += [p for p in _submodules(repo, git) if p not in protected]
+    protected += [p for p in _nested(repo) if p not in protected]
     copied = tuple((k, values[k]) for k in ("core.filemode", "core.symlinks", "core.ignorecase", "user.name", "user.email") if k in values)
     return Layout(repo, git, tuple(protected), values.get("extensions.objectformat", "sha1").lower(), copied, values.get("core.hookspath") or None)
 
@@ -173,6 +174,16 @@ def _protected(repo: Path, git: Path, entries: Iterable[tuple[str, str, str, str
                 if "/" in word or word.startswith((".", "~")):
                     guard(word, key, "a program git runs", repo)
     return list(found)
+
+
+def _nested(repo: Path) -> list[Path]:
+    """The person's own repositories in the work tree when the run starts (a clone under ``vendor/``, say): each
+    one's ``.git``, or a directory laid out as a bare repository.  The person's git run inside one obeys its
+    configuration, so a box that wrote ``core.fsmonitor`` into it, or put a repository of its own in its place,
+    ran code as the person; repositories made during the run are the sweep's (``gitviews.quarantine``)."""
+    from broker.sandbox.gitviews import nested_repositories  # gitviews imports this module
+
+    return [repo / rel for rel in sorted(nested_repositories(repo))]
 
 
 def _submodules(repo: Path, git: Path) -> list[Path]:

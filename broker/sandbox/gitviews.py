@@ -72,7 +72,9 @@ class GitViews:
         self.on_note: Callable[[GitNote], None] | None = None
         self.person_fd = gitfiles.open_dir(layout.git_dir)
         self.tips = gitfiles.branch_tips(self.person_fd)
-        self.nested_at_start = frozenset(nested_repositories(layout.repo))
+        #: Each repository in the tree when the run started, and what it was (device, inode): one put in its place
+        #: during the run is new, whatever its path.
+        self.nested_at_start = {rel: _identity(layout.repo, rel) for rel in nested_repositories(layout.repo)}
         self._flags_key: tuple[int, int, int] | None = None
         self._flags: frozenset[tuple[str, str]] = frozenset()
         #: The hiding flags the person's index had when the run started (an unboxed agent's are new).
@@ -155,7 +157,7 @@ class GitViews:
         """
         state = os.path.relpath(self.state, self.layout.repo)
         inside = not state.startswith("..")
-        added = sorted(nested_repositories(self.layout.repo) - self.nested_at_start)
+        added = sorted(self.added_repositories())
         done = []
         for found in added:
             if inside and (found == state or found.startswith(state + "/")):
@@ -174,6 +176,11 @@ class GitViews:
                 {"found": found, "renamed": renamed},
             ))  # fmt: skip
         return done
+
+    def added_repositories(self) -> set[str]:
+        """The repositories in the tree now that were not there when the run started, or were put in the place of one."""
+        now = nested_repositories(self.layout.repo)
+        return {rel for rel in now if rel not in self.nested_at_start or _identity(self.layout.repo, rel) != self.nested_at_start[rel]}
 
     def _quarantine_agent_dirs(self) -> list[GitNote]:
         """Make inert every repository in the agents' directories (``<state>/agents``).
@@ -312,6 +319,15 @@ def quarantine(repo: Path, found: str) -> str | None:
     finally:
         os.close(fd)
     return "/".join([*directory, name])
+
+
+def _identity(repo: Path, rel: str) -> tuple[int, int] | None:
+    """The device and inode of a :func:`nested_repositories` path (not followed), or None if it is gone."""
+    try:
+        st = os.lstat(repo / rel)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def _free_name(fd: int, entry: str) -> str:

@@ -116,3 +116,52 @@ def test_a_repository_an_agent_makes_in_the_tree_is_made_inert_before_the_person
         assert _person_git(where, "rev-parse", "--show-toplevel").stdout.strip() == str(repo)
     assert not marker.exists(), marker.read_text()
     assert (repo / "own" / ".git" / "HEAD").is_file()  # the person's own, untouched
+
+
+#: A boxed agent's shell against the person's own repositories in the tree ($1: the marker): write a program
+#: into one's configuration, and put a repository of its own in the other's place.  Each step may be refused.
+PERSONS_OWN = r"""
+top="$(git rev-parse --show-toplevel)" && cd "$top/w"
+printf '#!/bin/sh\necho ran >> %s\nexit 1\n' "$1" > pay.sh && chmod +x pay.sh
+git -C vendor/tool config core.fsmonitor "$top/w/pay.sh" || echo "config refused"
+{ mv vendor/other/.git vendor/other/old-git && git init -q vendor/other && git -C vendor/other config core.fsmonitor "$top/w/pay.sh"; } || echo "replace refused"
+exit 0
+"""
+
+
+def _persons_own_tree(where: Path) -> Path:
+    repo = make_repo(where, {"README.md": "scratch\n", "w/README": "work\n", "w/vendor/tool/README": "t\n", "w/vendor/other/README": "o\n"})
+    for clone in ("tool", "other"):
+        assert _person_git(repo / "w" / "vendor" / clone, "init", "-q").returncode == 0
+    return repo
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_the_persons_own_repositories_in_the_tree_cannot_be_rewritten_or_replaced_from_a_box(level: str, tmp_path: Path) -> None:
+    """Red team round 2: the sweep leaves alone what was there before the run -- and a box could write it.
+    Writing core.fsmonitor into the person's vendor/tool/.git/config, or renaming vendor/other/.git away and
+    making a repository of its own there, ran the program at the person's `git status` inside.  Now each
+    repository in the tree at the start is read-only in every box (as submodules are), and one put in the
+    place of one is new to the sweep (its inode differs), so it is made inert.
+
+    Control: the same script run by the person, outside any box, does plant both."""
+    shape = _persons_own_tree(tmp_path / "shape")
+    shown = tmp_path / "shape-ran"
+    subprocess.run(["sh", "-c", PERSONS_OWN, "plant", str(shown)], cwd=shape, check=True, env=operator_env(), capture_output=True)
+    for clone in ("tool", "other"):
+        _person_git(shape / "w" / "vendor" / clone, "status")
+        assert shown.exists(), f"control: the plant in vendor/{clone} runs at the person's git status"
+        shown.unlink()
+
+    repo = _persons_own_tree(tmp_path / "work")
+    marker = tmp_path / "ran-as-the-person"
+    env = operator_env(XDG_STATE_HOME=str(tmp_path / "state-root"))
+    team = tmp_path / "team.toml"
+    team.write_text(f'[[agent]]\nname = "mallory"\nsandbox = "{level}"\ncommand = {json.dumps(["sh", "-c", PERSONS_OWN, "plant", str(marker)])}\n')
+    out = conclave("run", "--team", str(team), "--accept-team", "--json", env=env, cwd=repo)
+    assert out.returncode == 0, out.stderr
+    assert "core.fsmonitor" not in (repo / "w" / "vendor" / "tool" / ".git" / "config").read_text()
+    for clone in ("tool", "other"):
+        assert _person_git(repo / "w" / "vendor" / clone, "status", "--porcelain").returncode == 0
+    assert not marker.exists(), marker.read_text()
+    assert (repo / "w" / "vendor" / "tool" / ".git" / "HEAD").is_file()  # the person's own, as it was
