@@ -41,6 +41,7 @@ from typing import Final, Iterable, final
 import attrs
 
 from broker.sandbox import gitrun
+from broker.sandbox.nested import nested_repositories
 
 #: Keys whose value is a path git reads as configuration or runs from.
 PATH_KEYS: Final = {"core.hookspath": "hooks", "core.attributesfile": "attributes", "core.excludesfile": "ignore rules", "core.fsmonitor": "a program"}
@@ -181,8 +182,6 @@ def _nested(repo: Path) -> list[Path]:
     one's ``.git``, or a directory laid out as a bare repository.  The person's git run inside one obeys its
     configuration, so a box that wrote ``core.fsmonitor`` into it, or put a repository of its own in its place,
     ran code as the person; repositories made during the run are the sweep's (``gitviews.quarantine``)."""
-    from broker.sandbox.gitviews import nested_repositories  # gitviews imports this module
-
     return [repo / rel for rel in sorted(nested_repositories(repo))]
 
 

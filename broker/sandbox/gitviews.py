@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import stat
 from pathlib import Path
 from typing import Any, Callable, Final, final
 
@@ -30,6 +29,7 @@ from broker.githook import script
 from broker.sandbox import gitcopy, gitfiles, gitrun
 from broker.sandbox.gitdir import AgentGitDir, create
 from broker.sandbox.gitlayout import Layout
+from broker.sandbox.nested import identity, nested_repositories, quarantine
 
 log = logging.getLogger("conclave.git")
 
@@ -37,8 +37,7 @@ log = logging.getLogger("conclave.git")
 LOOK: Final = 0.25
 #: Where the commits an agent left are kept in the person's repository.
 LEFT_REFS: Final = "refs/conclave/left"
-#: What a repository made in the work tree during a run is renamed to (``sub/.git`` -> ``sub/.git.conclave-quarantine``).
-QUARANTINE: Final = ".conclave-quarantine"
+
 
 
 @final
@@ -74,7 +73,7 @@ class GitViews:
         self.tips = gitfiles.branch_tips(self.person_fd)
         #: Each repository in the tree when the run started, and what it was (device, inode): one put in its place
         #: during the run is new, whatever its path.
-        self.nested_at_start = {rel: _identity(layout.repo, rel) for rel in nested_repositories(layout.repo)}
+        self.nested_at_start = {rel: identity(layout.repo, rel) for rel in nested_repositories(layout.repo)}
         self._flags_key: tuple[int, int, int] | None = None
         self._flags: frozenset[tuple[str, str]] = frozenset()
         #: The hiding flags the person's index had when the run started (an unboxed agent's are new).
@@ -180,7 +179,7 @@ class GitViews:
     def added_repositories(self) -> set[str]:
         """The repositories in the tree now that were not there when the run started, or were put in the place of one."""
         now = nested_repositories(self.layout.repo)
-        return {rel for rel in now if rel not in self.nested_at_start or _identity(self.layout.repo, rel) != self.nested_at_start[rel]}
+        return {rel for rel in now if rel not in self.nested_at_start or identity(self.layout.repo, rel) != self.nested_at_start[rel]}
 
     def _quarantine_agent_dirs(self) -> list[GitNote]:
         """Make inert every repository in the agents' directories (``<state>/agents``).
@@ -272,159 +271,3 @@ class GitViews:
             os.close(self.person_fd)
             self.person_fd = -1
         shutil.rmtree(self.scratch, ignore_errors=True)
-
-
-def quarantine(repo: Path, found: str) -> str | None:
-    """Rename the repository ``found`` (a :func:`nested_repositories` path) aside: its ``.git``, or a bare
-    layout's ``HEAD``, gets :data:`QUARANTINE` (and a number, if taken) after its name.  The directories on
-    the way are opened one by one without following a link, so an agent swapping one for a link after the
-    walk cannot turn the rename onto a repository outside the tree.  A directory on the way an agent took
-    its owner's write or search permission off (``chmod 0555 sub``: the broker runs as the same uid, so the
-    rename was refused and the repository stayed live) gets it back (:func:`_grant_owner`).  The path renamed
-    to, relative to ``repo``; None when it is gone already.
-
-    Raises:
-        OSError: a directory on the way is a link now, or the rename failed.
-    """
-    parts = found.split("/")
-    directory, entry = (parts[:-1], ".git") if parts[-1] == ".git" else (parts, "HEAD")
-    fd = os.open(repo, os.O_PATH | os.O_DIRECTORY)
-    try:
-        for part in directory:
-            inner = _open_below(fd, part)
-            os.close(fd)
-            fd = inner
-        _grant_owner(fd, stat.S_IXUSR)
-        name = _free_name(fd, entry)
-        try:
-            _rename(fd, entry, name)
-        except FileNotFoundError:
-            return None
-        if entry == ".git":
-            # A .git directory renamed is still laid out as a bare repository, which git finds when run inside it.
-            try:
-                inner = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            except OSError:
-                pass  # a .git file or link: nothing inside
-            else:
-                try:
-                    _grant_owner(inner, stat.S_IXUSR)
-                    _rename(inner, "HEAD", _free_name(inner, "HEAD"))  # a HEAD.conclave-quarantine made in advance is not in the way
-                except FileNotFoundError:
-                    pass
-                finally:
-                    os.close(inner)
-    except FileNotFoundError:
-        return None
-    finally:
-        os.close(fd)
-    return "/".join([*directory, name])
-
-
-def _identity(repo: Path, rel: str) -> tuple[int, int] | None:
-    """The device and inode of a :func:`nested_repositories` path (not followed), or None if it is gone."""
-    try:
-        st = os.lstat(repo / rel)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
-
-
-def _free_name(fd: int, entry: str) -> str:
-    """``entry`` + :data:`QUARANTINE` (and a number, if taken) not yet in the directory ``fd``."""
-    number = 0
-    while True:
-        name = entry + QUARANTINE + (f"-{number}" if number else "")
-        try:
-            os.stat(name, dir_fd=fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return name
-        number += 1
-
-
-def _grant_owner(fd: int, bits: int) -> None:
-    """Give the owner ``bits`` on the directory ``fd`` (an ``O_PATH`` descriptor, never a link) if it lacks one.
-
-    The broker runs as the agents' own uid, without ``CAP_DAC_OVERRIDE``: a directory an agent made unreadable
-    (``chmod 0111``) hid the repository inside from the walk -- but not from git run there, which only needs to
-    traverse it -- and one it made read-only (``chmod 0555``) made the rename fail.  The agent owns what it
-    made, and so does the broker: the mode is put back to what the sweep needs (and logged)."""
-    st = os.fstat(fd)
-    if st.st_mode & bits == bits:
-        return
-    mode = stat.S_IMODE(st.st_mode) | bits
-    os.chmod(f"/proc/self/fd/{fd}", mode)  # follows the descriptor to its own inode: never a path an agent can swap
-    log.warning("a directory of the work tree had its owner's permissions taken off (%o); given back for the sweep", stat.S_IMODE(st.st_mode))
-
-
-def _open_below(fd: int, part: str) -> int:
-    """``part`` (a directory, never a link) beneath ``fd``, as an ``O_PATH`` descriptor; ``fd`` searchable first."""
-    try:
-        return os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-    except PermissionError:
-        _grant_owner(fd, stat.S_IRUSR | stat.S_IXUSR)
-        return os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-
-
-def _rename(fd: int, old: str, new: str) -> None:
-    """Rename ``old`` to ``new`` in the directory ``fd``; once more after giving its owner write permission back."""
-    try:
-        os.rename(old, new, src_dir_fd=fd, dst_dir_fd=fd)
-    except PermissionError:
-        _grant_owner(fd, stat.S_IWUSR | stat.S_IXUSR)
-        os.rename(old, new, src_dir_fd=fd, dst_dir_fd=fd)
-
-
-def _listing(repo: Path, rel: str) -> list[tuple[str, bool]] | None:
-    """The entries of the directory ``rel`` of the tree (name, is a directory not followed); None if it cannot be
-    read even after its owner's read and search permissions are given back on the way (:func:`_grant_owner`)."""
-    path = os.path.join(repo, rel) if rel else str(repo)
-    for attempt in (1, 2):
-        try:
-            with os.scandir(path) as entries:
-                return [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
-        except PermissionError:
-            if attempt == 2 or not rel:
-                return None
-        except OSError:
-            return None
-        try:
-            fd = os.open(repo, os.O_PATH | os.O_DIRECTORY)
-            try:
-                for part in rel.split("/"):
-                    inner = _open_below(fd, part)
-                    os.close(fd)
-                    fd = inner
-                _grant_owner(fd, stat.S_IRUSR | stat.S_IXUSR)
-            finally:
-                os.close(fd)
-        except OSError:
-            return None
-    return None
-
-
-def nested_repositories(repo: Path) -> set[str]:
-    """Repositories inside the work tree, relative to it: every ``.git`` (a directory, a file, a link)
-    below the top, and every directory git's ``is_git_directory`` could take for a bare repository: a
-    ``HEAD`` with ``objects/`` and ``refs/`` beside it, or with a ``commondir`` file (git then looks for
-    ``objects/`` and ``refs/`` where that names, and reads the configuration there).
-
-    The walk keeps its own stack (a chain of directories deeper than Python's recursion limit made a
-    recursive one raise, and the broker with it), and reads directories an agent made unreadable
-    (:func:`_listing`)."""
-    found: set[str] = set()
-    pending = [""]
-    while pending:
-        rel = pending.pop()
-        listing = _listing(repo, rel)
-        if listing is None:
-            continue
-        names = {name for name, _ in listing}
-        if rel and ".git" in names:
-            found.add(f"{rel}/.git")
-        if rel and "HEAD" in names and ("commondir" in names or {"objects", "refs"} <= names):
-            found.add(rel)
-        for name, is_dir in listing:
-            if is_dir and name != ".git":
-                pending.append(f"{rel}/{name}" if rel else name)
-    return found
