@@ -344,8 +344,9 @@ class Run:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("CONCLAVE_", "GIT_"))}
         return subprocess.run(["git", "-C", str(self.repo), *GIT_IDENTITY, *args], capture_output=True, text=True, env=env)
 
-    def wait_followed(self, *agents: str, timeout: float = 10) -> str:
-        """Block until each agent's git shows the person's ``HEAD`` (its git directory followed the branch); return it."""
+    def wait_followed(self, *agents: str, timeout: float = 30) -> str:
+        """Block until each agent's git shows the person's ``HEAD`` (its git directory followed the branch); return it.
+        ``timeout`` is a liveness bound: each look runs git in every agent's box, slow on a loaded machine."""
         head = self.person_git("rev-parse", "HEAD").stdout.strip()
 
         def followed() -> bool:
