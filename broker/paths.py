@@ -141,7 +141,7 @@ class StatePaths(NamedTuple):
                 an agent in a sandbox cannot, and that is the point.
         """
         try:
-            return self.operator_key_file.read_text().strip()
+            key = self.operator_key_file.read_text().strip()
         except FileNotFoundError:
             raise StateError(
                 f"no operator key at {self.operator_key_file}: no broker has run for {self.state} yet, or this process "
@@ -152,6 +152,11 @@ class StatePaths(NamedTuple):
                 f"this process may not read the operator key ({self.operator_key_file}); operator commands are for "
                 "the person who started the broker, not for agents"
             ) from None
+        if not key:
+            # Read in the instant someone rewrites it (truncated, not yet written), or emptied: never a proof.
+            raise StateError(f"the operator key at {self.operator_key_file} is empty; the broker wrote it whole when it started: "
+                             "put it back as it was (write it whole, not in place), or restart the broker")
+        return key
 
     def never_run(self) -> bool:
         """Does the state directory hold only what ``conclave team accept`` writes -- a team accepted

@@ -205,6 +205,12 @@ def test_status_after_a_team_accepted_before_any_run_waits_for_a_broker_and_a_de
     (state / "operator.key").write_text("0" * 64 + "\n")
     replaced = conclave("status", *where)
     assert replaced.returncode == 1 and "answers to another operator key" in replaced.stderr, replaced.stderr
+    # ... and emptied (as a rewrite in place leaves it for an instant): refused, named, no traceback (the dashboard's
+    # reconnect crashed on it, NoIdentityError).
+    (state / "operator.key").write_text("")
+    emptied = conclave("status", *where)
+    assert emptied.returncode == 1 and f"the operator key at {state / 'operator.key'} is empty" in emptied.stderr, emptied.stderr
+    assert "Traceback" not in emptied.stderr
     # Control of the control: the key put back, status works.
     (state / "operator.key").write_text(key)
     assert conclave("status", *where).returncode == 0
