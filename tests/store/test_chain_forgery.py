@@ -291,11 +291,16 @@ def test_a_cut_covered_up_with_the_stolen_key_is_named_only_by_a_head_kept_elsew
     assert before["ok"] is True and check(run.repo, state, noted)["ok"] is True  # control: the note matches
     conn = attacker(state)
     with conn:
-        cut = conn.execute("SELECT kind, subject FROM events WHERE seq > ?", (before["head"]["seq"] - 2,)).fetchall()
+        cut = conn.execute("SELECT kind, subject, payload FROM events WHERE seq > ?", (before["head"]["seq"] - 2,)).fetchall()
         conn.execute("DELETE FROM events WHERE seq > ?", (before["head"]["seq"] - 2,))
-        # ... and puts the rows those events wrote back as the shorter log says (verify rebuilds every table from it).
-        ended = [(s,) for kind, s in cut if kind == "agent.exit"]
+        # ... and puts the rows those events wrote back as the shorter log says (verify rebuilds every table from it):
+        # an agent's exit, and the vectors the broker embedded in the background (when that landed last).
+        ended = [(s,) for kind, s, _ in cut if kind == "agent.exit"]
         conn.executemany("UPDATE principals SET ended_at = NULL, exit_code = NULL WHERE key = ?", ended)
+        for kind, _, payload in cut:
+            if kind == "memory.embed":
+                embedded = json.loads(payload)
+                conn.executemany("DELETE FROM claim_vectors WHERE claim = ? AND model = ?", [(int(c), embedded["model"]) for c in embedded["vectors"]])
         shorter = events.head(conn)
     conn.close()
     # With the key, both records outside the database are rewritten to match: the anchor and the high-water.
