@@ -22,6 +22,7 @@ from agents.harness import make_repo
 from broker.sandbox import machine as sandbox_machine
 from tests.conclave_run import conclave, operator_env
 
+pytestmark = pytest.mark.uid_independent("repositories planted in the tree against the boxes, the sweep and the person's conclave: Landlock and mounts, the same for root and uid 65534")
 MACHINE = sandbox_machine.probe()
 LEVELS = [level for level in ("strict", "landlock") if level == "strict" and MACHINE.strongest == "strict" or level == "landlock" and MACHINE.landlock_abi >= 1]
 

@@ -36,6 +36,7 @@ from broker.sandbox import machine as sandbox_machine
 from broker.sandbox.gitviews import nested_repositories, quarantine
 from tests.conclave_run import conclave, operator_env
 
+pytestmark = pytest.mark.uid_independent("planted repositories against the sweep and the boxes: the permission shapes prove something only as an ordinary uid (root ignores modes)")
 MACHINE = sandbox_machine.probe()
 LEVELS = [level for level in ("strict", "landlock") if level == "strict" and MACHINE.strongest == "strict" or level == "landlock" and MACHINE.landlock_abi >= 1]
 
