@@ -252,6 +252,8 @@ def _install_guard(paths: StatePaths, layout: Layout, socket_path: Path) -> guar
         return guardhook.install(layout, python=sys.executable, state=str(paths.state), socket_path=str(socket_path), key_file=str(paths.operator_key_file))
     except guardhook.GuardError as exc:
         raise BrokerAlreadyRunning(f"the git guard for unboxed agents cannot be installed: {exc}") from None
+
+
 #: Seconds between two looks for repositories made in the work tree during a run (see _quarantine_nested).
 NESTED_SWEEP: Final = 1.0
 

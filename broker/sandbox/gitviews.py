@@ -20,7 +20,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Final, final
+from typing import Any, Callable, Final, Iterable, final
 
 import attrs
 import trio
@@ -39,7 +39,6 @@ LOOK: Final = 0.25
 LEFT_REFS: Final = "refs/conclave/left"
 
 
-
 @final
 @attrs.frozen
 class GitNote:
@@ -49,6 +48,21 @@ class GitNote:
     principal: str
     text: str
     detail: dict[str, Any] = attrs.Factory(dict)
+
+
+def _make_inert(root: Path, found: Iterable[str], why: str, *, shown: Callable[[str], str]) -> list[GitNote]:
+    """:func:`quarantine` each of ``found`` (relative to ``root``); a note for each one renamed, its paths as ``shown``."""
+    done = []
+    for rel in sorted(found):
+        try:
+            renamed = quarantine(root, rel)
+        except OSError as exc:
+            log.error("could not make the repository %s inert: %s", root / rel, exc)
+            continue
+        if renamed is not None:
+            done.append(GitNote("quarantined", "broker", f"{shown(rel)}: {why} was made inert: renamed to {shown(renamed)}",
+                                {"found": shown(rel), "renamed": shown(renamed)}))  # fmt: skip
+    return done
 
 
 @final
@@ -156,25 +170,10 @@ class GitViews:
         """
         state = os.path.relpath(self.state, self.layout.repo)
         inside = not state.startswith("..")
-        added = sorted(self.added_repositories())
-        done = []
-        for found in added:
-            if inside and (found == state or found.startswith(state + "/")):
-                continue  # the broker's own (an unboxed run's state directory in the tree)
-            try:
-                renamed = quarantine(self.layout.repo, found)
-            except OSError as exc:
-                log.error("could not make the repository %s inert: %s", found, exc)
-                continue
-            if renamed is None:
-                continue
-            done.append(GitNote(
-                "quarantined", "broker",
-                f"{found}: a repository made in the work tree during the run (the person's git, or another agent's, run inside it "
-                f"would obey its configuration) was made inert: renamed to {renamed}",
-                {"found": found, "renamed": renamed},
-            ))  # fmt: skip
-        return done
+        # The broker's own are not an agent's (an unboxed run's state directory in the tree).
+        added = [found for found in self.added_repositories() if not (inside and (found == state or found.startswith(state + "/")))]
+        why = "a repository made in the work tree during the run (the person's git, or another agent's, run inside it would obey its configuration)"
+        return _make_inert(self.layout.repo, added, why, shown=lambda rel: rel)
 
     def added_repositories(self) -> set[str]:
         """The repositories in the tree now that were not there when the run started, or were put in the place of one."""
@@ -191,22 +190,8 @@ class GitViews:
         root = self.state / "agents"
         if not root.is_dir():
             return []
-        done = []
-        for found in sorted(nested_repositories(root)):
-            try:
-                renamed = quarantine(root, found)
-            except OSError as exc:
-                log.error("could not make the repository %s inert: %s", root / found, exc)
-                continue
-            if renamed is None:
-                continue
-            done.append(GitNote(
-                "quarantined", "broker",
-                f"{root / found}: a repository in an agent's directory (a link in the work tree may lead there) was made inert: "
-                f"renamed to {root / renamed}",
-                {"found": str(root / found), "renamed": str(root / renamed)},
-            ))  # fmt: skip
-        return done
+        why = "a repository in an agent's directory (a link in the work tree may lead there)"
+        return _make_inert(root, nested_repositories(root), why, shown=lambda rel: str(root / rel))
 
     # -- notes ---------------------------------------------------------------------------------
 

@@ -34,12 +34,11 @@ def quarantine(repo: Path, found: str) -> str | None:
     """
     parts = found.split("/")
     directory, entry = (parts[:-1], ".git") if parts[-1] == ".git" else (parts, "HEAD")
-    fd = os.open(repo, os.O_PATH | os.O_DIRECTORY)
     try:
-        for part in directory:
-            inner = _open_below(fd, part)
-            os.close(fd)
-            fd = inner
+        fd = _open_path(repo, directory)
+    except FileNotFoundError:
+        return None
+    try:
         _grant_owner(fd, stat.S_IXUSR)
         name = _free_name(fd, entry)
         try:
@@ -103,6 +102,25 @@ def _grant_owner(fd: int, bits: int) -> None:
     log.warning("a directory of the work tree had its owner's permissions taken off (%o); given back for the sweep", stat.S_IMODE(st.st_mode))
 
 
+def _open_path(repo: Path, parts: list[str]) -> int:
+    """The directory ``repo/<parts>`` as an ``O_PATH`` descriptor, each directory on the way opened beneath the
+    last without following a link (:func:`_open_below`).
+
+    Raises:
+        OSError: a directory on the way is gone, or a link now.
+    """
+    fd = os.open(repo, os.O_PATH | os.O_DIRECTORY)
+    try:
+        for part in parts:
+            inner = _open_below(fd, part)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _open_below(fd: int, part: str) -> int:
     """``part`` (a directory, never a link) beneath ``fd``, as an ``O_PATH`` descriptor; ``fd`` searchable first."""
     try:
@@ -121,26 +139,35 @@ def _rename(fd: int, old: str, new: str) -> None:
         os.rename(old, new, src_dir_fd=fd, dst_dir_fd=fd)
 
 
-def _listing(repo: Path, rel: str) -> list[tuple[str, bool]] | None:
-    """The entries of the directory ``rel`` of the tree (name, is a directory not followed); None if it cannot be
-    read even after its owner's read and search permissions are given back on the way (:func:`_grant_owner`)."""
-    path = os.path.join(repo, rel) if rel else str(repo)
+def _listing(top: str, rel: str, inode: int | None = None) -> list[tuple[str, bool, int]] | None:
+    """The entries of the directory ``rel`` of the tree whose real path is ``top`` (name, is a directory not
+    followed, inode); None if it cannot be read even after its owner's read and search permissions are given
+    back on the way (:func:`_grant_owner`), or if it is not where it was listed: a directory on the way swapped
+    for a link after its parent was listed would have led the walk out of the tree (the whole file system, say).
+    ``inode``, the one its parent's listing gave, makes that check one ``fstat``; the path the kernel names
+    decides when it differs (a mount point) or is not known."""
+    path = os.path.join(top, rel) if rel else top
     for attempt in (1, 2):
         try:
-            with os.scandir(path) as entries:
-                return [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except PermissionError:
             if attempt == 2 or not rel:
                 return None
         except OSError:
             return None
-        try:
-            fd = os.open(repo, os.O_PATH | os.O_DIRECTORY)
+        else:
             try:
-                for part in rel.split("/"):
-                    inner = _open_below(fd, part)
-                    os.close(fd)
-                    fd = inner
+                if os.fstat(fd).st_ino != inode and os.readlink(f"/proc/self/fd/{fd}") != path:
+                    return None  # reached through a link on the way
+                with os.scandir(fd) as entries:
+                    return [(e.name, e.is_dir(follow_symlinks=False), e.inode()) for e in entries]
+            except OSError:
+                return None
+            finally:
+                os.close(fd)
+        try:
+            fd = _open_path(Path(top), rel.split("/"))
+            try:
                 _grant_owner(fd, stat.S_IRUSR | stat.S_IXUSR)
             finally:
                 os.close(fd)
@@ -159,18 +186,19 @@ def nested_repositories(repo: Path) -> set[str]:
     recursive one raise, and the broker with it), and reads directories an agent made unreadable
     (:func:`_listing`)."""
     found: set[str] = set()
-    pending = [""]
+    top = os.path.realpath(repo)
+    pending: list[tuple[str, int | None]] = [("", None)]
     while pending:
-        rel = pending.pop()
-        listing = _listing(repo, rel)
+        rel, inode = pending.pop()
+        listing = _listing(top, rel, inode)
         if listing is None:
             continue
-        names = {name for name, _ in listing}
+        names = {name for name, _, _ in listing}
         if rel and ".git" in names:
             found.add(f"{rel}/.git")
         if rel and "HEAD" in names and ("commondir" in names or {"objects", "refs"} <= names):
             found.add(rel)
-        for name, is_dir in listing:
+        for name, is_dir, child in listing:
             if is_dir and name != ".git":
-                pending.append(f"{rel}/{name}" if rel else name)
+                pending.append((f"{rel}/{name}" if rel else name, child))
     return found

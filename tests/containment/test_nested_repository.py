@@ -78,6 +78,15 @@ git -C sub config core.fsmonitor "$top/sub/.git/fsmon"
 """
 
 
+def _run_mallory(tmp_path: Path, repo: Path, level: str, script: str, marker: Path) -> subprocess.CompletedProcess[str]:
+    """`conclave run --json` of one agent at ``level`` whose command is the shell ``script`` (``$1``: ``marker``); it must succeed."""
+    team = tmp_path / "team.toml"
+    team.write_text(f'[[agent]]\nname = "mallory"\nsandbox = "{level}"\ncommand = {json.dumps(["sh", "-c", script, "plant", str(marker)])}\n')
+    out = conclave("run", "--team", str(team), "--accept-team", "--json", env=operator_env(XDG_STATE_HOME=str(tmp_path / "state-root")), cwd=repo)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
 def _person_git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=operator_env())
 
@@ -100,11 +109,7 @@ def test_a_repository_an_agent_makes_in_the_tree_is_made_inert_before_the_person
     repo = make_repo(tmp_path / "work", {"README.md": "scratch\n", "sub/file.txt": "the person's\n", "own/README": "mine\n"})
     assert _person_git(repo / "own", "init", "-q").returncode == 0  # the person's own nested repository, before the run
     marker = tmp_path / "ran-as-the-person"
-    env = operator_env(XDG_STATE_HOME=str(tmp_path / "state-root"))
-    team = tmp_path / "team.toml"
-    team.write_text(f'[[agent]]\nname = "mallory"\nsandbox = "{level}"\ncommand = {json.dumps(["sh", "-c", FSMONITOR, "plant", str(marker)])}\n')
-    out = conclave("run", "--team", str(team), "--accept-team", "--json", env=env, cwd=repo)
-    assert out.returncode == 0, out.stderr
+    out = _run_mallory(tmp_path, repo, level, FSMONITOR, marker)
     assert not os.path.lexists(repo / "sub" / ".git")
     kept = repo / "sub" / ".git.conclave-quarantine"
     assert (kept / "config").is_file() and (kept / "HEAD.conclave-quarantine").is_file() and not (kept / "HEAD").exists()
@@ -156,11 +161,7 @@ def test_the_persons_own_repositories_in_the_tree_cannot_be_rewritten_or_replace
 
     repo = _persons_own_tree(tmp_path / "work")
     marker = tmp_path / "ran-as-the-person"
-    env = operator_env(XDG_STATE_HOME=str(tmp_path / "state-root"))
-    team = tmp_path / "team.toml"
-    team.write_text(f'[[agent]]\nname = "mallory"\nsandbox = "{level}"\ncommand = {json.dumps(["sh", "-c", PERSONS_OWN, "plant", str(marker)])}\n')
-    out = conclave("run", "--team", str(team), "--accept-team", "--json", env=env, cwd=repo)
-    assert out.returncode == 0, out.stderr
+    _run_mallory(tmp_path, repo, level, PERSONS_OWN, marker)
     assert "core.fsmonitor" not in (repo / "w" / "vendor" / "tool" / ".git" / "config").read_text()
     for clone in ("tool", "other"):
         assert _person_git(repo / "w" / "vendor" / clone, "status", "--porcelain").returncode == 0

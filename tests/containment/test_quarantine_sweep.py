@@ -122,6 +122,27 @@ def test_a_chain_deeper_than_pythons_recursion_limit_does_not_stop_the_walk(tmp_
     assert nested_repositories(repo) == {"w/sub/.git"}  # raised RecursionError, and the broker's sweep task with it
 
 
+def test_a_directory_swapped_for_a_link_after_its_parent_was_listed_is_not_walked(tmp_path: Path) -> None:
+    """The walk lists each directory by a descriptor it checks is where it was listed: a directory of the tree
+    an agent swaps for a link to elsewhere (the root of the file system, a place holding repositories) between
+    the listing of its parent and its own is not followed out of the tree.  The swap is made here before
+    listing the child, as the race would leave it.  Control: the same directory, a directory, is listed."""
+    from broker.sandbox import nested
+
+    repo = make_repo(tmp_path / "work", {"README.md": "x\n", "w/sub/README": "x\n"})
+    outside = tmp_path / "outside"
+    assert _person_git(tmp_path, "init", "-q", str(outside)).returncode == 0
+    top = os.path.realpath(repo)
+    listed = {name: inode for name, _, inode in nested._listing(top, "w") or []}
+    assert [name for name, _, _ in nested._listing(top, "w/sub", listed["sub"]) or []] == ["README"]  # control
+    (repo / "w" / "sub" / "README").unlink()
+    (repo / "w" / "sub").rmdir()
+    (repo / "w" / "sub").symlink_to(outside)
+    assert nested._listing(top, "w/sub", listed["sub"]) is None  # the inode its parent's listing gave
+    assert nested._listing(top, "w/sub") is None  # and none: the path the kernel names
+    assert nested_repositories(repo) == set()  # and a link the walk sees as one is never entered
+
+
 @pytest.mark.parametrize("level", LEVELS)
 def test_a_boxed_agent_cannot_keep_its_repository_live_past_the_sweep(level: str, tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "work", {"README.md": "x\n", "w/README": "x\n"})

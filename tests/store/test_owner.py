@@ -171,6 +171,27 @@ def test_a_batch_with_an_event_without_actor_writes_nothing(tmp_path):
     assert conn.execute("SELECT count(*) FROM events WHERE kind = 'test.n'").fetchone()[0] == 2
 
 
+def _write(conn):
+    events.append(conn, "test.write", actor="tester:1", subject="x")
+    return "written"
+
+
+async def _each_heard(owner, jobs: list) -> dict[int, object]:  # type: ignore[type-arg]
+    """Send every job at once (one batch, or a few); what each caller heard: its result or its exception."""
+    results: dict[int, object] = {}
+
+    async def one(i: int) -> None:
+        try:
+            results[i] = await owner.call(jobs[i])
+        except Exception as exc:  # noqa: BLE001 -- what each caller heard is the assertion
+            results[i] = exc
+
+    async with trio.open_nursery() as nursery:
+        for i in range(len(jobs)):
+            nursery.start_soon(one, i)
+    return results
+
+
 async def test_every_job_of_a_batch_refused_together_hears_the_refusal_itself(tmp_path):
     """A batch refused whole (here: the database file renamed over behind the owner) gives each job an
     outcome of its own: 20 jobs sent at once all hear "unavailable", none an error from a result
@@ -182,27 +203,14 @@ async def test_every_job_of_a_batch_refused_together_hears_the_refusal_itself(tm
 
     db = tmp_path / "db"
     owner = StoreOwner(SqliteBackend(db), [], chain=chain_files(tmp_path))
-    results: dict[int, object] = {}
-
-    def write(conn):
-        events.append(conn, "test.write", actor="tester:1", subject="x")
-        return "written"
-
-    async def job(i: int) -> None:
-        try:
-            results[i] = await owner.call(write)
-        except Exception as exc:  # noqa: BLE001 -- what each caller heard is the assertion
-            results[i] = exc
 
     async with trio.open_nursery() as nursery:
         await nursery.start(owner.run)
-        assert await owner.call(write) == "written"  # control: the live file takes writes
+        assert await owner.call(_write) == "written"  # control: the live file takes writes
         shutil.copy(db, tmp_path / "copy")
         os.rename(tmp_path / "copy", db)
         before = owner.statistics().batches
-        async with trio.open_nursery() as jobs:
-            for i in range(20):
-                jobs.start_soon(job, i)
+        results = await _each_heard(owner, [_write] * 20)
         batches = owner.statistics().batches - before
         owner.close()
         nursery.cancel_scope.cancel()
@@ -220,29 +228,16 @@ async def test_every_job_of_a_transaction_that_fails_as_a_whole_hears_the_failur
 
     db = tmp_path / "db"
     owner = StoreOwner(SqliteBackend(db), [], chain=chain_files(tmp_path))
-    results: dict[int, object] = {}
-
-    def write(conn):
-        events.append(conn, "test.write", actor="tester:1", subject="x")
-        return "written"
 
     def rogue(conn):
         conn.execute("ROLLBACK")  # the owner's transaction, and every savepoint in it, gone
         return "rolled back"
 
-    async def job(i: int) -> None:
-        try:
-            results[i] = await owner.call(rogue if i == 10 else write)
-        except Exception as exc:  # noqa: BLE001 -- what each caller heard is the assertion
-            results[i] = exc
-
     async with trio.open_nursery() as nursery:
         await nursery.start(owner.run)
-        assert await owner.call(write) == "written"  # control: a batch of one good job commits
-        async with trio.open_nursery() as jobs:
-            for i in range(20):
-                jobs.start_soon(job, i)
-        assert await owner.call(write) == "written"  # the owner goes on after the failed batch
+        assert await owner.call(_write) == "written"  # control: a batch of one good job commits
+        results = await _each_heard(owner, [rogue if i == 10 else _write for i in range(20)])
+        assert await owner.call(_write) == "written"  # the owner goes on after the failed batch
         owner.close()
         nursery.cancel_scope.cancel()
     failed = {i: r for i, r in results.items() if isinstance(r, Exception)}
